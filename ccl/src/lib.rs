@@ -1,0 +1,1 @@
+//! ttmesh-ccl: placeholder until its issue lands.

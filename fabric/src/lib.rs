@@ -1,0 +1,1 @@
+//! ttmesh-fabric: placeholder until its issue lands.

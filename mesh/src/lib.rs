@@ -1,0 +1,1 @@
+//! ttmesh: the user-facing mesh API (placeholder until the mesh issue lands).

@@ -1,0 +1,1 @@
+//! ttmesh-monitor: placeholder until its issue lands.
