@@ -88,7 +88,7 @@ pub enum TopologyError {
     },
 
     /// The chips do not fill every cell of `mesh_shape`.
-    #[error("{source_name}:{line}: mesh_shape [{rows}, {cols}] has {cells} cells but {num_chips} chips are listed{missing}; every cell needs exactly one chip", cells = rows * cols)]
+    #[error("{source_name}:{line}: mesh_shape [{rows}, {cols}] has {cells} cells and the chips fill {num_chips} of them{missing}; every cell needs exactly one chip", cells = rows * cols)]
     MeshNotFilled {
         source_name: String,
         line: usize,

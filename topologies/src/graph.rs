@@ -68,8 +68,10 @@ pub struct Link {
     pub b: (ChipId, u32),
 }
 
-/// An ordered run of chips, e.g. a mesh row. `is_ring` is true when the last chip links back to
-/// the first and there are more than two chips (with two, "ring" and "line" are the same pair).
+/// An ordered run of chips, e.g. a mesh row. `is_ring` is true when there are more than two
+/// chips (with two, "ring" and "line" are the same pair), each consecutive pair is linked and
+/// the last chip links back to the first. A row of a hand-wired descriptor need not be linked
+/// at all: check [`ClusterGraph::is_linked_path`] before running a line algorithm on it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Line {
     pub chips: Vec<ChipId>,
@@ -302,7 +304,9 @@ impl ClusterGraph {
     }
 
     fn make_line(&self, chips: Vec<ChipId>) -> Line {
-        let is_ring = chips.len() > 2 && self.link_count(chips[0], chips[chips.len() - 1]) > 0;
+        let is_ring = chips.len() > 2
+            && self.link_count(chips[0], chips[chips.len() - 1]) > 0
+            && self.is_linked_path(&chips);
         Line { chips, is_ring }
     }
 

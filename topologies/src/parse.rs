@@ -44,17 +44,28 @@ struct RawLink {
 /// Maps byte offsets to 1-based line numbers and builds errors that carry the source name.
 struct Ctx<'a> {
     source_name: &'a str,
-    text: &'a str,
+    /// Byte offset of every '\n', so a line lookup is a binary search (a descriptor has a
+    /// line-numbered span for every chip and link end).
+    newlines: Vec<usize>,
 }
 
 impl Ctx<'_> {
+    fn new<'a>(text: &str, source_name: &'a str) -> Ctx<'a> {
+        let newlines = text
+            .bytes()
+            .enumerate()
+            .filter(|&(_, b)| b == b'\n')
+            .map(|(i, _)| i)
+            .collect();
+        Ctx {
+            source_name,
+            newlines,
+        }
+    }
+
     fn line(&self, offset: usize) -> usize {
-        let end = offset.min(self.text.len());
-        self.text.as_bytes()[..end]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count()
-            + 1
+        // Newlines strictly before `offset`, plus one.
+        self.newlines.partition_point(|&nl| nl < offset) + 1
     }
 
     fn line_of<T>(&self, s: &Spanned<T>) -> usize {
@@ -118,11 +129,26 @@ impl Ctx<'_> {
 
 /// Parses and checks one descriptor. `source_name` is what errors print before `:line:`.
 pub fn parse_str(text: &str, source_name: &str) -> Result<ClusterGraph, TopologyError> {
-    let cx = Ctx { source_name, text };
-    let raw: RawDescriptor = toml::from_str(text).map_err(|e| TopologyError::Syntax {
-        source_name: cx.src(),
-        line: e.span().map_or(1, |s| cx.line(s.start)),
-        message: e.message().trim().to_string(),
+    let cx = Ctx::new(text, source_name);
+    let raw: RawDescriptor = toml::from_str(text).map_err(|e| {
+        let mut message = e.message().trim().to_string();
+        // The classic TOML trap: a top-level key written after a [[chips]] / [[links]] header
+        // lands inside that table.
+        let top_level = ["name", "arch", "mesh_shape", "chips", "links"];
+        if top_level
+            .iter()
+            .any(|k| message.starts_with(&format!("unknown field `{k}`")))
+        {
+            message.push_str(
+                "; keys after a [[chips]] or [[links]] header belong to that table: move \
+                 top-level keys above the first header",
+            );
+        }
+        TopologyError::Syntax {
+            source_name: cx.src(),
+            line: e.span().map_or(1, |s| cx.line(s.start)),
+            message,
+        }
     })?;
 
     // Top-level fields: a missing one is reported at line 1 (there is no better place).
@@ -154,7 +180,7 @@ pub fn parse_str(text: &str, source_name: &str) -> Result<ClusterGraph, Topology
     let shape_line = cx.line_of(&shape_s);
     let (rows, cols) = cx.pair(&shape_s, "mesh_shape", "[rows, cols]")?;
     let (rows, cols) = (rows as usize, cols as usize);
-    let cells = rows.checked_mul(cols).unwrap_or(usize::MAX);
+    let cells = rows.saturating_mul(cols);
     if rows == 0 || cols == 0 || cells > MAX_CHIPS {
         return Err(cx.invalid(
             shape_line,
