@@ -1,1 +1,28 @@
-//! placeholder
+//! ttmesh-chip: one emulated Tenstorrent chip (Wormhole B0 or Blackhole).
+//!
+//! Owns: the architecture's numbers, the allocator (tt-metal's addresses, banks and rules) and
+//! its event stream, sparse backing memory, tensors and their page formats, ops as kernels with
+//! host references, the program cache, command queues with byte-encoded commands and their
+//! dispatcher threads, events, and Metal Trace (capture, TRACE region, replay, sanitizer).
+//!
+//! Must not touch: other chips, the fabric, topologies or anything mesh-wide. A kernel that
+//! needs the fabric (a collective) is supplied from outside through the [`program::Kernel`]
+//! trait; the chip runs it without knowing what it does.
+
+pub mod allocator;
+pub mod arch;
+pub mod command;
+pub mod compute;
+pub mod device;
+pub mod error;
+pub mod format;
+pub mod memory;
+pub mod ops;
+pub mod program;
+pub mod tensor;
+
+pub use allocator::{BufferType, Statistics};
+pub use arch::{Arch, ArchSpec, MathFidelity};
+pub use device::{Chip, ChipConfig, CqId, Event, TraceId};
+pub use error::{ChipError, Result};
+pub use tensor::{DataType, HostTensor, Layout, MemoryConfig, Tensor, TensorSpec};

@@ -1,0 +1,492 @@
+//! One emulated chip: its allocator, backing memory, program cache, command queues with their
+//! dispatcher threads, events and traces.
+
+mod events;
+mod queue;
+mod trace;
+
+pub use events::Event;
+pub use queue::{default_operation_timeout, CqId};
+pub use trace::{TraceId, TraceInfo, TraceStats};
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::allocator::{
+    Allocation, AllocationRequest, Allocator, AllocatorConfig, AllocatorListener, BufferType, MemSpace, Statistics,
+    UsageCounters,
+};
+use crate::arch::ArchSpec;
+use crate::command::{Encoder, Opcode};
+use crate::error::{ChipError, Result};
+use crate::memory::DeviceMemory;
+use crate::program::{Program, ProgramCache};
+use queue::{CqState, QueueHandle};
+use trace::{Capture, TraceTable};
+
+/// Everything a user chooses when opening a chip.
+#[derive(Clone, Debug)]
+pub struct ChipConfig {
+    pub id: u32,
+    pub arch: ArchSpec,
+    pub trace_region_size: u64,
+    pub l1_small_size: u64,
+    pub worker_l1_size: Option<u64>,
+    pub num_command_queues: u8,
+    pub operation_timeout: Duration,
+    /// Refuse to replay a trace whose captured buffers moved (on by default).
+    pub replay_sanitizer: bool,
+}
+
+impl ChipConfig {
+    pub fn new(id: u32, arch: ArchSpec) -> ChipConfig {
+        ChipConfig {
+            id,
+            arch,
+            trace_region_size: 0,
+            l1_small_size: 0,
+            worker_l1_size: None,
+            num_command_queues: 1,
+            operation_timeout: default_operation_timeout(),
+            replay_sanitizer: true,
+        }
+    }
+}
+
+/// Counters of work the dispatchers did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DispatchStats {
+    pub launches: u64,
+    pub kernel_ns: u64,
+}
+
+pub(crate) struct ReadSlot {
+    data: Mutex<Option<Result<Vec<u8>>>>,
+    cv: Condvar,
+}
+
+type Callback = Box<dyn FnOnce() -> Result<()> + Send>;
+
+/// State shared by the host API and the dispatcher threads.
+pub(crate) struct ChipShared {
+    pub(crate) id: u32,
+    pub(crate) config: ChipConfig,
+    pub(crate) allocator: Mutex<Allocator>,
+    pub(crate) memory: DeviceMemory,
+    pub(crate) programs: ProgramCache,
+    pub(crate) cq_states: Vec<CqState>,
+    reads: Mutex<HashMap<u64, Arc<ReadSlot>>>,
+    callbacks: Mutex<HashMap<u64, Callback>>,
+    next_handle: AtomicU64,
+    pub(crate) traces: Mutex<TraceTable>,
+    launches: AtomicU64,
+    kernel_ns: AtomicU64,
+    pub(crate) sanitizer: AtomicBool,
+}
+
+impl ChipShared {
+    pub(crate) fn record_launch(&self, _p: &Program, elapsed: Duration) {
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        self.kernel_ns.fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_replay(&self, trace_id: u32, commands: u64, elapsed: Duration) {
+        self.traces.lock().record_replay(trace_id, commands, elapsed);
+    }
+
+    pub(crate) fn complete_read(&self, handle: u64, data: Result<Vec<u8>>) {
+        let slot = self.reads.lock().get(&handle).cloned();
+        if let Some(slot) = slot {
+            *slot.data.lock() = Some(data);
+            slot.cv.notify_all();
+        }
+    }
+
+    pub(crate) fn run_callback(&self, id: u64) -> Result<()> {
+        let cb = self.callbacks.lock().remove(&id);
+        match cb {
+            Some(f) => f(),
+            None => Err(ChipError::Queue(format!("host callback {id} is not registered on chip {}", self.id))),
+        }
+    }
+
+    /// Drops the backing chunks of [address, address + size) in every bank of `space`, except
+    /// where a live buffer sits now (it may have been reallocated since the free was queued).
+    pub(crate) fn discard_free_range(&self, space: MemSpace, address: u64, size: u64) {
+        let types: &[BufferType] = match space {
+            MemSpace::Dram => &[BufferType::Dram, BufferType::Trace],
+            MemSpace::L1 => &[BufferType::L1, BufferType::L1Small],
+            MemSpace::Host => &[BufferType::SystemMemory],
+        };
+        let alloc = self.allocator.lock();
+        let mut live: Vec<(u64, u64)> = types
+            .iter()
+            .flat_map(|t| alloc.overlapping(*t, address, size).into_iter().map(|(a, b)| (a, a + b.size)))
+            .collect();
+        drop(alloc);
+        live.sort_unstable();
+        let mut cursor = address;
+        let end = address + size;
+        let banks = self.memory.num_banks(space);
+        let discard = |from: u64, to: u64| {
+            if to > from {
+                for b in 0..banks {
+                    self.memory.discard(space, b, from, to - from);
+                }
+            }
+        };
+        for (s, e) in live {
+            discard(cursor, s.min(end));
+            cursor = cursor.max(e);
+        }
+        discard(cursor, end);
+    }
+}
+
+/// One emulated chip. Open with [`Chip::open`]; share as `Arc<Chip>` (tensors hold one).
+pub struct Chip {
+    pub(crate) shared: Arc<ChipShared>,
+    queues: Vec<QueueHandle>,
+    captures: Vec<Mutex<Option<Capture>>>,
+    closed: AtomicBool,
+    usage: Arc<UsageCounters>,
+}
+
+thread_local! {
+    static WARNED_ACTIVE_TRACE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// tt-metal's warning when allocating while a trace exists.
+pub const ACTIVE_TRACE_ALLOCATION_WARNING: &str = "Allocating device buffers is unsafe due to the existence of an active trace. These buffers may be corrupted once a trace is executed.";
+
+impl Chip {
+    pub fn open(config: ChipConfig) -> Result<Arc<Chip>> {
+        if !(1..=2).contains(&config.num_command_queues) {
+            return Err(ChipError::InvalidConfig(format!(
+                "num hw cqs must be between 1 and 2 (got {}); pass num_command_queues 1 or 2",
+                config.num_command_queues
+            )));
+        }
+        let arch = &config.arch;
+        let mut alloc_cfg = AllocatorConfig::new(arch.clone());
+        alloc_cfg.trace_region_size = config.trace_region_size;
+        alloc_cfg.l1_small_size = config.l1_small_size;
+        alloc_cfg.worker_l1_size = config.worker_l1_size;
+        let mut allocator = Allocator::new(config.id, alloc_cfg.clone())?;
+        let usage = Arc::new(UsageCounters::default());
+        allocator.add_listener(usage.clone());
+        let memory = DeviceMemory::new(
+            config.id,
+            arch.num_dram_banks,
+            arch.dram_bank_size,
+            arch.num_l1_banks(),
+            arch.l1_size_per_core,
+            alloc_cfg.system_memory_size,
+        );
+        let shared = Arc::new(ChipShared {
+            id: config.id,
+            cq_states: (0..config.num_command_queues).map(|_| CqState::new()).collect(),
+            config: config.clone(),
+            allocator: Mutex::new(allocator),
+            memory,
+            programs: ProgramCache::default(),
+            reads: Mutex::new(HashMap::new()),
+            callbacks: Mutex::new(HashMap::new()),
+            next_handle: AtomicU64::new(1),
+            traces: Mutex::new(TraceTable::default()),
+            launches: AtomicU64::new(0),
+            kernel_ns: AtomicU64::new(0),
+            sanitizer: AtomicBool::new(config.replay_sanitizer),
+        });
+        let mut queues = Vec::new();
+        for cq in 0..config.num_command_queues {
+            queues.push(queue::spawn_dispatcher(shared.clone(), CqId(cq))?);
+        }
+        let captures = (0..config.num_command_queues).map(|_| Mutex::new(None)).collect();
+        Ok(Arc::new(Chip { shared, queues, captures, closed: AtomicBool::new(false), usage }))
+    }
+
+    pub fn id(&self) -> u32 {
+        self.shared.id
+    }
+    pub fn arch(&self) -> &ArchSpec {
+        &self.shared.config.arch
+    }
+    pub fn config(&self) -> &ChipConfig {
+        &self.shared.config
+    }
+    pub fn num_command_queues(&self) -> u8 {
+        self.queues.len() as u8
+    }
+    pub fn memory(&self) -> &DeviceMemory {
+        &self.shared.memory
+    }
+    pub fn program_cache(&self) -> &ProgramCache {
+        &self.shared.programs
+    }
+    pub fn operation_timeout(&self) -> Duration {
+        self.shared.config.operation_timeout
+    }
+    pub fn usage(&self) -> &UsageCounters {
+        &self.usage
+    }
+
+    pub fn dispatch_stats(&self) -> DispatchStats {
+        DispatchStats {
+            launches: self.shared.launches.load(Ordering::Relaxed),
+            kernel_ns: self.shared.kernel_ns.load(Ordering::Relaxed),
+        }
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(ChipError::Closed(self.shared.id))
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn queue(&self, cq: CqId) -> Result<&QueueHandle> {
+        self.check_open()?;
+        self.queues.get(cq.0 as usize).ok_or_else(|| {
+            ChipError::InvalidConfig(format!(
+                "CQ {} does not exist on chip {}: it was opened with {} command queue(s); open it with num_command_queues 2",
+                cq.0,
+                self.shared.id,
+                self.queues.len()
+            ))
+        })
+    }
+
+    // ---- allocation ----
+
+    pub fn add_allocator_listener(&self, l: Arc<dyn AllocatorListener>) {
+        self.shared.allocator.lock().add_listener(l);
+    }
+
+    pub fn allocate(&self, req: &AllocationRequest) -> Result<Allocation> {
+        self.check_open()?;
+        let alloc = self.shared.allocator.lock().allocate(req)?;
+        if self.shared.traces.lock().has_live_traces() && req.buffer_type != BufferType::Trace {
+            WARNED_ACTIVE_TRACE.with(|w| {
+                if !w.get() {
+                    w.set(true);
+                    tracing::warn!("{}", ACTIVE_TRACE_ALLOCATION_WARNING);
+                    eprintln!("ttmesh | WARNING | {ACTIVE_TRACE_ALLOCATION_WARNING}");
+                }
+            });
+        }
+        Ok(alloc)
+    }
+
+    pub fn deallocate(&self, alloc: &Allocation) -> Result<()> {
+        self.shared.allocator.lock().deallocate(alloc)?;
+        // Host memory of the range is returned in queue order, after work that may still read it.
+        if !self.closed.load(Ordering::Acquire) {
+            let mut e = Encoder::with_capacity(32);
+            e.discard(alloc.buffer_type.space(), alloc.address, alloc.per_bank_size);
+            let _ = self.queues[0].sender.send(e.bytes);
+        }
+        Ok(())
+    }
+
+    pub fn statistics(&self, t: BufferType) -> Statistics {
+        self.shared.allocator.lock().statistics(t)
+    }
+
+    pub fn memory_view(&self, t: BufferType) -> Vec<crate::allocator::BlockRow> {
+        self.shared.allocator.lock().memory_view(t)
+    }
+
+    pub fn with_allocator<R>(&self, f: impl FnOnce(&Allocator) -> R) -> R {
+        f(&self.shared.allocator.lock())
+    }
+
+    // ---- commands ----
+
+    pub fn is_capturing(&self, cq: CqId) -> bool {
+        self.captures.get(cq.0 as usize).is_some_and(|c| c.lock().is_some())
+    }
+
+    /// Sends encoded records to a queue, or into the trace being captured on it.
+    pub(crate) fn submit(&self, cq: CqId, bytes: Vec<u8>, refs: &[trace::BufferRef]) -> Result<()> {
+        let q = self.queue(cq)?;
+        {
+            let mut cap = self.captures[cq.0 as usize].lock();
+            if let Some(c) = cap.as_mut() {
+                c.append(&bytes, refs);
+                return Ok(());
+            }
+        }
+        q.sender.send(bytes).map_err(|_| ChipError::Closed(self.shared.id))
+    }
+
+    /// Enqueues a program launch: the op layer's single entry point into the queues.
+    pub fn enqueue_program(&self, cq: CqId, program: &Program, addresses: &[u32], buffer_ids: &[u64]) -> Result<()> {
+        let mut args = Vec::new();
+        program.runtime_args(addresses, &mut args);
+        let mut e = Encoder::with_capacity(64 + program.config_image.len() + args.len() * 4);
+        e.launch(program.id, program.split.cores, &program.config_image, program.split.args_per_core, &args);
+        let refs: Vec<trace::BufferRef> = program
+            .operands
+            .iter()
+            .zip(addresses)
+            .zip(buffer_ids)
+            .map(|((o, &a), &id)| trace::BufferRef {
+                buffer_type: o.buffer_type,
+                address: a as u64,
+                size: o.per_bank_size,
+                buffer_id: id,
+                access: o.access,
+            })
+            .collect();
+        self.submit(cq, e.bytes, &refs)
+    }
+
+    fn forbid_capture(&self, cq: CqId, what: &str) -> Result<()> {
+        for (i, c) in self.captures.iter().enumerate() {
+            if c.lock().is_some() && (i == cq.0 as usize || what == "Event Synchronization") {
+                return Err(ChipError::Trace(match what {
+                    "Writes" => "Writes are not supported during trace capture. Copy inputs before begin_trace_capture or after end_trace_capture".into(),
+                    "Reads" => "Reads are not supported during trace capture. Read outputs after end_trace_capture (or after execute_trace)".into(),
+                    "Events" => "Events are not supported during trace capture. Record and wait for events outside the capture; the seed's 2-CQ pattern keeps them outside".into(),
+                    _ => "Event Synchronization is not supported during trace capture. Synchronize after end_trace_capture".into(),
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes pages (logical page data + their locations) through a queue.
+    pub fn enqueue_write_pages(&self, cq: CqId, space: MemSpace, page_size: u32, locations: &[(u32, u32)], data: &[u8]) -> Result<()> {
+        self.forbid_capture(cq, "Writes")?;
+        let mut e = Encoder::with_capacity(64 + locations.len() * 8 + data.len());
+        e.write_paged(space, page_size, locations, data);
+        self.submit(cq, e.bytes, &[])
+    }
+
+    /// Enqueues a read of pages; the returned handle yields the bytes once the queue gets there.
+    pub fn enqueue_read_pages(&self, cq: CqId, space: MemSpace, page_size: u32, locations: &[(u32, u32)]) -> Result<PendingRead> {
+        self.forbid_capture(cq, "Reads")?;
+        let handle = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(ReadSlot { data: Mutex::new(None), cv: Condvar::new() });
+        self.shared.reads.lock().insert(handle, slot.clone());
+        let mut e = Encoder::with_capacity(64 + locations.len() * 8);
+        e.read_paged(handle, space, page_size, locations);
+        if let Err(err) = self.submit(cq, e.bytes, &[]) {
+            self.shared.reads.lock().remove(&handle);
+            return Err(err);
+        }
+        Ok(PendingRead { shared: self.shared.clone(), handle, slot, cq })
+    }
+
+    /// Enqueues a host callback (not traceable): used by the mesh for barriers and mesh events.
+    pub fn enqueue_host_callback(&self, cq: CqId, f: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+        self.forbid_capture(cq, "Events")?;
+        let id = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.shared.callbacks.lock().insert(id, Box::new(f));
+        let mut e = Encoder::with_capacity(16);
+        e.simple(Opcode::HostCallback, 0, id);
+        self.submit(cq, e.bytes, &[])
+    }
+
+    /// Blocks until everything enqueued on `cq` so far has run; returns the first error the
+    /// queue met since the last finish.
+    pub fn finish(&self, cq: CqId) -> Result<()> {
+        self.forbid_capture(cq, "Event Synchronization")?;
+        let q = self.queue(cq)?;
+        let id = q.allocate_event_id();
+        let mut e = Encoder::with_capacity(16);
+        e.simple(Opcode::RecordEvent, 0, id);
+        q.sender.send(e.bytes).map_err(|_| ChipError::Closed(self.shared.id))?;
+        let state = &self.shared.cq_states[cq.0 as usize];
+        let timeout = self.shared.config.operation_timeout;
+        if !state.wait_for(id, Instant::now() + timeout) {
+            return Err(ChipError::Timeout {
+                what: format!(
+                    "finish on chip {} CQ {}: the queue reached event {} of {}",
+                    self.shared.id,
+                    cq.0,
+                    state.completed(),
+                    id
+                ),
+                seconds: timeout.as_secs_f64(),
+            });
+        }
+        match state.take_error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// finish() on every queue.
+    pub fn synchronize(&self) -> Result<()> {
+        let mut first = None;
+        for cq in 0..self.queues.len() as u8 {
+            if let Err(e) = self.finish(CqId(cq)) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Stops the dispatchers (after the work already queued) and refuses further work.
+    pub fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        for q in &self.queues {
+            let _ = q.sender.send(queue::terminate_bytes());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Chip {
+    fn drop(&mut self) {
+        let _ = self.close();
+        for q in &mut self.queues {
+            if let Some(t) = q.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// A read in flight; `wait` returns the page bytes in the order requested.
+pub struct PendingRead {
+    shared: Arc<ChipShared>,
+    handle: u64,
+    slot: Arc<ReadSlot>,
+    cq: CqId,
+}
+
+impl PendingRead {
+    pub fn wait(self) -> Result<Vec<u8>> {
+        let timeout = self.shared.config.operation_timeout;
+        let deadline = Instant::now() + timeout;
+        let mut g = self.slot.data.lock();
+        while g.is_none() {
+            if self.slot.cv.wait_until(&mut g, deadline).timed_out() && g.is_none() {
+                self.shared.reads.lock().remove(&self.handle);
+                return Err(ChipError::Timeout {
+                    what: format!("read {} on chip {} CQ {} did not complete", self.handle, self.shared.id, self.cq.0),
+                    seconds: timeout.as_secs_f64(),
+                });
+            }
+        }
+        let data = g.take().unwrap_or_else(|| Err(ChipError::Queue("read slot emptied twice".into())));
+        drop(g);
+        self.shared.reads.lock().remove(&self.handle);
+        data
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.slot.data.lock().is_some()
+    }
+}

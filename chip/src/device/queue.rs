@@ -1,0 +1,306 @@
+//! Command queues: a channel of encoded records from the host to one dispatcher thread per
+//! queue, which decodes and executes them. The dispatcher blocks on the channel when idle (it
+//! parks; nothing spins), so two host cores carry many chips.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use super::ChipShared;
+use crate::command::{decode, packed_arg, Opcode, Record};
+use crate::error::{ChipError, Result};
+use crate::program::{KernelContext, Program};
+
+/// Index of a command queue on a chip (0 or 1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CqId(pub u8);
+
+/// Device-side state of a queue that the host and other queues observe.
+pub(crate) struct CqState {
+    /// Highest event id this queue's dispatcher has reached.
+    completed: AtomicU64,
+    lock: Mutex<()>,
+    cv: Condvar,
+    /// First error since the host last asked (a failed kernel, a timed-out wait).
+    error: Mutex<Option<ChipError>>,
+}
+
+impl CqState {
+    pub(crate) fn new() -> CqState {
+        CqState { completed: AtomicU64::new(0), lock: Mutex::new(()), cv: Condvar::new(), error: Mutex::new(None) }
+    }
+
+    pub(crate) fn completed(&self) -> u64 {
+        self.completed.load(Ordering::Acquire)
+    }
+
+    fn complete(&self, event: u64) {
+        let _g = self.lock.lock();
+        if event > self.completed.load(Ordering::Relaxed) {
+            self.completed.store(event, Ordering::Release);
+        }
+        self.cv.notify_all();
+    }
+
+    /// Blocks until `event` is reached or the deadline passes; true if reached.
+    pub(crate) fn wait_for(&self, event: u64, deadline: Instant) -> bool {
+        let mut g = self.lock.lock();
+        while self.completed.load(Ordering::Acquire) < event {
+            if self.cv.wait_until(&mut g, deadline).timed_out() {
+                return self.completed.load(Ordering::Acquire) >= event;
+            }
+        }
+        true
+    }
+
+    pub(crate) fn set_error(&self, e: ChipError) {
+        let mut slot = self.error.lock();
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+    }
+
+    pub(crate) fn take_error(&self) -> Option<ChipError> {
+        self.error.lock().take()
+    }
+}
+
+/// The host's end of one queue.
+pub(crate) struct QueueHandle {
+    pub(crate) sender: Sender<Vec<u8>>,
+    /// Next event id to hand out on this queue (ids start at 1; 0 means "nothing yet").
+    pub(crate) next_event: AtomicU64,
+    pub(crate) thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl QueueHandle {
+    pub(crate) fn allocate_event_id(&self) -> u64 {
+        self.next_event.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+pub(crate) fn spawn_dispatcher(shared: Arc<ChipShared>, cq: CqId) -> Result<QueueHandle> {
+    let (tx, rx) = crossbeam_channel::bounded::<Vec<u8>>(4096);
+    let name = format!("ttmesh-chip{}-cq{}", shared.id, cq.0);
+    let thread = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || Dispatcher::new(shared, cq).run(rx))
+        .map_err(|e| ChipError::Queue(format!("cannot start the dispatcher thread: {e}")))?;
+    Ok(QueueHandle { sender: tx, next_event: AtomicU64::new(1), thread: Some(thread) })
+}
+
+struct PendingLaunch {
+    program: Option<Arc<Program>>,
+    addresses: Vec<u32>,
+}
+
+pub(crate) struct Dispatcher {
+    shared: Arc<ChipShared>,
+    cq: CqId,
+    /// Reused buffer for trace replays: a replay allocates nothing once warmed up.
+    trace_scratch: Vec<u8>,
+    programs: Vec<Arc<Program>>,
+    launch: PendingLaunch,
+}
+
+enum Flow {
+    Continue,
+    Stop,
+}
+
+impl Dispatcher {
+    fn new(shared: Arc<ChipShared>, cq: CqId) -> Dispatcher {
+        Dispatcher {
+            shared,
+            cq,
+            trace_scratch: Vec::new(),
+            programs: Vec::new(),
+            launch: PendingLaunch { program: None, addresses: Vec::with_capacity(16) },
+        }
+    }
+
+    fn state(&self) -> &CqState {
+        &self.shared.cq_states[self.cq.0 as usize]
+    }
+
+    fn run(mut self, rx: Receiver<Vec<u8>>) {
+        while let Ok(bytes) = rx.recv() {
+            let mut offset = 0;
+            while offset < bytes.len() {
+                match decode(&bytes, offset) {
+                    Ok((rec, next)) => {
+                        offset = next;
+                        match self.execute(rec, false) {
+                            Ok(Flow::Continue) => {}
+                            Ok(Flow::Stop) => return,
+                            Err(e) => self.state().set_error(e),
+                        }
+                    }
+                    Err(e) => {
+                        self.state().set_error(e);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn program(&mut self, id: u32) -> Result<Arc<Program>> {
+        if let Some(p) = self.programs.get(id as usize) {
+            return Ok(p.clone());
+        }
+        self.programs = self.shared.programs.table();
+        self.programs
+            .get(id as usize)
+            .cloned()
+            .ok_or_else(|| ChipError::Queue(format!("launch of unknown program {id} on chip {}", self.shared.id)))
+    }
+
+    fn execute(&mut self, rec: Record<'_>, in_trace: bool) -> Result<Flow> {
+        let shared = self.shared.clone();
+        match rec {
+            Record::WriteLinear { space, bank, addr, data } => shared.memory.write(space, bank, addr as u64, data)?,
+            Record::WritePaged { space, page_size, locations, data } => {
+                for (i, (bank, addr)) in locations.iter().enumerate() {
+                    let page = &data[i * page_size as usize..(i + 1) * page_size as usize];
+                    shared.memory.write(space, bank, addr as u64, page)?;
+                }
+            }
+            Record::LaunchProgram { program_id, .. } => {
+                self.launch.program = Some(self.program(program_id)?);
+                self.launch.addresses.clear();
+            }
+            Record::WritePacked { program_id, args, .. } => {
+                let p = self.launch.program.as_ref().filter(|p| p.id == program_id).ok_or_else(|| {
+                    ChipError::Queue(format!("runtime args for program {program_id} without its launch"))
+                })?;
+                // Core 0's first args are the operand addresses: what the kernel needs.
+                for i in 0..p.operands.len() {
+                    let a = packed_arg(args, i)
+                        .ok_or_else(|| ChipError::Queue(format!("program {program_id}: runtime args too short")))?;
+                    self.launch.addresses.push(a);
+                }
+            }
+            Record::GoSignal { program_id } => {
+                let p = self.launch.program.take().filter(|p| p.id == program_id).ok_or_else(|| {
+                    ChipError::Queue(format!("go signal for program {program_id} without its launch"))
+                })?;
+                let ctx = KernelContext {
+                    chip: shared.id,
+                    arch: &shared.config.arch,
+                    memory: &shared.memory,
+                    timeout: shared.config.operation_timeout,
+                };
+                let started = Instant::now();
+                let result = p.kernel.execute(&ctx, &self.launch.addresses);
+                shared.record_launch(&p, started.elapsed());
+                result?;
+            }
+            Record::Stall | Record::ResetGo => {}
+            Record::ReadPaged { handle, space, page_size, locations } => {
+                let mut out = vec![0u8; locations.len() * page_size as usize];
+                let mut result = Ok(());
+                for (i, (bank, addr)) in locations.iter().enumerate() {
+                    let dst = &mut out[i * page_size as usize..(i + 1) * page_size as usize];
+                    if let Err(e) = shared.memory.read(space, bank, addr as u64, dst) {
+                        result = Err(e);
+                        break;
+                    }
+                }
+                shared.complete_read(handle, result.map(|_| out));
+            }
+            Record::RecordEvent { event } => self.state().complete(event),
+            Record::WaitEvent { cq, event } => {
+                let other = shared.cq_states.get(cq as usize).ok_or_else(|| {
+                    ChipError::Queue(format!("wait for an event of CQ {cq}, which chip {} does not have", shared.id))
+                })?;
+                let timeout = shared.config.operation_timeout;
+                if !other.wait_for(event, Instant::now() + timeout) {
+                    return Err(ChipError::Timeout {
+                        what: format!(
+                            "chip {} CQ {} waits for event {} of CQ {} (reached {})",
+                            shared.id,
+                            self.cq.0,
+                            event,
+                            cq,
+                            other.completed()
+                        ),
+                        seconds: timeout.as_secs_f64(),
+                    });
+                }
+            }
+            Record::ExecBuf { trace_id, address, log2_page_size, num_pages, size } => {
+                if in_trace {
+                    return Err(ChipError::Trace(format!("trace {trace_id} contains a nested EXEC_BUF")));
+                }
+                self.replay(trace_id, address, 1u64 << log2_page_size, num_pages, size)?;
+            }
+            Record::ExecBufEnd => {}
+            Record::HostCallback { id } => shared.run_callback(id)?,
+            Record::Discard { space, address, size } => shared.discard_free_range(space, address, size),
+            Record::Terminate => return Ok(Flow::Stop),
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Reads a trace's bytes from DRAM (interleaved pages) and executes them.
+    fn replay(&mut self, trace_id: u32, address: u32, page_size: u64, num_pages: u32, size: u64) -> Result<()> {
+        let shared = self.shared.clone();
+        let banks = shared.config.arch.num_dram_banks as u64;
+        let total = page_size as usize * num_pages as usize;
+        if (size as usize) > total {
+            return Err(ChipError::Trace(format!("trace {trace_id}: {size} B do not fit in {num_pages} pages")));
+        }
+        let mut bytes = std::mem::take(&mut self.trace_scratch);
+        bytes.resize(total, 0);
+        for p in 0..num_pages as u64 {
+            let bank = (p % banks) as u32;
+            let addr = address as u64 + (p / banks) * page_size;
+            let dst = &mut bytes[(p * page_size) as usize..((p + 1) * page_size) as usize];
+            shared.memory.read(crate::allocator::MemSpace::Dram, bank, addr, dst)?;
+        }
+        let started = Instant::now();
+        let mut offset = 0;
+        let mut result = Ok(());
+        let mut commands = 0u64;
+        while offset < size as usize {
+            match decode(&bytes[..size as usize], offset) {
+                Ok((Record::ExecBufEnd, _)) => break,
+                Ok((rec, next)) => {
+                    offset = next;
+                    commands += 1;
+                    if let Err(e) = self.execute(rec, true) {
+                        result = Err(e);
+                        break;
+                    }
+                }
+                Err(e) => {
+                    result = Err(ChipError::Trace(format!("trace {trace_id} on chip {} is corrupt: {e}", shared.id)));
+                    break;
+                }
+            }
+        }
+        shared.record_replay(trace_id, commands, started.elapsed());
+        self.trace_scratch = bytes;
+        result
+    }
+}
+
+/// How long host-side waits may take: TTMESH_OPERATION_TIMEOUT_SECONDS, default 60 s.
+pub fn default_operation_timeout() -> Duration {
+    std::env::var("TTMESH_OPERATION_TIMEOUT_SECONDS")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| *s > 0.0 && s.is_finite())
+        .map(Duration::from_secs_f64)
+        .unwrap_or(Duration::from_secs(60))
+}
+
+pub(crate) fn terminate_bytes() -> Vec<u8> {
+    let mut e = crate::command::Encoder::new();
+    e.simple(Opcode::Terminate, 0, 0);
+    e.bytes
+}

@@ -1,0 +1,391 @@
+//! Metal Trace on one chip: capture to a host buffer, size and store in the TRACE region, replay
+//! with one EXEC_BUF, release; plus the replay sanitizer, which hardware does not have.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use super::{Chip, CqId};
+use crate::allocator::{Allocation, AllocationRequest, BufferType, MemSpace, Placement};
+use crate::command::{Encoder, Opcode, HEADER_BYTES};
+use crate::error::{ChipError, Result};
+use crate::program::Access;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TraceId(pub u32);
+
+impl std::fmt::Display for TraceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A buffer a captured launch touches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct BufferRef {
+    pub buffer_type: BufferType,
+    pub address: u64,
+    pub size: u64,
+    pub buffer_id: u64,
+    pub access: Access,
+}
+
+pub(crate) struct Capture {
+    pub trace_id: u32,
+    pub bytes: Vec<u8>,
+    pub refs: BTreeSet<(BufferType, u64, u64, bool)>,
+    pub commands: u64,
+}
+
+impl Capture {
+    pub(crate) fn append(&mut self, bytes: &[u8], refs: &[BufferRef]) {
+        self.bytes.extend_from_slice(bytes);
+        self.commands += 1;
+        for r in refs {
+            self.refs.insert((r.buffer_type, r.address, r.size, r.access != Access::Read));
+        }
+    }
+}
+
+/// A live buffer the trace uses that existed when capture ended: it must still be that buffer.
+#[derive(Clone, Debug)]
+struct Guard {
+    buffer_type: BufferType,
+    address: u64,
+    size: u64,
+    buffer_id: u64,
+}
+
+/// A range the trace writes whose buffer was freed during capture (an intermediate): nothing
+/// allocated after capture may overlap it.
+#[derive(Clone, Debug)]
+struct PrivateRange {
+    buffer_type: BufferType,
+    address: u64,
+    size: u64,
+}
+
+pub(crate) struct TraceRecord {
+    cq: CqId,
+    alloc: Allocation,
+    /// Command bytes including the EXEC_BUF_END record.
+    size: u64,
+    page_size: u64,
+    num_pages: u64,
+    commands: u64,
+    guards: Vec<Guard>,
+    private: Vec<PrivateRange>,
+    /// Buffers with an id above this were allocated after capture ended.
+    watermark: u64,
+    checked_generation: Option<u64>,
+    replays: u64,
+    last_replay: Duration,
+    replayed_commands: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct TraceTable {
+    next_id: u32,
+    capturing: HashMap<u32, CqId>,
+    traces: HashMap<u32, TraceRecord>,
+}
+
+impl TraceTable {
+    pub(crate) fn has_live_traces(&self) -> bool {
+        !self.traces.is_empty()
+    }
+    pub(crate) fn record_replay(&mut self, id: u32, commands: u64, elapsed: Duration) {
+        if let Some(t) = self.traces.get_mut(&id) {
+            t.last_replay = elapsed;
+            t.replayed_commands = commands;
+        }
+    }
+    fn total_size(&self) -> u64 {
+        self.traces.values().map(|t| t.alloc.size()).sum()
+    }
+}
+
+/// What a user can learn about one trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceInfo {
+    pub id: TraceId,
+    pub cq: CqId,
+    pub address: u64,
+    /// Command bytes (with EXEC_BUF_END) and the buffer size after padding.
+    pub command_bytes: u64,
+    pub buffer_size: u64,
+    pub page_size: u64,
+    pub num_pages: u64,
+    pub commands: u64,
+    pub replays: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TraceStats {
+    pub live_traces: u64,
+    /// tt-metal's trace_buffers_size: the running total of live trace buffers on this chip.
+    pub trace_buffers_size: u64,
+    pub replays: u64,
+}
+
+/// tt-metal's page choice for a trace buffer: the power of two in [1024, 4096] that wastes least
+/// when the size is padded to `banks * page`; ties go to the larger page.
+pub fn trace_page_size(size: u64, banks: u64) -> (u64, u64) {
+    let mut best = (u64::MAX, 0u64, 0u64);
+    for page in [1024u64, 2048, 4096] {
+        let padded = size.div_ceil(banks * page) * banks * page;
+        let waste = padded - size;
+        if waste <= best.0 {
+            best = (waste, page, padded);
+        }
+    }
+    (best.1, best.2)
+}
+
+impl Chip {
+    pub fn begin_trace_capture(&self, cq: CqId) -> Result<TraceId> {
+        self.queue(cq)?;
+        let mut table = self.shared.traces.lock();
+        let mut cap = self.captures[cq.0 as usize].lock();
+        if let Some(c) = cap.as_ref() {
+            return Err(ChipError::Trace(format!(
+                "CQ {} is already being used for tracing tid {}. End that capture first (end_trace_capture)",
+                cq.0, c.trace_id
+            )));
+        }
+        let id = table.next_id;
+        table.next_id += 1;
+        table.capturing.insert(id, cq);
+        *cap = Some(Capture { trace_id: id, bytes: Vec::new(), refs: BTreeSet::new(), commands: 0 });
+        Ok(TraceId(id))
+    }
+
+    pub fn end_trace_capture(&self, tid: TraceId, cq: CqId) -> Result<()> {
+        self.queue(cq)?;
+        let capture = {
+            let mut cap = self.captures[cq.0 as usize].lock();
+            match cap.as_ref() {
+                Some(c) if c.trace_id == tid.0 => cap.take().unwrap(),
+                _ => {
+                    return Err(ChipError::Trace(format!(
+                        "CQ {} is not being used for tracing tid {}. Call begin_trace_capture on this CQ first",
+                        cq.0, tid.0
+                    )))
+                }
+            }
+        };
+        self.shared.traces.lock().capturing.remove(&tid.0);
+        let mut bytes = capture.bytes;
+        let mut end = Encoder::with_capacity(HEADER_BYTES);
+        end.simple(Opcode::ExecBufEnd, 0, 0);
+        bytes.extend_from_slice(&end.bytes);
+        let size = bytes.len() as u64;
+        let banks = self.arch().num_dram_banks as u64;
+        let (page_size, padded) = trace_page_size(size, banks);
+        let num_pages = padded / page_size;
+        let region = self.config().trace_region_size;
+        let existing = self.shared.traces.lock().total_size();
+        if existing + padded > region {
+            return Err(self.trace_region_error(existing + padded));
+        }
+        let req = AllocationRequest {
+            buffer_type: BufferType::Trace,
+            page_size,
+            num_pages,
+            placement: Placement::Interleaved,
+        };
+        let alloc = match self.allocate(&req) {
+            Ok(a) => a,
+            Err(ChipError::OutOfMemory { .. }) => {
+                // Fragmented region: name a size that fits the live traces plus this one end to end.
+                let top = self.with_allocator(|a| {
+                    let m = a.manager(BufferType::Trace);
+                    m.allocated_blocks().map(|(addr, b)| addr + b.size - m.base()).max().unwrap_or(0)
+                });
+                return Err(self.trace_region_error(top * banks + padded));
+            }
+            Err(e) => return Err(e),
+        };
+        bytes.resize(padded as usize, 0);
+        for p in 0..num_pages {
+            let (bank, addr) = alloc.page_map().location(p);
+            let page = &bytes[(p * page_size) as usize..((p + 1) * page_size) as usize];
+            self.memory().write(MemSpace::Dram, bank, addr, page)?;
+        }
+        let (guards, private, watermark) = self.with_allocator(|a| {
+            let mut guards = Vec::new();
+            let mut private = Vec::new();
+            for &(t, address, size, writes) in &capture.refs {
+                let live = a.overlapping(t, address, size);
+                match live.iter().find(|(addr, _)| *addr == address) {
+                    Some((_, b)) => guards.push(Guard { buffer_type: t, address, size, buffer_id: b.buffer_id }),
+                    None if writes => private.push(PrivateRange { buffer_type: t, address, size }),
+                    None => {}
+                }
+            }
+            // Every id handed out so far, including this trace's own buffer.
+            (guards, private, alloc.id)
+        });
+        self.shared.traces.lock().traces.insert(
+            tid.0,
+            TraceRecord {
+                cq,
+                alloc,
+                size,
+                page_size,
+                num_pages,
+                commands: capture.commands,
+                guards,
+                private,
+                watermark,
+                checked_generation: None,
+                replays: 0,
+                last_replay: Duration::ZERO,
+                replayed_commands: 0,
+            },
+        );
+        Ok(())
+    }
+
+    fn trace_region_error(&self, needed: u64) -> ChipError {
+        ChipError::Trace(format!(
+            "Creating trace buffers of size {}B on device {}, but only {}B is allocated for trace region. Open the device with trace_region_size of at least {}",
+            needed,
+            self.id(),
+            self.config().trace_region_size,
+            needed
+        ))
+    }
+
+    /// Replays a trace with one EXEC_BUF command; `blocking` waits for it to finish.
+    pub fn execute_trace(&self, tid: TraceId, cq: CqId, blocking: bool) -> Result<()> {
+        self.enqueue_trace(tid, cq)?;
+        if blocking {
+            self.finish(cq)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the trace (sanitizer) and enqueues its replay; the mesh calls this per chip.
+    pub fn enqueue_trace(&self, tid: TraceId, cq: CqId) -> Result<()> {
+        self.queue(cq)?;
+        if self.is_capturing(cq) {
+            return Err(ChipError::Trace(format!(
+                "execute_trace of tid {} while CQ {} is capturing; end the capture first",
+                tid.0, cq.0
+            )));
+        }
+        let mut e = Encoder::with_capacity(64);
+        {
+            let mut table = self.shared.traces.lock();
+            let t = table.traces.get_mut(&tid.0).ok_or_else(|| self.unknown_trace(tid, "execute"))?;
+            if self.shared.sanitizer.load(std::sync::atomic::Ordering::Relaxed) {
+                self.sanitize(tid, t)?;
+            }
+            t.replays += 1;
+            e.simple(Opcode::ResetGo, 0, 0);
+            e.simple(Opcode::Stall, 0, 0);
+            e.exec_buf(tid.0, t.alloc.address as u32, t.page_size.trailing_zeros() as u16, t.num_pages as u32, t.size);
+        }
+        self.submit(cq, e.bytes, &[])
+    }
+
+    fn unknown_trace(&self, tid: TraceId, what: &str) -> ChipError {
+        let known: Vec<u32> = {
+            let t = self.shared.traces.lock();
+            let mut k: Vec<u32> = t.traces.keys().copied().collect();
+            k.sort_unstable();
+            k
+        };
+        ChipError::Trace(format!(
+            "cannot {what} trace tid {} on device {}: no such trace (live traces: {:?}); it was never captured or was released",
+            tid.0,
+            self.id(),
+            known
+        ))
+    }
+
+    fn sanitize(&self, tid: TraceId, t: &mut TraceRecord) -> Result<()> {
+        let chip = self.id();
+        self.with_allocator(|a| {
+            if t.checked_generation == Some(a.generation()) {
+                return Ok(());
+            }
+            for g in &t.guards {
+                if a.is_live(g.buffer_type, g.address, g.buffer_id) {
+                    continue;
+                }
+                let now = a.overlapping(g.buffer_type, g.address, g.size);
+                let what = match now.first() {
+                    None => "was freed after capture".to_string(),
+                    Some((addr, b)) => format!(
+                        "was freed after capture and buffer #{} ({} B per bank at {:#x}) now sits there",
+                        b.buffer_id, b.size, addr
+                    ),
+                };
+                return Err(ChipError::Trace(format!(
+                    "trace {} on chip {chip}: captured {} buffer #{} at {:#x} ({} B per bank) {what}; replaying would use memory that no longer belongs to it. Keep the tensor alive while the trace exists, or release_trace and capture again",
+                    tid.0, g.buffer_type, g.buffer_id, g.address, g.size
+                )));
+            }
+            for p in &t.private {
+                if let Some((addr, b)) =
+                    a.overlapping(p.buffer_type, p.address, p.size).into_iter().find(|(_, b)| b.buffer_id > t.watermark)
+                {
+                    return Err(ChipError::Trace(format!(
+                        "trace {} on chip {chip} writes {} [{:#x}, {:#x}) (a buffer freed during capture), but buffer #{} allocated after capture at {:#x} ({} B per bank) overlaps it and would be corrupted. Allocate persistent tensors before capture, or release_trace first",
+                        tid.0,
+                        p.buffer_type,
+                        p.address,
+                        p.address + p.size,
+                        b.buffer_id,
+                        addr,
+                        b.size
+                    )));
+                }
+            }
+            t.checked_generation = Some(a.generation());
+            Ok(())
+        })
+    }
+
+    pub fn release_trace(&self, tid: TraceId) -> Result<()> {
+        let record = self.shared.traces.lock().traces.remove(&tid.0);
+        let record = record.ok_or_else(|| self.unknown_trace(tid, "release"))?;
+        self.deallocate(&record.alloc)
+    }
+
+    pub fn trace_info(&self, tid: TraceId) -> Option<TraceInfo> {
+        let table = self.shared.traces.lock();
+        table.traces.get(&tid.0).map(|t| TraceInfo {
+            id: tid,
+            cq: t.cq,
+            address: t.alloc.address,
+            command_bytes: t.size,
+            buffer_size: t.alloc.size(),
+            page_size: t.page_size,
+            num_pages: t.num_pages,
+            commands: t.commands,
+            replays: t.replays,
+        })
+    }
+
+    /// Commands decoded and wall time of the last replay of a trace (kernels included).
+    pub fn last_replay(&self, tid: TraceId) -> Option<(u64, Duration)> {
+        let table = self.shared.traces.lock();
+        table.traces.get(&tid.0).map(|t| (t.replayed_commands, t.last_replay))
+    }
+
+    pub fn trace_stats(&self) -> TraceStats {
+        let table = self.shared.traces.lock();
+        TraceStats {
+            live_traces: table.traces.len() as u64,
+            trace_buffers_size: table.total_size(),
+            replays: table.traces.values().map(|t| t.replays).sum(),
+        }
+    }
+
+    /// Turns the replay sanitizer on or off (it starts as `ChipConfig::replay_sanitizer`).
+    pub fn set_replay_sanitizer(&self, on: bool) {
+        self.shared.sanitizer.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,152 @@
+//! Backing memory of one chip: DRAM banks and L1 banks (one per compute core), plus the host's
+//! SYSTEM_MEMORY range.
+//!
+//! Storage is sparse: a bank is a map of fixed-size chunks created on first write and dropped
+//! when a freed buffer covers them, so a 32-chip Galaxy (384 GiB of DRAM) costs host memory only
+//! for live data. Unwritten memory reads as zero.
+
+use std::collections::HashMap;
+
+use parking_lot::RwLock;
+
+use crate::allocator::MemSpace;
+use crate::error::{ChipError, Result};
+
+/// Chunk granularity of the sparse store. Large enough that a page copy rarely spans two chunks,
+/// small enough that small buffers do not pin much host memory.
+pub const CHUNK_SIZE: u64 = 16 * 1024;
+
+#[derive(Default)]
+struct Bank {
+    chunks: HashMap<u64, Box<[u8]>>,
+}
+
+pub struct DeviceMemory {
+    chip: u32,
+    dram: Vec<RwLock<Bank>>,
+    l1: Vec<RwLock<Bank>>,
+    host: Vec<RwLock<Bank>>,
+    dram_bank_size: u64,
+    l1_bank_size: u64,
+    host_size: u64,
+}
+
+impl DeviceMemory {
+    pub fn new(chip: u32, num_dram_banks: u32, dram_bank_size: u64, num_l1_banks: u32, l1_bank_size: u64, host_size: u64) -> Self {
+        let banks = |n: u32| (0..n).map(|_| RwLock::new(Bank::default())).collect();
+        DeviceMemory {
+            chip,
+            dram: banks(num_dram_banks),
+            l1: banks(num_l1_banks),
+            host: banks(1),
+            dram_bank_size,
+            l1_bank_size,
+            host_size,
+        }
+    }
+
+    fn bank(&self, space: MemSpace, bank: u32, addr: u64, len: u64) -> Result<&RwLock<Bank>> {
+        let (banks, size) = match space {
+            MemSpace::Dram => (&self.dram, self.dram_bank_size),
+            MemSpace::L1 => (&self.l1, self.l1_bank_size),
+            MemSpace::Host => (&self.host, self.host_size),
+        };
+        let b = banks.get(bank as usize).ok_or_else(|| {
+            ChipError::MemoryRange(format!("chip {} has no {:?} bank {} (it has {})", self.chip, space, bank, banks.len()))
+        })?;
+        if addr.checked_add(len).is_none_or(|end| end > size) {
+            return Err(ChipError::MemoryRange(format!(
+                "chip {} {:?} bank {}: [{:#x}, +{}) is beyond the bank's {} B",
+                self.chip, space, bank, addr, len, size
+            )));
+        }
+        Ok(b)
+    }
+
+    pub fn write(&self, space: MemSpace, bank: u32, addr: u64, data: &[u8]) -> Result<()> {
+        let lock = self.bank(space, bank, addr, data.len() as u64)?;
+        let mut b = lock.write();
+        let mut off = 0usize;
+        while off < data.len() {
+            let a = addr + off as u64;
+            let chunk = a / CHUNK_SIZE;
+            let in_chunk = (a % CHUNK_SIZE) as usize;
+            let n = (CHUNK_SIZE as usize - in_chunk).min(data.len() - off);
+            let c = b.chunks.entry(chunk).or_insert_with(|| vec![0u8; CHUNK_SIZE as usize].into_boxed_slice());
+            c[in_chunk..in_chunk + n].copy_from_slice(&data[off..off + n]);
+            off += n;
+        }
+        Ok(())
+    }
+
+    pub fn read(&self, space: MemSpace, bank: u32, addr: u64, out: &mut [u8]) -> Result<()> {
+        let lock = self.bank(space, bank, addr, out.len() as u64)?;
+        let b = lock.read();
+        let mut off = 0usize;
+        while off < out.len() {
+            let a = addr + off as u64;
+            let chunk = a / CHUNK_SIZE;
+            let in_chunk = (a % CHUNK_SIZE) as usize;
+            let n = (CHUNK_SIZE as usize - in_chunk).min(out.len() - off);
+            match b.chunks.get(&chunk) {
+                Some(c) => out[off..off + n].copy_from_slice(&c[in_chunk..in_chunk + n]),
+                None => out[off..off + n].fill(0),
+            }
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// Drops the chunks entirely inside [addr, addr + len) of one bank: freed buffers give their
+    /// host memory back.
+    pub fn discard(&self, space: MemSpace, bank: u32, addr: u64, len: u64) {
+        let Ok(lock) = self.bank(space, bank, addr, len) else { return };
+        let first = addr.div_ceil(CHUNK_SIZE);
+        let end = (addr + len) / CHUNK_SIZE;
+        if first >= end {
+            return;
+        }
+        let mut b = lock.write();
+        if (end - first) as usize > b.chunks.len() {
+            b.chunks.retain(|k, _| *k < first || *k >= end);
+        } else {
+            for c in first..end {
+                b.chunks.remove(&c);
+            }
+        }
+    }
+
+    /// Host bytes held by the sparse store (for the memory-footprint test and benchmarks).
+    pub fn resident_bytes(&self) -> u64 {
+        let count = |banks: &Vec<RwLock<Bank>>| banks.iter().map(|b| b.read().chunks.len() as u64).sum::<u64>();
+        (count(&self.dram) + count(&self.l1) + count(&self.host)) * CHUNK_SIZE
+    }
+
+    pub fn num_banks(&self, space: MemSpace) -> u32 {
+        match space {
+            MemSpace::Dram => self.dram.len() as u32,
+            MemSpace::L1 => self.l1.len() as u32,
+            MemSpace::Host => 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparse_read_write_discard() {
+        let m = DeviceMemory::new(0, 12, 1 << 30, 64, 1_499_136, 1 << 20);
+        let data: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
+        m.write(MemSpace::Dram, 3, 1_000_000, &data).unwrap();
+        let mut back = vec![0u8; data.len()];
+        m.read(MemSpace::Dram, 3, 1_000_000, &mut back).unwrap();
+        assert_eq!(back, data);
+        assert!(m.resident_bytes() <= 4 * CHUNK_SIZE);
+        m.discard(MemSpace::Dram, 3, 0, 1 << 30);
+        assert_eq!(m.resident_bytes(), 0);
+        assert!(m.read(MemSpace::L1, 64, 0, &mut back).is_err());
+        assert!(m.write(MemSpace::L1, 0, 1_499_130, &[0u8; 16]).is_err());
+    }
+}

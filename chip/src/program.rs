@@ -1,0 +1,219 @@
+//! Programs, kernels and the program cache.
+//!
+//! A kernel is the device code of one op, compiled for fixed input specs: it knows shapes and
+//! layouts ("compile-time args") and receives only buffer addresses at launch ("runtime args"),
+//! exactly what a traced launch may vary. Kernels from other crates (the collectives) implement
+//! the same trait, so the chip runs them without knowing what they do.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::allocator::BufferType;
+use crate::arch::ArchSpec;
+use crate::error::{ChipError, Result};
+use crate::memory::DeviceMemory;
+
+/// What a kernel sees while it runs on a chip's dispatcher.
+pub struct KernelContext<'a> {
+    pub chip: u32,
+    pub arch: &'a ArchSpec,
+    pub memory: &'a DeviceMemory,
+    pub timeout: Duration,
+}
+
+/// Modeled device cost of one launch.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct KernelCost {
+    pub flops: f64,
+    pub dram_bytes: f64,
+    pub l1_bytes: f64,
+    pub fabric_bytes: f64,
+}
+
+pub trait Kernel: Send + Sync {
+    /// tt-metal-style op name ("Matmul", "BinaryNg", "AllGather", ...).
+    fn name(&self) -> &str;
+    /// Runs the whole op on the chip. `addresses` are the operand buffer addresses, in the
+    /// order of `Program::operands`.
+    fn execute(&self, ctx: &KernelContext, addresses: &[u32]) -> Result<()>;
+    fn cost(&self) -> KernelCost {
+        KernelCost::default()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Access {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+/// One operand buffer of a program, as its launch addresses it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct OperandInfo {
+    pub buffer_type: BufferType,
+    pub access: Access,
+    /// Bytes the operand spans in each bank it uses (for the trace sanitizer).
+    pub per_bank_size: u64,
+}
+
+/// How the real op would split over the compute grid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoreSplit {
+    pub cores: u32,
+    /// Work units (output tiles, rows, ...) per core, for the first and the last cores.
+    pub units_per_core: u32,
+    /// u32 runtime arguments each core receives (operand addresses, then its own ranges).
+    pub args_per_core: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CircularBufferConfig {
+    pub index: u8,
+    pub num_pages: u32,
+    pub page_size: u32,
+}
+
+pub struct Program {
+    pub id: u32,
+    pub kernel: Arc<dyn Kernel>,
+    pub operands: Vec<OperandInfo>,
+    pub split: CoreSplit,
+    pub circular_buffers: Vec<CircularBufferConfig>,
+    /// The kernel config image each launch writes (launch message, CB configs, kernel text
+    /// offsets): its size is what makes launches and traces realistically large.
+    pub config_image: Vec<u8>,
+}
+
+impl fmt::Debug for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Program")
+            .field("id", &self.id)
+            .field("kernel", &self.kernel.name())
+            .field("operands", &self.operands)
+            .field("split", &self.split)
+            .finish()
+    }
+}
+
+impl Program {
+    pub fn new(
+        kernel: Arc<dyn Kernel>,
+        operands: Vec<OperandInfo>,
+        split: CoreSplit,
+        circular_buffers: Vec<CircularBufferConfig>,
+    ) -> Program {
+        // Launch message (96 B) + 16 B per CB per core group + kernel text descriptors (3 RISCs
+        // x 32 B): a few hundred bytes, as tt-metal's dispatch writes per program.
+        let mut image = Vec::with_capacity(96 + 16 * circular_buffers.len() + 96);
+        image.extend_from_slice(&[0u8; 96]);
+        for cb in &circular_buffers {
+            image.push(cb.index);
+            image.extend_from_slice(&[0u8; 3]);
+            image.extend_from_slice(&cb.num_pages.to_le_bytes());
+            image.extend_from_slice(&cb.page_size.to_le_bytes());
+            image.extend_from_slice(&(cb.num_pages * cb.page_size).to_le_bytes());
+        }
+        image.extend_from_slice(&[0u8; 96]);
+        let split = CoreSplit { args_per_core: split.args_per_core.max(operands.len() as u16 + 2), ..split };
+        Program { id: 0, kernel, operands, split, circular_buffers, config_image: image }
+    }
+
+    /// Runtime args of a launch: every core gets the operand addresses, then its unit range.
+    pub fn runtime_args(&self, addresses: &[u32], out: &mut Vec<u32>) {
+        let per_core = self.split.args_per_core as usize;
+        out.clear();
+        out.reserve(per_core * self.split.cores as usize);
+        for core in 0..self.split.cores {
+            out.extend_from_slice(addresses);
+            out.push(core * self.split.units_per_core);
+            out.push(self.split.units_per_core);
+            for _ in addresses.len() + 2..per_core {
+                out.push(0);
+            }
+        }
+    }
+}
+
+/// Key of the program cache: a hash of op name + attributes + input and output specs. Hashing
+/// (rather than rendering a string) keeps a cache hit cheap on the host dispatch path.
+pub type ProgramKey = u64;
+
+/// Hashes anything hashable into a program key.
+pub fn program_key(parts: &impl std::hash::Hash) -> ProgramKey {
+    use std::hash::Hasher;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    parts.hash(&mut h);
+    h.finish()
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheCounters {
+    pub hits: u64,
+    pub misses: u64,
+    pub entries: u64,
+}
+
+/// Compiled programs of one chip, by key; and by id for the dispatcher.
+#[derive(Default)]
+pub struct ProgramCache {
+    inner: Mutex<CacheInner>,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    by_key: HashMap<ProgramKey, Arc<Program>>,
+    by_id: Vec<Arc<Program>>,
+    hits: u64,
+    misses: u64,
+}
+
+impl ProgramCache {
+    /// Returns the cached program, or compiles it. `allow_compile` is false during trace capture:
+    /// a miss then is tt-metal's error (every op must have run once before capture).
+    pub fn get_or_compile(
+        &self,
+        key: ProgramKey,
+        allow_compile: bool,
+        describe: impl FnOnce() -> String,
+        compile: impl FnOnce() -> Result<Program>,
+    ) -> Result<Arc<Program>> {
+        let mut inner = self.inner.lock();
+        if let Some(p) = inner.by_key.get(&key) {
+            let p = p.clone();
+            inner.hits += 1;
+            return Ok(p);
+        }
+        if !allow_compile {
+            return Err(ChipError::Trace(format!(
+                "Program cache miss during trace capture for {}: every op must run once (compile) before begin_trace_capture; run the model once untraced first",
+                describe()
+            )));
+        }
+        inner.misses += 1;
+        let mut program = compile()?;
+        program.id = inner.by_id.len() as u32;
+        let program = Arc::new(program);
+        inner.by_id.push(program.clone());
+        inner.by_key.insert(key, program.clone());
+        Ok(program)
+    }
+
+    pub fn by_id(&self, id: u32) -> Option<Arc<Program>> {
+        self.inner.lock().by_id.get(id as usize).cloned()
+    }
+
+    /// Snapshot of the id table for a dispatcher (programs are never removed, only added).
+    pub fn table(&self) -> Vec<Arc<Program>> {
+        self.inner.lock().by_id.clone()
+    }
+
+    pub fn counters(&self) -> CacheCounters {
+        let i = self.inner.lock();
+        CacheCounters { hits: i.hits, misses: i.misses, entries: i.by_id.len() as u64 }
+    }
+}

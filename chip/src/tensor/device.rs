@@ -1,0 +1,187 @@
+//! Device tensors: a spec plus a buffer on one chip. Cloning shares the buffer; the buffer is
+//! freed when the last clone drops or on `deallocate`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::host::{decode_pages, encode_pages, HostTensor};
+use super::spec::{DataType, Layout, MemoryConfig, TensorPages, TensorSpec};
+use crate::allocator::Allocation;
+use crate::device::{Chip, CqId, PendingRead};
+use crate::error::{ChipError, Result};
+
+static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(1);
+
+struct TensorInner {
+    id: u64,
+    spec: TensorSpec,
+    chip: Arc<Chip>,
+    alloc: Mutex<Option<Allocation>>,
+}
+
+impl Drop for TensorInner {
+    fn drop(&mut self) {
+        if let Some(a) = self.alloc.get_mut().take() {
+            let _ = self.chip.deallocate(&a);
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Tensor {
+    inner: Arc<TensorInner>,
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.name())
+    }
+}
+
+/// Whether a host call waits for the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Blocking {
+    #[default]
+    Yes,
+    No,
+}
+
+impl Tensor {
+    /// `allocate_tensor_on_device`: a tensor whose contents are whatever the memory holds.
+    pub fn allocate(chip: &Arc<Chip>, spec: TensorSpec) -> Result<Tensor> {
+        let req = spec.allocation_request(chip.arch()).map_err(|e| rename(e, &spec))?;
+        let alloc = chip.allocate(&req)?;
+        Ok(Tensor {
+            inner: Arc::new(TensorInner {
+                id: NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed),
+                spec,
+                chip: chip.clone(),
+                alloc: Mutex::new(Some(alloc)),
+            }),
+        })
+    }
+
+    /// Host tensor to device: allocate, then write through `cq`.
+    pub fn from_host(host: &HostTensor, chip: &Arc<Chip>, layout: Layout, memory_config: MemoryConfig, cq: CqId) -> Result<Tensor> {
+        let spec = TensorSpec::new(host.shape.clone(), host.dtype, layout, memory_config);
+        let t = Tensor::allocate(chip, spec)?;
+        t.write_from_host(host, cq)?;
+        Ok(t)
+    }
+
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+    pub fn spec(&self) -> &TensorSpec {
+        &self.inner.spec
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.inner.spec.shape
+    }
+    pub fn dtype(&self) -> DataType {
+        self.inner.spec.dtype
+    }
+    pub fn chip(&self) -> &Arc<Chip> {
+        &self.inner.chip
+    }
+    pub fn is_allocated(&self) -> bool {
+        self.inner.alloc.lock().is_some()
+    }
+    /// How errors name this tensor.
+    pub fn name(&self) -> String {
+        format!("tensor #{} {} on chip {}", self.inner.id, self.inner.spec, self.inner.chip.id())
+    }
+
+    /// The live allocation, or an error naming the tensor and what was attempted.
+    pub fn allocation(&self, action: &'static str) -> Result<Allocation> {
+        self.inner.alloc.lock().clone().ok_or_else(|| ChipError::Deallocated { tensor: self.name(), action })
+    }
+
+    pub fn buffer_address(&self) -> Result<u64> {
+        Ok(self.allocation("addressed")?.address)
+    }
+
+    /// Frees the buffer. Without `force` it only does so when this is the last handle (TT-NN's
+    /// rule for shared storage); with `force` every handle sees a deallocated tensor.
+    pub fn deallocate(&self, force: bool) -> Result<()> {
+        if !force && Arc::strong_count(&self.inner) > 1 {
+            return Ok(());
+        }
+        let alloc = self.inner.alloc.lock().take();
+        match alloc {
+            Some(a) => self.inner.chip.deallocate(&a),
+            None => Err(ChipError::Deallocated { tensor: self.name(), action: "deallocated again (double free)" }),
+        }
+    }
+
+    pub fn pages(&self) -> Result<TensorPages> {
+        let a = self.allocation("used")?;
+        self.inner.spec.page_map(self.inner.chip.arch(), a.address)
+    }
+
+    fn locations(&self) -> Result<(TensorPages, Vec<(u32, u32)>)> {
+        let pages = self.pages()?;
+        let locs = (0..pages.map.num_pages).map(|p| {
+            let (b, a) = pages.location(p);
+            (b, a as u32)
+        });
+        let locs = locs.collect();
+        Ok((pages, locs))
+    }
+
+    /// `copy_host_to_device_tensor`: writes `host` into this tensor through `cq`.
+    pub fn write_from_host(&self, host: &HostTensor, cq: CqId) -> Result<()> {
+        let spec = &self.inner.spec;
+        if host.shape != spec.shape || host.dtype != spec.dtype {
+            return Err(ChipError::ShapeMismatch {
+                op: "copy_host_to_device_tensor".into(),
+                detail: format!(
+                    "host tensor {:?} {} does not match {}; create the host tensor with the device tensor's shape and dtype",
+                    host.shape,
+                    host.dtype,
+                    self.name()
+                ),
+            });
+        }
+        let (pages, locs) = self.locations()?;
+        let bytes = encode_pages(spec, &host.data)?;
+        self.inner.chip.enqueue_write_pages(cq, pages.map.space, pages.map.page_size as u32, &locs, &bytes)
+    }
+
+    /// Reads the tensor back. `Blocking::No` returns a pending read: its data is valid once the
+    /// queue reaches it (after a synchronize, or `wait`).
+    pub fn to_host_async(&self, cq: CqId) -> Result<PendingTensorRead> {
+        let (pages, locs) = self.locations()?;
+        let read = self.inner.chip.enqueue_read_pages(cq, pages.map.space, pages.map.page_size as u32, &locs)?;
+        Ok(PendingTensorRead { read, spec: self.inner.spec.clone() })
+    }
+
+    pub fn to_host(&self, cq: CqId) -> Result<HostTensor> {
+        self.to_host_async(cq)?.wait()
+    }
+}
+
+pub struct PendingTensorRead {
+    read: PendingRead,
+    spec: TensorSpec,
+}
+
+impl PendingTensorRead {
+    pub fn wait(self) -> Result<HostTensor> {
+        let bytes = self.read.wait()?;
+        let data = decode_pages(&self.spec, &bytes)?;
+        Ok(HostTensor { shape: self.spec.shape.clone(), dtype: self.spec.dtype, data })
+    }
+    pub fn is_ready(&self) -> bool {
+        self.read.is_ready()
+    }
+}
+
+fn rename(e: ChipError, spec: &TensorSpec) -> ChipError {
+    match e {
+        ChipError::InvalidShardSpec { reason, .. } => ChipError::InvalidShardSpec { tensor: format!("tensor {spec}"), reason },
+        other => other,
+    }
+}

@@ -1,0 +1,205 @@
+//! Host tensors and the codec between their logical values and device pages.
+//!
+//! A host tensor keeps logical row-major values. Float dtypes are held as f32 already rounded to
+//! the dtype (bf16 on creation; bfloat8_b when the tiles are packed, since its rounding depends on
+//! the tile's blocks); UINT32 is held exactly.
+
+use rayon::prelude::*;
+
+use super::spec::{DataType, Layout, TensorSpec};
+use crate::error::{ChipError, Result};
+use crate::format::{self, BFP8_TILE_BYTES, TILE_ELEMS};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostData {
+    F32(Vec<f32>),
+    U32(Vec<u32>),
+}
+
+impl HostData {
+    pub fn len(&self) -> usize {
+        match self {
+            HostData::F32(v) => v.len(),
+            HostData::U32(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    pub shape: Vec<usize>,
+    pub dtype: DataType,
+    pub data: HostData,
+}
+
+impl HostTensor {
+    /// A float tensor; values are rounded to `dtype` now (bfloat8_b later, per tile block).
+    pub fn from_f32(shape: impl Into<Vec<usize>>, dtype: DataType, mut data: Vec<f32>) -> Result<HostTensor> {
+        let shape = shape.into();
+        check_volume(&shape, data.len())?;
+        match dtype {
+            DataType::UInt32 => {
+                return Err(ChipError::Data("UINT32 tensors take integer data: use HostTensor::from_u32".into()))
+            }
+            DataType::BFloat16 => data.par_iter_mut().with_min_len(1 << 14).for_each(|x| *x = format::round_bf16(*x)),
+            DataType::Float32 | DataType::BFloat8B => {}
+        }
+        Ok(HostTensor { shape, dtype, data: HostData::F32(data) })
+    }
+
+    pub fn from_u32(shape: impl Into<Vec<usize>>, data: Vec<u32>) -> Result<HostTensor> {
+        let shape = shape.into();
+        check_volume(&shape, data.len())?;
+        Ok(HostTensor { shape, dtype: DataType::UInt32, data: HostData::U32(data) })
+    }
+
+    pub fn zeros(shape: impl Into<Vec<usize>>, dtype: DataType) -> HostTensor {
+        let shape = shape.into();
+        let n = shape.iter().product();
+        let data = if dtype == DataType::UInt32 { HostData::U32(vec![0; n]) } else { HostData::F32(vec![0.0; n]) };
+        HostTensor { shape, dtype, data }
+    }
+
+    /// Values as f32 (UINT32 converted, possibly inexactly above 2^24).
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        match &self.data {
+            HostData::F32(v) => v.clone(),
+            HostData::U32(v) => v.iter().map(|&x| x as f32).collect(),
+        }
+    }
+
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match &self.data {
+            HostData::F32(v) => Some(v),
+            HostData::U32(_) => None,
+        }
+    }
+
+    pub fn volume(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+fn check_volume(shape: &[usize], len: usize) -> Result<()> {
+    let vol: usize = shape.iter().product();
+    if shape.is_empty() || vol != len {
+        return Err(ChipError::Data(format!(
+            "shape {shape:?} holds {vol} elements but {len} were given; pass exactly one value per element"
+        )));
+    }
+    Ok(())
+}
+
+/// Encodes logical values into the bytes of all pages, in logical page order.
+pub fn encode_pages(spec: &TensorSpec, data: &HostData) -> Result<Vec<u8>> {
+    let page = spec.page_size() as usize;
+    let mut out = vec![0u8; spec.num_pages() as usize * page];
+    match (spec.layout, data) {
+        (Layout::Tile, HostData::F32(v)) => {
+            let tiled = format::tilize(v, &spec.shape)?;
+            encode_float_tiles(spec.dtype, &tiled, &mut out)?;
+        }
+        (Layout::Tile, HostData::U32(v)) => {
+            let tiled = format::tilize(v, &spec.shape)?;
+            out.par_chunks_mut(4).zip(tiled.par_iter()).for_each(|(o, x)| o.copy_from_slice(&x.to_le_bytes()));
+        }
+        (Layout::RowMajor, HostData::F32(v)) => encode_elems(spec.dtype, v, &mut out)?,
+        (Layout::RowMajor, HostData::U32(v)) => {
+            out.par_chunks_mut(4).zip(v.par_iter()).for_each(|(o, x)| o.copy_from_slice(&x.to_le_bytes()));
+        }
+    }
+    Ok(out)
+}
+
+fn encode_float_tiles(dtype: DataType, tiled: &[f32], out: &mut [u8]) -> Result<()> {
+    match dtype {
+        DataType::BFloat8B => {
+            out.par_chunks_mut(BFP8_TILE_BYTES)
+                .zip(tiled.par_chunks(TILE_ELEMS))
+                .try_for_each(|(o, t)| format::pack_bfp8_tile(t, o))?;
+            Ok(())
+        }
+        _ => encode_elems(dtype, tiled, out),
+    }
+}
+
+fn encode_elems(dtype: DataType, v: &[f32], out: &mut [u8]) -> Result<()> {
+    const CHUNK: usize = 4096;
+    match dtype {
+        DataType::BFloat16 => out.par_chunks_mut(2 * CHUNK).zip(v.par_chunks(CHUNK)).for_each(|(o, x)| {
+            for (b, f) in o.chunks_exact_mut(2).zip(x) {
+                b.copy_from_slice(&half::bf16::from_f32(*f).to_bits().to_le_bytes());
+            }
+        }),
+        DataType::Float32 => out.par_chunks_mut(4 * CHUNK).zip(v.par_chunks(CHUNK)).for_each(|(o, x)| {
+            for (b, f) in o.chunks_exact_mut(4).zip(x) {
+                b.copy_from_slice(&f.to_le_bytes());
+            }
+        }),
+        DataType::UInt32 => out.par_chunks_mut(4 * CHUNK).zip(v.par_chunks(CHUNK)).for_each(|(o, x)| {
+            for (b, f) in o.chunks_exact_mut(4).zip(x) {
+                b.copy_from_slice(&(*f as u32).to_le_bytes());
+            }
+        }),
+        DataType::BFloat8B => {
+            return Err(ChipError::Data("BFLOAT8_B exists only in TILE layout".into()));
+        }
+    }
+    Ok(())
+}
+
+/// Decodes all pages (logical page order) back into logical values.
+pub fn decode_pages(spec: &TensorSpec, bytes: &[u8]) -> Result<HostData> {
+    let expected = spec.num_pages() as usize * spec.page_size() as usize;
+    if bytes.len() != expected {
+        return Err(ChipError::Data(format!("{} bytes of pages, expected {expected} for {spec}", bytes.len())));
+    }
+    if spec.dtype == DataType::UInt32 {
+        let vals: Vec<u32> = bytes.par_chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        return Ok(HostData::U32(match spec.layout {
+            Layout::Tile => format::untilize(&vals, &spec.shape)?,
+            Layout::RowMajor => vals,
+        }));
+    }
+    let vals = decode_floats(spec.dtype, bytes)?;
+    Ok(HostData::F32(match spec.layout {
+        Layout::Tile => format::untilize(&vals, &spec.shape)?,
+        Layout::RowMajor => vals,
+    }))
+}
+
+/// Decodes float pages to f32 in page order (TILE layout stays tiled).
+pub fn decode_floats(dtype: DataType, bytes: &[u8]) -> Result<Vec<f32>> {
+    const CHUNK: usize = 4096;
+    Ok(match dtype {
+        DataType::BFloat16 => {
+            let mut out = vec![0f32; bytes.len() / 2];
+            out.par_chunks_mut(CHUNK).zip(bytes.par_chunks(2 * CHUNK)).for_each(|(o, b)| {
+                for (f, x) in o.iter_mut().zip(b.chunks_exact(2)) {
+                    *f = half::bf16::from_bits(u16::from_le_bytes([x[0], x[1]])).to_f32();
+                }
+            });
+            out
+        }
+        DataType::Float32 => {
+            let mut out = vec![0f32; bytes.len() / 4];
+            out.par_chunks_mut(CHUNK).zip(bytes.par_chunks(4 * CHUNK)).for_each(|(o, b)| {
+                for (f, x) in o.iter_mut().zip(b.chunks_exact(4)) {
+                    *f = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+                }
+            });
+            out
+        }
+        DataType::UInt32 => bytes.par_chunks_exact(4).map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]) as f32).collect(),
+        DataType::BFloat8B => {
+            let mut out = vec![0f32; bytes.len() / BFP8_TILE_BYTES * TILE_ELEMS];
+            out.par_chunks_mut(TILE_ELEMS)
+                .zip(bytes.par_chunks(BFP8_TILE_BYTES))
+                .try_for_each(|(o, b)| format::unpack_bfp8_tile(b, o))?;
+            out
+        }
+    })
+}
