@@ -1,0 +1,93 @@
+//! The math inside one emulated chip's kernels, on plain host slices.
+//!
+//! Inputs and outputs are f32, logical row-major; accumulation is f32 (as on the chip's FPU/SFPU
+//! paths), so results match the f64 [`reference`] only within stated tolerances. Nothing here
+//! knows about device memory, tiles or data formats: the chip reads a tensor out of its memory,
+//! converts it with [`crate::format`], calls these, and writes the result back.
+//!
+//! Large inputs run on the shared rayon pool (and matmul on matrixmultiply's own threads), so
+//! a dispatcher thread that calls in does not need to split work itself.
+
+mod eltwise;
+mod matmul;
+pub mod reference;
+mod rows;
+
+pub use eltwise::{binary_broadcast, broadcast_shape, unary_inplace, Activation, BinaryOp};
+pub use matmul::{bench_matmul, matmul};
+pub use rows::{add_bias_rows, rms_norm_last_dim, softmax_last_dim};
+
+/// Slices shorter than this stay on the calling thread; rayon's hand-off costs more.
+pub(crate) const PAR_MIN_ELEMS: usize = 1 << 15;
+
+/// Why a compute function refused its input. Every variant names the thing and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ComputeError {
+    /// A slice does not have the length its dimensions imply.
+    #[error("{what}: expected {expected} elements but got {got}; pass a slice of exactly {expected} elements")]
+    LengthMismatch {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    /// Batched matmul: B must be one matrix (broadcast) or one per A matrix.
+    #[error("matmul: batch_b is {batch_b} but batch_a is {batch_a}; batch_b must be 1 (broadcast B) or equal batch_a")]
+    BatchMismatch { batch_a: usize, batch_b: usize },
+    /// Two shapes that numpy broadcasting cannot combine.
+    #[error("cannot broadcast shapes {a:?} and {b:?}: dimension {dim} from the right is {a_dim} vs {b_dim}; aligned dimensions must be equal or one of them 1")]
+    Broadcast {
+        a: Vec<usize>,
+        b: Vec<usize>,
+        dim: usize,
+        a_dim: usize,
+        b_dim: usize,
+    },
+    /// A row-wise op got a row width that does not tile the data.
+    #[error("{what}: {len} elements do not split into rows of {cols}; pass cols >= 1 that divides the slice length")]
+    RowWidth {
+        what: &'static str,
+        len: usize,
+        cols: usize,
+    },
+    /// Dimensions whose product overflows usize.
+    #[error("{what}: dimensions {dims:?} have too many elements (overflows usize); use smaller dimensions")]
+    TooLarge {
+        what: &'static str,
+        dims: Vec<usize>,
+    },
+}
+
+pub(crate) fn check_len(
+    what: &'static str,
+    expected: usize,
+    got: usize,
+) -> Result<(), ComputeError> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(ComputeError::LengthMismatch {
+            what,
+            expected,
+            got,
+        })
+    }
+}
+
+/// Product of `dims`, or an error naming them when it overflows.
+pub(crate) fn checked_product(what: &'static str, dims: &[usize]) -> Result<usize, ComputeError> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| ComputeError::TooLarge {
+            what,
+            dims: dims.to_vec(),
+        })
+}
+
+/// Row-wise ops need `cols >= 1` dividing the length (an empty slice is fine with any cols).
+pub(crate) fn check_rows(what: &'static str, len: usize, cols: usize) -> Result<(), ComputeError> {
+    if len == 0 || len.checked_rem(cols) == Some(0) {
+        Ok(())
+    } else {
+        Err(ComputeError::RowWidth { what, len, cols })
+    }
+}

@@ -1,0 +1,294 @@
+//! Naive, obviously-correct f64 versions of every compute kernel, for tests (here and in the
+//! chip's kernel tests). They compute in f64 and round once to f32 at the end, so they are the
+//! "true" answer the f32 kernels are held to, within the tolerances each test states.
+//!
+//! They validate input like the fast kernels (same errors) but favour plainness over speed:
+//! triple loops, index arithmetic, one pass per formula.
+
+use super::{
+    broadcast_shape, check_len, check_rows, checked_product, Activation, BinaryOp, ComputeError,
+};
+
+/// Triple-loop batched matmul in f64 (same contract as [`super::matmul`]).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul(
+    a: &[f32],
+    b: &[f32],
+    batch_a: usize,
+    batch_b: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<Vec<f32>, ComputeError> {
+    if batch_b != 1 && batch_b != batch_a {
+        return Err(ComputeError::BatchMismatch { batch_a, batch_b });
+    }
+    check_len(
+        "matmul a",
+        checked_product("matmul a", &[batch_a, m, k])?,
+        a.len(),
+    )?;
+    check_len(
+        "matmul b",
+        checked_product("matmul b", &[batch_b, k, n])?,
+        b.len(),
+    )?;
+    let mut out = vec![0f32; checked_product("matmul out", &[batch_a, m, n])?];
+    for bi in 0..batch_a {
+        let bj = if batch_b == 1 { 0 } else { bi };
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = 0f64;
+                for p in 0..k {
+                    acc += a[(bi * m + i) * k + p] as f64 * b[(bj * k + p) * n + j] as f64;
+                }
+                out[(bi * m + i) * n + j] = acc as f32;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One activation in f64.
+pub fn activation(op: Activation, x: f64) -> f64 {
+    let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
+    // Gated ops tend to -0 at -inf; say so rather than computing -inf * 0.
+    if x == f64::NEG_INFINITY && matches!(op, Activation::Gelu { .. } | Activation::Silu) {
+        return -0.0;
+    }
+    match op {
+        Activation::Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+        Activation::Gelu { approximate: false } => 0.5 * x * (1.0 + erf(x / 2f64.sqrt())),
+        Activation::Gelu { approximate: true } => {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            0.5 * x * (1.0 + (c * (x + 0.044715 * x.powi(3))).tanh())
+        }
+        Activation::Silu => x * sigmoid(x),
+        Activation::Exp => x.exp(),
+        Activation::Reciprocal => 1.0 / x,
+        Activation::Sigmoid => sigmoid(x),
+        Activation::Tanh => x.tanh(),
+        Activation::Sqrt => x.sqrt(),
+        Activation::Neg => -x,
+        Activation::Identity => x,
+    }
+}
+
+/// [`activation`] over a slice, rounded to f32.
+pub fn unary(op: Activation, data: &[f32]) -> Vec<f32> {
+    data.iter()
+        .map(|&x| activation(op, x as f64) as f32)
+        .collect()
+}
+
+/// The error function in f64: Maclaurin series below 3, the erfc continued fraction above
+/// (both converge fast there); accurate to about 1e-14.
+pub fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let ax = x.abs();
+    let r = if ax < 3.0 {
+        // erf x = 2/sqrt(pi) * sum_n (-1)^n x^(2n+1) / (n! (2n+1))
+        let (mut term, mut sum) = (ax, ax);
+        for n in 1..200 {
+            term *= -ax * ax / n as f64;
+            let t = term / (2 * n + 1) as f64;
+            sum += t;
+            if t.abs() < 1e-17 * sum.abs() {
+                break;
+            }
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else if ax.is_infinite() {
+        1.0
+    } else {
+        // erfc x = e^(-x^2) / sqrt(pi) / (x + (1/2) / (x + 1 / (x + (3/2) / (x + 2 / ...))))
+        let mut f = ax;
+        for k in (1..=80).rev() {
+            f = ax + (k as f64 / 2.0) / f;
+        }
+        1.0 - (-ax * ax).exp() / (std::f64::consts::PI.sqrt() * f)
+    };
+    r.copysign(x)
+}
+
+/// numpy broadcasting by index arithmetic: unravel each output index, clamp broadcast dims to
+/// 0, ravel into each input.
+pub fn binary_broadcast(
+    op: BinaryOp,
+    a: &[f32],
+    a_shape: &[usize],
+    b: &[f32],
+    b_shape: &[usize],
+) -> Result<(Vec<f32>, Vec<usize>), ComputeError> {
+    check_len(
+        "binary_broadcast a",
+        checked_product("binary_broadcast a_shape", a_shape)?,
+        a.len(),
+    )?;
+    check_len(
+        "binary_broadcast b",
+        checked_product("binary_broadcast b_shape", b_shape)?,
+        b.len(),
+    )?;
+    let out_shape = broadcast_shape(a_shape, b_shape)?;
+    let numel = checked_product("binary_broadcast output", &out_shape)?;
+    let ravel = |shape: &[usize], idx: &[usize]| -> usize {
+        // shape is right-aligned against idx (the output's full index).
+        let skip = idx.len() - shape.len();
+        shape
+            .iter()
+            .zip(&idx[skip..])
+            .fold(0, |acc, (&d, &i)| acc * d + if d == 1 { 0 } else { i })
+    };
+    let mut out = Vec::with_capacity(numel);
+    let mut idx = vec![0usize; out_shape.len()];
+    for linear in 0..numel {
+        let mut rem = linear;
+        for d in (0..out_shape.len()).rev() {
+            idx[d] = rem % out_shape[d];
+            rem /= out_shape[d];
+        }
+        let x = a[ravel(a_shape, &idx)] as f64;
+        let y = b[ravel(b_shape, &idx)] as f64;
+        out.push(match op {
+            BinaryOp::Add => x + y,
+            BinaryOp::Sub => x - y,
+            BinaryOp::Mul => x * y,
+        } as f32);
+    }
+    Ok((out, out_shape))
+}
+
+/// Softmax per row in f64 (max-subtracted like the kernel, so -inf entries give 0).
+pub fn softmax_last_dim(data: &[f32], cols: usize) -> Result<Vec<f32>, ComputeError> {
+    check_rows("softmax_last_dim", data.len(), cols)?;
+    let mut out = Vec::with_capacity(data.len());
+    for row in data.chunks(cols.max(1)) {
+        let max = row
+            .iter()
+            .map(|&x| x as f64)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let exps: Vec<f64> = row.iter().map(|&x| (x as f64 - max).exp()).collect();
+        let sum: f64 = exps.iter().sum();
+        out.extend(exps.iter().map(|e| (e / sum) as f32));
+    }
+    Ok(out)
+}
+
+/// RMS norm per row in f64: `x / sqrt(mean(x^2) + eps) * gamma`.
+pub fn rms_norm_last_dim(
+    data: &[f32],
+    cols: usize,
+    gamma: Option<&[f32]>,
+    epsilon: f32,
+) -> Result<Vec<f32>, ComputeError> {
+    check_rows("rms_norm_last_dim", data.len(), cols)?;
+    if let Some(g) = gamma {
+        check_len("rms_norm_last_dim gamma (one per column)", cols, g.len())?;
+    }
+    let mut out = Vec::with_capacity(data.len());
+    for row in data.chunks(cols.max(1)) {
+        let mean_sq = row.iter().map(|&x| (x as f64).powi(2)).sum::<f64>() / cols as f64;
+        let rms = (mean_sq + epsilon as f64).sqrt();
+        for (j, &x) in row.iter().enumerate() {
+            let g = gamma.map_or(1.0, |g| g[j] as f64);
+            out.push((x as f64 / rms * g) as f32);
+        }
+    }
+    Ok(out)
+}
+
+/// Row-wise bias add in f64.
+pub fn add_bias_rows(data: &[f32], cols: usize, bias: &[f32]) -> Result<Vec<f32>, ComputeError> {
+    check_rows("add_bias_rows", data.len(), cols)?;
+    check_len("add_bias_rows bias (one per column)", cols, bias.len())?;
+    Ok(data
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| (x as f64 + bias[i % cols] as f64) as f32)
+        .collect())
+}
+
+/// Checks `|got - want| <= atol + rtol * |want|` elementwise (NaN matches NaN, infinities
+/// must match exactly). On failure the message names the worst element, for test output.
+pub fn check_close(got: &[f32], want: &[f32], rtol: f64, atol: f64) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("length {} vs expected {}", got.len(), want.len()));
+    }
+    let mut worst: Option<(usize, f64)> = None;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let (g, w) = (g as f64, w as f64);
+        let excess = if g.is_nan() || w.is_nan() || g.is_infinite() || w.is_infinite() {
+            // Both NaN, or the same infinity, is a match; anything else is maximally wrong.
+            if (g.is_nan() && w.is_nan()) || g == w {
+                0.0
+            } else {
+                f64::INFINITY
+            }
+        } else {
+            (g - w).abs() - (atol + rtol * w.abs())
+        };
+        if excess > 0.0 && !matches!(worst, Some((_, e)) if e >= excess) {
+            worst = Some((i, excess));
+        }
+    }
+    match worst {
+        None => Ok(()),
+        Some((i, _)) => Err(format!(
+            "element {i}: got {} but expected {} (rtol {rtol}, atol {atol})",
+            got[i], want[i]
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_known_values() {
+        for (x, want) in [
+            (0.0, 0.0),
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (2.0, 0.995_322_265_018_952_7),
+            (3.0, 0.999_977_909_503_001_4),
+            (-3.5, -0.999_999_256_901_627_7),
+            (6.0, 0.999_999_999_999_999_98),
+        ] {
+            assert!(
+                (erf(x) - want).abs() < 1e-13,
+                "erf({x}) = {} vs {want}",
+                erf(x)
+            );
+        }
+        assert_eq!(erf(f64::NEG_INFINITY), -1.0);
+    }
+
+    #[test]
+    fn reference_matmul_and_broadcast_known() {
+        let c = matmul(&[1., 2., 3., 4.], &[5., 6., 7., 8.], 1, 1, 2, 2, 2).unwrap();
+        assert_eq!(c, vec![19., 22., 43., 50.]);
+        let (out, shape) =
+            binary_broadcast(BinaryOp::Add, &[1., 2.], &[2, 1], &[10., 20., 30.], &[3]).unwrap();
+        assert_eq!(shape, vec![2, 3]);
+        assert_eq!(out, vec![11., 21., 31., 12., 22., 32.]);
+    }
+
+    #[test]
+    fn check_close_can_fail() {
+        assert!(check_close(&[1.0, f32::NAN], &[1.0, f32::NAN], 0.0, 0.0).is_ok());
+        let err = check_close(&[1.0, 2.5], &[1.0, 2.0], 0.1, 0.0).unwrap_err();
+        assert_eq!(err, "element 1: got 2.5 but expected 2 (rtol 0.1, atol 0)");
+        assert!(check_close(&[f32::INFINITY], &[f32::MAX], 1.0, 1.0).is_err());
+        assert!(check_close(&[1.0], &[1.0, 2.0], 1.0, 1.0).is_err());
+    }
+}

@@ -1,0 +1,141 @@
+//! Data formats of one emulated Tenstorrent chip: tile geometry, bfloat16 and bfloat8_b.
+//!
+//! Everything here is pure host arithmetic on slices: it knows nothing of device memory,
+//! buffers or pages. The chip stores tensors in these layouts and converts at its edges.
+//!
+//! - [`tilize`] / [`untilize`]: logical row-major <-> TILE layout (32x32 tiles of four 16x16 faces).
+//! - [`round_bf16`], [`f32_to_bf16_bits`], [`bf16_bits_to_f32`]: bfloat16 storage.
+//! - [`pack_bfp8_tile`], [`unpack_bfp8_tile`], [`quantize_bfp8`]: bfloat8_b block floating point.
+
+mod bfp8;
+mod tile;
+
+pub use bfp8::{
+    pack_bfp8_tile, pack_bfp8_tiles, quantize_bfp8, unpack_bfp8_tile, unpack_bfp8_tiles,
+    BFP8_EXPONENT_BYTES, BFP8_TILE_BYTES,
+};
+pub use tile::{padded_hw, tiled_len, tiled_position, tilize, untilize};
+
+/// Rows of one tile.
+pub const TILE_HEIGHT: usize = 32;
+/// Columns of one tile.
+pub const TILE_WIDTH: usize = 32;
+/// Rows of one face (a tile is 2x2 faces).
+pub const FACE_HEIGHT: usize = 16;
+/// Columns of one face.
+pub const FACE_WIDTH: usize = 16;
+/// Elements in one tile.
+pub const TILE_ELEMS: usize = TILE_HEIGHT * TILE_WIDTH;
+/// Elements in one face.
+pub const FACE_ELEMS: usize = FACE_HEIGHT * FACE_WIDTH;
+
+/// Why a format conversion refused its input. Every variant names the thing and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    /// A slice does not have the length the shape or format requires.
+    #[error("{what}: expected {expected} elements but got {got}; pass a slice of exactly {expected} elements")]
+    LengthMismatch {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    /// A tensor shape with no dimensions (tilize needs at least a width).
+    #[error("{what}: shape is empty; give at least one dimension (rank 1 is read as [1, W])")]
+    EmptyShape { what: &'static str },
+    /// The element count of a shape does not fit in memory arithmetic.
+    #[error(
+        "{what}: shape {shape:?} has too many elements (overflows usize); use a smaller shape"
+    )]
+    ShapeTooLarge {
+        what: &'static str,
+        shape: Vec<usize>,
+    },
+}
+
+/// Rounds an f32 to the nearest bfloat16 (ties to even) and back. NaN stays NaN, infinities stay
+/// infinite, values beyond the bf16 range round to infinity, as IEEE rounding does.
+#[inline]
+pub fn round_bf16(x: f32) -> f32 {
+    half::bf16::from_f32(x).to_f32()
+}
+
+/// Converts f32 values to bfloat16 bit patterns (round to nearest even, NaN preserved).
+/// `dst` must be exactly as long as `src`.
+pub fn f32_to_bf16_bits(src: &[f32], dst: &mut [u16]) -> Result<(), FormatError> {
+    check_len("f32_to_bf16_bits destination", src.len(), dst.len())?;
+    // A plain zip loop: the compiler vectorises half's branch-light conversion well enough, and
+    // it keeps the rounding rule in one place (half::bf16::from_f32).
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = half::bf16::from_f32(s).to_bits();
+    }
+    Ok(())
+}
+
+/// Widens bfloat16 bit patterns to f32 (exact). `dst` must be exactly as long as `src`.
+pub fn bf16_bits_to_f32(src: &[u16], dst: &mut [f32]) -> Result<(), FormatError> {
+    check_len("bf16_bits_to_f32 destination", src.len(), dst.len())?;
+    for (d, &s) in dst.iter_mut().zip(src) {
+        // bf16 is the top half of an f32, so widening is a shift.
+        *d = f32::from_bits(u32::from(s) << 16);
+    }
+    Ok(())
+}
+
+pub(crate) fn check_len(
+    what: &'static str,
+    expected: usize,
+    got: usize,
+) -> Result<(), FormatError> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(FormatError::LengthMismatch {
+            what,
+            expected,
+            got,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_rounds_to_nearest_even() {
+        // 1 + 2^-8 is exactly halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
+        assert_eq!(round_bf16(1.0 + 2f32.powi(-8)), 1.0);
+        // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even).
+        assert_eq!(round_bf16(1.0 + 3.0 * 2f32.powi(-8)), 1.0 + 2f32.powi(-6));
+        // Just above the halfway point rounds up.
+        assert_eq!(
+            round_bf16(1.0 + 2f32.powi(-8) + 2f32.powi(-20)),
+            1.0 + 2f32.powi(-7)
+        );
+        assert!(round_bf16(f32::NAN).is_nan());
+        assert_eq!(round_bf16(f32::INFINITY), f32::INFINITY);
+        assert_eq!(round_bf16(f32::MAX), f32::INFINITY);
+        assert_eq!(round_bf16(-0.0).to_bits(), (-0.0f32).to_bits());
+    }
+
+    #[test]
+    fn bf16_slices_round_trip_and_check_lengths() {
+        let src = [1.0f32, -2.5, 3.140625, f32::NAN, 1.0 + 2f32.powi(-8)];
+        let mut bits = [0u16; 5];
+        f32_to_bf16_bits(&src, &mut bits).unwrap();
+        assert_eq!(bits[0], 0x3F80);
+        assert_eq!(bits[1], 0xC020);
+        let mut back = [0f32; 5];
+        bf16_bits_to_f32(&bits, &mut back).unwrap();
+        for (b, s) in back.iter().zip(&src) {
+            let want = round_bf16(*s);
+            assert!(b.to_bits() == want.to_bits() || (b.is_nan() && want.is_nan()));
+        }
+        let err = f32_to_bf16_bits(&src, &mut [0u16; 4]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "f32_to_bf16_bits destination: expected 5 elements but got 4; pass a slice of exactly 5 elements"
+        );
+        assert!(bf16_bits_to_f32(&bits, &mut [0f32; 6]).is_err());
+    }
+}
