@@ -1,1 +1,89 @@
-//! ttmesh-fabric: placeholder until its issue lands.
+//! ttmesh-fabric: the 1D ethernet fabric that moves bytes between emulated chips the way
+//! tt-metal's 1D fabric (EDM routers) does, with link statistics, fault injection and
+//! modeled link time.
+//!
+//! Owns: routers, channels, packets, `FabricConfig`, per-chip semaphore tables, link stats
+//! and faults. Must not touch: chips, topologies or meshes. It depends on no other ttmesh
+//! crate; the mesh crate hands it a `FabricSpec` (links and axis lines) and one
+//! `Arc<dyn ChipMemory>` per chip, and kernels use `FabricSender`s.
+//!
+//! # Design
+//!
+//! **Lines and routes.** An axis line is an ordered chain of linked chips (a mesh row or
+//! column, or one line through all chips). A packet from `s` to `d` travels along a line that
+//! holds both, forward or backward; on a ring under `Fabric1DRing` the shorter way (ties go
+//! forward; under `Fabric1D` a ring is used as a line). With no common line the send fails
+//! naming both chips. Between neighbours joined by several links, a packet that asked for
+//! link `k` uses `k % links` at every hop.
+//!
+//! **Channels, slots, credits.** Every hop (a neighbour pair, one direction, one line) has one
+//! channel per parallel link and virtual channel. A channel is a ring of `channel_slots`
+//! equal slots, each holding one packet (32-byte header + up to `max_payload_bytes`).
+//! A free slot is a credit: a producer reserves one (CAS on the tail), fills it and publishes
+//! it; the consumer frees slots in order, which returns the credits. A sender that finds no
+//! credit counts a credit stall, spins briefly, then parks until the consumer frees a slot
+//! (bounded by the operation timeout). Slot buffers are allocated once; a router forwards a
+//! packet by swapping buffers between its inbound and outbound slot, so multi-hop traffic is
+//! copied only by the sender (into the first slot) and by the final write.
+//!
+//! **Threads.** One router thread per chip, line and direction that has an inbound hop. It
+//! drains all inbound channels of that hop (links x VCs), checks each packet's checksum, and
+//! per the route's 2 bits for this hop writes locally (`ChipMemory::write`, semaphore
+//! increment), forwards, or both. It never blocks on one channel: a packet waiting for an
+//! outbound credit stays at its channel's head while the router serves the others. An idle
+//! router spins ~64 times, yields ~16 times, then parks; publishers unpark it, which is a
+//! single atomic while it is running, so a busy channel costs no wake per packet.
+//!
+//! **Deadlock avoidance.** Lines: channel dependencies run one way along the line and end at
+//! the line's end, so there is no cycle. Rings: two virtual channels per link and a dateline
+//! on the wrap-around hop (last chip to first going forward, first to last going backward).
+//! Packets start on VC0 and move to VC1 when they cross the dateline; a packet travels at
+//! most n-1 hops, so it never crosses it twice. VC0 then never uses the dateline hop and VC1
+//! never reaches it again, so each VC's dependency chain is acyclic; routers drain both
+//! independently, and local writes never block. Full-load ring tests exercise this.
+//!
+//! **Packets.** See [`packet`]: 32-byte header with the 1D low-latency route (2 bits per
+//! hop: forward, write, write-and-forward; up to 16 hops), source, address, length,
+//! sequence number, semaphore argument and checksum. Send types: unicast write, inline write,
+//! atomic increment, fused write + increment, line multicast (`start..start+range` hops).
+//! Messages larger than the payload size are split; a message's increment rides on its last
+//! packet, so it lands after the data. Order is kept per (sender, destination, link index).
+//!
+//! **Semaphores.** The fabric holds one table of `u32 -> u64` semaphores per chip.
+//! `wait_semaphore` consumes what it waited for, so a trace replayed many times can reuse
+//! the same semaphore.
+//!
+//! **Faults** ([`Fault`], per link, both directions). `Down`: nothing crosses; sends whose
+//! path uses the link fail at once with `link ... is down: packet from chip s to chip d not
+//! delivered`, and packets already in flight that reach it are lost. `Drop { every_nth }`:
+//! every n-th crossing is lost (the emulated link knows and reports it, like a sequence gap
+//! would). `Corrupt { every_nth }`: every n-th crossing has a byte flipped; the receiving
+//! router's checksum catches it and discards the packet. Every loss is counted on the link,
+//! reported to the sending handle (its next `flush` fails naming the link) and recorded for
+//! each chip the packet was meant for: a `wait_semaphore` whose increment was lost fails at
+//! once, and any timed-out wait lists the losses (`semaphore 7 on chip 3 waited for 4, saw 2
+//! after 5s; link chip 2 port 8 <-> chip 6 port 0 dropped 2 packets`). `Slow { factor }`
+//! multiplies modeled time. Nothing waits without a timeout and `shutdown` always completes.
+//!
+//! **Modeled time.** Each packet adds `(32 + payload) / (bandwidth * efficiency)` (times the
+//! slow factor) plus one hop latency to the busy time of every link direction it crosses
+//! (`LinkStats::busy_ns`); [`LinkParams::transfer_ns`] models a whole transfer.
+
+pub mod bench;
+mod channel;
+mod config;
+mod error;
+mod fabric;
+mod inner;
+pub mod packet;
+mod router;
+mod sender;
+pub mod testing;
+
+pub use config::{
+    operation_timeout, AxisLine, ChipMemory, Dir, EthLink, FabricConfig, FabricSpec, Fault,
+    LineDir, LinkDirection, LinkParams, LinkStats, MemSpace, NocAddr, RouteInfo,
+};
+pub use error::FabricError;
+pub use fabric::Fabric;
+pub use sender::FabricSender;

@@ -1,0 +1,293 @@
+//! One channel: a ring of equal slots (one packet each) carrying one virtual channel of one
+//! link index of one hop, in one direction. Credits are free slots: a producer (a chip's
+//! sender, or the upstream router forwarding) reserves one, fills it and publishes it; the
+//! consumer (the router at the far end) takes slots in order and frees them, returning
+//! the credit.
+//!
+//! Waking: the consumer thread is unparked on publish; when it is running that is a single
+//! atomic, so a busy channel costs no thread wake per packet. Producers that find no credit
+//! spin briefly, then register and park; the consumer unparks them when it frees a slot.
+
+use crate::packet::HEADER_BYTES;
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, OnceLock};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+/// Completion tracking of one sender handle (emulator side band, not on the wire): the
+/// number of deliveries still due and the errors met on the way.
+pub(crate) struct Tracker {
+    outstanding: AtomicU64,
+    errors: Mutex<Vec<crate::FabricError>>,
+    waiter: Mutex<Option<Thread>>,
+    waiting: AtomicBool,
+}
+
+impl Tracker {
+    pub fn new() -> Self {
+        Self {
+            outstanding: AtomicU64::new(0),
+            errors: Mutex::new(Vec::new()),
+            waiter: Mutex::new(None),
+            waiting: AtomicBool::new(false),
+        }
+    }
+    pub fn add(&self, n: u64) {
+        self.outstanding.fetch_add(n, SeqCst);
+    }
+    pub fn done(&self, n: u64) {
+        if n > 0 && self.outstanding.fetch_sub(n, SeqCst) == n {
+            self.wake();
+        }
+    }
+    pub fn fail(&self, err: crate::FabricError, n: u64) {
+        let mut e = self.errors.lock();
+        // The first errors explain a failure; an unflushed stream of them must not grow.
+        if e.len() < 64 {
+            e.push(err);
+        }
+        drop(e);
+        self.done(n);
+        self.wake();
+    }
+    pub fn outstanding(&self) -> u64 {
+        self.outstanding.load(SeqCst)
+    }
+    pub fn take_errors(&self) -> Vec<crate::FabricError> {
+        std::mem::take(&mut *self.errors.lock())
+    }
+    fn wake(&self) {
+        if self.waiting.load(SeqCst) {
+            if let Some(t) = self.waiter.lock().as_ref() {
+                t.unpark();
+            }
+        }
+    }
+    pub fn set_waiter(&self, on: bool) {
+        *self.waiter.lock() = on.then(thread::current);
+        self.waiting.store(on, SeqCst);
+    }
+}
+
+/// A payload left in the sender's buffer instead of copied into the slot (large messages).
+///
+/// Safety contract: the sender keeps the bytes alive and unchanged until the channel's head
+/// has passed the slot, or until it has voided the slot while holding the slot's lock
+/// (see `sender::RefGuard`). Readers hold the slot's lock while they read.
+#[derive(Clone, Copy)]
+pub(crate) struct ExtRef {
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: the referent is plain bytes kept alive by the contract above.
+unsafe impl Send for ExtRef {}
+
+impl ExtRef {
+    pub fn new(data: &[u8]) -> Self {
+        Self {
+            ptr: data.as_ptr(),
+            len: data.len(),
+        }
+    }
+    /// True if the payload lies inside `range` (the sender's whole message).
+    pub fn within(&self, range: &[u8]) -> bool {
+        let lo = range.as_ptr() as usize;
+        let p = self.ptr as usize;
+        p >= lo && p + self.len <= lo + range.len()
+    }
+}
+
+pub(crate) struct Slot {
+    pub full: bool,
+    pub hdr: [u8; HEADER_BYTES],
+    pub buf: Box<[u8]>,
+    pub ext: Option<ExtRef>,
+    pub tracker: Option<Arc<Tracker>>,
+}
+
+impl Slot {
+    /// The packet's payload of `len` bytes, wherever it lives.
+    pub fn payload(&self, len: usize) -> &[u8] {
+        match self.ext {
+            // SAFETY: see `ExtRef`; we are behind the slot's lock (we have `&self` through
+            // the guard) and the slot is full, so the sender still keeps the bytes alive.
+            Some(e) => unsafe { std::slice::from_raw_parts(e.ptr, e.len.min(len)) },
+            None => &self.buf[..len.min(self.buf.len())],
+        }
+    }
+
+    /// Moves a by-reference payload into the slot's own buffer.
+    pub fn own_payload(&mut self) {
+        if let Some(e) = self.ext.take() {
+            // SAFETY: as in `payload`.
+            let src = unsafe { std::slice::from_raw_parts(e.ptr, e.len) };
+            self.buf[..e.len].copy_from_slice(src);
+        }
+    }
+}
+
+pub(crate) struct Channel {
+    slots: Box<[Mutex<Slot>]>,
+    n: u64,
+    /// Slots consumed so far (written by the consumer only).
+    head: AtomicU64,
+    /// Slots reserved so far (producers race with CAS).
+    tail: AtomicU64,
+    pub consumer: OnceLock<Thread>,
+    waiters: Mutex<Vec<Thread>>,
+    n_waiters: AtomicUsize,
+    /// Index into the spec's links, and whether this channel runs from its `a` end to `b`.
+    pub link: usize,
+    pub a_to_b: bool,
+    /// The chip at the far end (for error messages).
+    pub to: u32,
+}
+
+/// Bounded spinning before parking: the producer or consumer on the other side usually
+/// answers within microseconds while a transfer runs; idle threads still end up parked.
+pub(crate) const SPIN_TRIES: u32 = 64;
+pub(crate) const YIELD_TRIES: u32 = 16;
+
+impl Channel {
+    pub fn new(slots: usize, slot_bytes: usize, link: usize, a_to_b: bool, to: u32) -> Self {
+        let slots: Vec<Mutex<Slot>> = (0..slots)
+            .map(|_| {
+                Mutex::new(Slot {
+                    full: false,
+                    hdr: [0; HEADER_BYTES],
+                    buf: vec![0u8; slot_bytes].into_boxed_slice(),
+                    ext: None,
+                    tracker: None,
+                })
+            })
+            .collect();
+        Self {
+            n: slots.len() as u64,
+            slots: slots.into_boxed_slice(),
+            head: AtomicU64::new(0),
+            tail: AtomicU64::new(0),
+            consumer: OnceLock::new(),
+            waiters: Mutex::new(Vec::new()),
+            n_waiters: AtomicUsize::new(0),
+            link,
+            a_to_b,
+            to,
+        }
+    }
+
+    /// Takes one credit if a slot is free; returns the slot's sequence index.
+    pub fn try_reserve(&self) -> Option<u64> {
+        loop {
+            // Head first: it only grows and never passes the tail read after it.
+            let h = self.head.load(SeqCst);
+            let t = self.tail.load(SeqCst);
+            if t - h >= self.n {
+                return None;
+            }
+            if self
+                .tail
+                .compare_exchange_weak(t, t + 1, SeqCst, SeqCst)
+                .is_ok()
+            {
+                return Some(t);
+            }
+        }
+    }
+
+    /// Reserves a slot, waiting up to `timeout`. `Err(true)` on shutdown, `Err(false)` on
+    /// timeout. `stalled` is called once if no credit was free at first.
+    pub fn reserve_blocking(
+        &self,
+        timeout: Duration,
+        shutdown: &AtomicBool,
+        stalled: impl FnOnce(),
+    ) -> Result<u64, bool> {
+        if let Some(i) = self.try_reserve() {
+            return Ok(i);
+        }
+        stalled();
+        for i in 0..SPIN_TRIES + YIELD_TRIES {
+            if i < SPIN_TRIES {
+                std::hint::spin_loop();
+            } else {
+                thread::yield_now();
+            }
+            if let Some(i) = self.try_reserve() {
+                return Ok(i);
+            }
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.add_waiter();
+            if let Some(i) = self.try_reserve() {
+                return Ok(i);
+            }
+            if shutdown.load(SeqCst) {
+                return Err(true);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(false);
+            }
+            thread::park_timeout((deadline - now).min(Duration::from_millis(50)));
+        }
+    }
+
+    /// Registers the calling thread to be unparked when a credit returns.
+    pub fn add_waiter(&self) {
+        let mut w = self.waiters.lock();
+        w.push(thread::current());
+        self.n_waiters.store(w.len(), SeqCst);
+    }
+
+    pub fn wake_waiters(&self) {
+        if self.n_waiters.load(SeqCst) == 0 {
+            return;
+        }
+        let list = {
+            let mut w = self.waiters.lock();
+            self.n_waiters.store(0, SeqCst);
+            std::mem::take(&mut *w)
+        };
+        for t in list {
+            t.unpark();
+        }
+    }
+
+    /// The slot for a reserved index; only its reserver fills it.
+    pub fn slot(&self, idx: u64) -> MutexGuard<'_, Slot> {
+        self.slots[(idx % self.n) as usize].lock()
+    }
+
+    pub fn publish(&self, mut slot: MutexGuard<'_, Slot>) {
+        slot.full = true;
+        drop(slot);
+        if let Some(t) = self.consumer.get() {
+            t.unpark();
+        }
+    }
+
+    /// The oldest slot if it holds a packet.
+    pub fn peek(&self) -> Option<MutexGuard<'_, Slot>> {
+        let h = self.head.load(SeqCst);
+        let s = self.slots[(h % self.n) as usize].lock();
+        s.full.then_some(s)
+    }
+
+    /// Frees the oldest slot (the guard from `peek`), returning its credit.
+    pub fn release(&self, mut slot: MutexGuard<'_, Slot>) {
+        slot.full = false;
+        slot.ext = None;
+        slot.tracker = None;
+        drop(slot);
+        self.head.fetch_add(1, SeqCst);
+        self.wake_waiters();
+    }
+
+    /// Index of the oldest slot (to tell one head-of-line packet from the next).
+    pub fn head(&self) -> u64 {
+        self.head.load(SeqCst)
+    }
+}

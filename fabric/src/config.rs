@@ -1,0 +1,338 @@
+//! Inputs to the fabric: config names, link parameters, the cluster's links and axis lines,
+//! destination addresses and the memory trait the mesh implements per chip.
+
+use crate::FabricError;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Which fabric the mesh opens with (tt-metal's `FabricConfig`, keyed on names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum FabricConfig {
+    #[default]
+    Disabled,
+    Fabric1D,
+    Fabric1DRing,
+    Fabric2D,
+}
+
+impl FabricConfig {
+    /// Accepts ttmesh names (`disabled`, `1d`, `1d-ring`, `2d`) and tt-metal names
+    /// (`DISABLED`, `FABRIC_1D`, `FABRIC_1D_RING`, `FABRIC_2D`), case-insensitively.
+    pub fn from_name(name: &str) -> Result<Self, FabricError> {
+        let n = name.trim().to_ascii_lowercase().replace('_', "-");
+        let n = n.strip_prefix("fabric-").unwrap_or(&n);
+        match n {
+            "disabled" | "none" | "off" => Ok(Self::Disabled),
+            "1d" | "fabric1d" => Ok(Self::Fabric1D),
+            "1d-ring" | "fabric1dring" => Ok(Self::Fabric1DRing),
+            "2d" | "fabric2d" => Ok(Self::Fabric2D),
+            _ => Err(FabricError::UnknownConfig {
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    /// tt-metal's spelling, for messages and reports.
+    pub fn tt_metal_name(self) -> &'static str {
+        match self {
+            Self::Disabled => "DISABLED",
+            Self::Fabric1D => "FABRIC_1D",
+            Self::Fabric1DRing => "FABRIC_1D_RING",
+            Self::Fabric2D => "FABRIC_2D",
+        }
+    }
+}
+
+impl FromStr for FabricConfig {
+    type Err = FabricError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::from_name(s)
+    }
+}
+
+impl fmt::Display for FabricConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.tt_metal_name())
+    }
+}
+
+/// One ethernet link direction's model. Time per packet is
+/// `(header + payload) / (bandwidth * efficiency) + hop_latency`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkParams {
+    pub bandwidth_bytes_per_s: f64,
+    pub efficiency: f64,
+    pub hop_latency_ns: f64,
+    pub header_bytes: usize,
+    pub default_payload_bytes: usize,
+    pub max_payload_bytes: usize,
+}
+
+impl LinkParams {
+    /// Wormhole: 100 Gb/s per port per direction, ~96 % usable, 711 ns per 1D hop,
+    /// 4352 B default and 7616 B max payload.
+    pub fn wormhole() -> Self {
+        Self {
+            bandwidth_bytes_per_s: 12.5e9,
+            efficiency: 0.96,
+            hop_latency_ns: 711.0,
+            header_bytes: crate::packet::HEADER_BYTES,
+            default_payload_bytes: 4352,
+            max_payload_bytes: 7616,
+        }
+    }
+
+    /// Blackhole: ~400 Gb/s (50 GB/s) per port per direction. ttmesh's choices, not measured:
+    /// 500 ns per hop (faster SerDes, same router design) and the Wormhole packet sizes,
+    /// since tt-metal sizes fabric channel buffers the same way on both.
+    pub fn blackhole() -> Self {
+        Self {
+            bandwidth_bytes_per_s: 50e9,
+            hop_latency_ns: 500.0,
+            ..Self::wormhole()
+        }
+    }
+
+    /// Modeled picoseconds one packet of `payload` bytes occupies one link direction.
+    pub fn packet_ps(&self, payload: usize, slow_factor: f64) -> u64 {
+        let wire = (self.header_bytes + payload) as f64;
+        let serial_ps = wire / (self.bandwidth_bytes_per_s * self.efficiency) * 1e12;
+        (serial_ps * slow_factor + self.hop_latency_ns * 1e3).round() as u64
+    }
+
+    /// Modeled nanoseconds to move `bytes` over `hops` links in packets of `payload` bytes:
+    /// the packets stream back to back, the first pays the latency of every hop.
+    pub fn transfer_ns(&self, bytes: usize, hops: u32, payload: usize) -> f64 {
+        let payload = payload.max(1);
+        let packets = bytes.div_ceil(payload).max(1);
+        let wire = (bytes + packets * self.header_bytes) as f64;
+        wire / (self.bandwidth_bytes_per_s * self.efficiency) * 1e9
+            + self.hop_latency_ns * hops as f64
+    }
+}
+
+/// One ethernet link between two chips: `(chip, port)` at each end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EthLink {
+    pub a: (u32, u32),
+    pub b: (u32, u32),
+}
+
+impl EthLink {
+    pub fn new(a: (u32, u32), b: (u32, u32)) -> Self {
+        Self { a, b }
+    }
+    pub fn joins(&self, x: u32, y: u32) -> bool {
+        (self.a.0 == x && self.b.0 == y) || (self.a.0 == y && self.b.0 == x)
+    }
+}
+
+impl fmt::Display for EthLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "chip {} port {} <-> chip {} port {}",
+            self.a.0, self.a.1, self.b.0, self.b.1
+        )
+    }
+}
+
+/// An ordered chain of chips in which neighbours are linked: a mesh row or column, or one
+/// line through all chips. `is_ring`: the last chip is also linked to the first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AxisLine {
+    pub chips: Vec<u32>,
+    pub is_ring: bool,
+}
+
+/// Everything the fabric needs to know about a cluster.
+#[derive(Debug, Clone)]
+pub struct FabricSpec {
+    pub num_chips: u32,
+    pub links: Vec<EthLink>,
+    pub axes: Vec<AxisLine>,
+    pub params: LinkParams,
+    pub config: FabricConfig,
+    /// Slots per channel, one packet per slot (EDM's buffer count).
+    pub channel_slots: usize,
+    /// Every wait (free slot, flush, semaphore default) ends after this.
+    pub timeout: Duration,
+}
+
+impl FabricSpec {
+    pub const DEFAULT_SLOTS: usize = 8;
+
+    /// A spec with default slots and the operation timeout (`TTMESH_OPERATION_TIMEOUT_SECONDS`,
+    /// else 30 s).
+    pub fn new(
+        num_chips: u32,
+        links: Vec<EthLink>,
+        axes: Vec<AxisLine>,
+        params: LinkParams,
+        config: FabricConfig,
+    ) -> Self {
+        Self {
+            num_chips,
+            links,
+            axes,
+            params,
+            config,
+            channel_slots: Self::DEFAULT_SLOTS,
+            timeout: operation_timeout(),
+        }
+    }
+
+    /// A line (or ring) of `n` chips `0..n`, `links_per_pair` links per neighbour pair, ports
+    /// numbered per chip from 0. Handy for tests and benchmarks.
+    pub fn line(n: u32, links_per_pair: u32, ring: bool, config: FabricConfig) -> Self {
+        let mut next_port = vec![0u32; n as usize];
+        let mut links = Vec::new();
+        let pairs = if ring && n >= 3 {
+            n
+        } else {
+            n.saturating_sub(1)
+        };
+        for i in 0..pairs {
+            let (x, y) = (i, (i + 1) % n);
+            for _ in 0..links_per_pair {
+                let pa = next_port[x as usize];
+                let pb = next_port[y as usize];
+                next_port[x as usize] += 1;
+                next_port[y as usize] += 1;
+                links.push(EthLink::new((x, pa), (y, pb)));
+            }
+        }
+        let axes = vec![AxisLine {
+            chips: (0..n).collect(),
+            is_ring: ring,
+        }];
+        Self::new(n, links, axes, LinkParams::wormhole(), config)
+    }
+}
+
+/// `TTMESH_OPERATION_TIMEOUT_SECONDS` if set and valid, else 30 s.
+pub fn operation_timeout() -> Duration {
+    std::env::var("TTMESH_OPERATION_TIMEOUT_SECONDS")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64)
+        .unwrap_or(Duration::from_secs(30))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MemSpace {
+    Dram,
+    L1,
+}
+
+/// A destination on a chip: memory space, bank and byte address inside the bank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NocAddr {
+    pub space: MemSpace,
+    pub bank: u32,
+    pub addr: u64,
+}
+
+impl NocAddr {
+    pub fn dram(bank: u32, addr: u64) -> Self {
+        Self {
+            space: MemSpace::Dram,
+            bank,
+            addr,
+        }
+    }
+    pub fn l1(bank: u32, addr: u64) -> Self {
+        Self {
+            space: MemSpace::L1,
+            bank,
+            addr,
+        }
+    }
+    pub fn offset(self, by: u64) -> Self {
+        Self {
+            addr: self.addr + by,
+            ..self
+        }
+    }
+}
+
+impl fmt::Display for NocAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self.space {
+            MemSpace::Dram => "DRAM",
+            MemSpace::L1 => "L1",
+        };
+        write!(f, "{s} bank {} address {:#x}", self.bank, self.addr)
+    }
+}
+
+/// A chip's memory as the fabric sees it. Called from router threads; must not block long.
+pub trait ChipMemory: Send + Sync {
+    fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), String>;
+}
+
+/// Direction along an axis line: Forward = increasing index in `AxisLine::chips`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dir {
+    Forward,
+    Backward,
+}
+
+/// One axis line (index into `FabricSpec::axes`) and a direction along it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LineDir {
+    pub axis: usize,
+    pub dir: Dir,
+}
+
+/// The path the fabric uses between two chips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RouteInfo {
+    pub line: LineDir,
+    pub hops: u32,
+}
+
+/// A fault injected on one ethernet link (both directions).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fault {
+    /// Nothing crosses; senders get `LinkDown`.
+    Down,
+    /// Modeled time per packet is multiplied by `factor` (>= 1).
+    Slow { factor: f64 },
+    /// Every n-th packet crossing the link is lost.
+    Drop { every_nth: u64 },
+    /// Every n-th packet crossing the link has one payload byte flipped.
+    Corrupt { every_nth: u64 },
+}
+
+/// Which way a packet crossed an `EthLink`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LinkDirection {
+    AToB,
+    BToA,
+}
+
+/// Counters of one link direction; read while traffic runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkStats {
+    pub link_index: usize,
+    pub link: EthLink,
+    pub direction: LinkDirection,
+    pub from_chip: u32,
+    pub to_chip: u32,
+    /// Packets that crossed (dropped ones excluded).
+    pub packets: u64,
+    /// Wire bytes that crossed: header plus payload.
+    pub bytes: u64,
+    /// Payload bytes that crossed.
+    pub payload_bytes: u64,
+    /// Times a sender or router found no free slot on this link.
+    pub credit_stalls: u64,
+    pub dropped: u64,
+    pub corrupted: u64,
+    /// Modeled device time the link direction was busy.
+    pub busy_ns: u64,
+    pub fault: Option<Fault>,
+}

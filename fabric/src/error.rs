@@ -1,0 +1,118 @@
+//! The crate's one error enum. Messages name the chip, link or value at fault and the fix.
+
+use std::time::Duration;
+use thiserror::Error;
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FabricError {
+    #[error(
+        "unknown fabric config '{name}'; use one of disabled, 1d, 1d-ring, 2d \
+         (or FABRIC_1D, FABRIC_1D_RING, FABRIC_2D)"
+    )]
+    UnknownConfig { name: String },
+
+    #[error("fabric config {name} is not supported yet; use Fabric1D or Fabric1DRing")]
+    Unsupported { name: String },
+
+    #[error(
+        "the fabric is disabled (FabricConfig::Disabled): chip {chip} cannot reach other chips; \
+         open the mesh with FabricConfig::Fabric1D or Fabric1DRing"
+    )]
+    Disabled { chip: u32 },
+
+    #[error("invalid fabric spec: {0}")]
+    InvalidSpec(String),
+
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    #[error("chip {chip} does not exist: the fabric has {num_chips} chips (0..{num_chips})")]
+    NoSuchChip { chip: u32, num_chips: u32 },
+
+    #[error(
+        "no route from chip {src} to chip {dst}: no axis line contains both; the 1D fabric routes \
+         only along one row, column or line (relay through a chip on both lines, or use a \
+         topology whose lines join them)"
+    )]
+    NoRoute { src: u32, dst: u32 },
+
+    #[error(
+        "route from chip {src} to chip {dst} needs {hops} hops, but the 1D packet header \
+         encodes at most 16"
+    )]
+    RouteTooLong { src: u32, dst: u32, hops: u32 },
+
+    #[error("link {link} is down: packet from chip {src} to chip {dst} not delivered")]
+    LinkDown { link: String, src: u32, dst: u32 },
+
+    #[error(
+        "link {link} dropped packet {seq} from chip {src} to chip {dst}: not delivered \
+         (fault injected with Fault::Drop; clear it with clear_fault)"
+    )]
+    Dropped {
+        link: String,
+        src: u32,
+        dst: u32,
+        seq: u16,
+    },
+
+    #[error(
+        "link {link} corrupted packet {seq} from chip {src} to chip {dst}: checksum mismatch \
+         detected at chip {at}, not delivered"
+    )]
+    Corrupted {
+        link: String,
+        src: u32,
+        dst: u32,
+        seq: u16,
+        at: u32,
+    },
+
+    #[error("chip {chip} rejected a fabric write from chip {src} to {addr}: {reason}")]
+    WriteFailed {
+        chip: u32,
+        src: u32,
+        addr: String,
+        reason: String,
+    },
+
+    #[error(
+        "chip {src} waited {waited:?} for a free slot on link {link} toward chip {dst}: the \
+         receiving router is not draining (raise the operation timeout if the load is legitimate)"
+    )]
+    SendTimeout {
+        link: String,
+        src: u32,
+        dst: u32,
+        waited: Duration,
+    },
+
+    #[error(
+        "flush on chip {chip} timed out after {waited:?}: {outstanding} deliveries still \
+         outstanding{cause}"
+    )]
+    FlushTimeout {
+        chip: u32,
+        outstanding: u64,
+        waited: Duration,
+        cause: String,
+    },
+
+    #[error(
+        "semaphore {sem} on chip {chip} waited for {wanted}, saw {saw} after {waited:?}{cause}"
+    )]
+    SemaphoreWait {
+        sem: u32,
+        chip: u32,
+        wanted: u64,
+        saw: u64,
+        waited: Duration,
+        cause: String,
+    },
+
+    #[error("the fabric has shut down; open a new one to send again")]
+    ShutDown,
+
+    #[error("fabric shutdown did not finish: {0}")]
+    ShutdownTimeout(String),
+}

@@ -1,0 +1,532 @@
+//! `Fabric`: builds the lines, channels and routers from a `FabricSpec`, and offers
+//! semaphores, link statistics, fault injection and shutdown.
+
+use crate::channel::Channel;
+use crate::config::*;
+use crate::inner::{Hop, Inner, LineRt};
+use crate::packet::MAX_HOPS;
+use crate::router::Router;
+use crate::sender::FabricSender;
+use crate::FabricError;
+use parking_lot::Mutex;
+use std::collections::HashSet;
+use std::sync::atomic::Ordering::*;
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+type Result<T> = std::result::Result<T, FabricError>;
+
+/// Router threads do little on their own stack.
+const ROUTER_STACK: usize = 256 * 1024;
+
+pub struct Fabric {
+    inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fabric")
+            .field("config", &self.inner.spec.config)
+            .field("num_chips", &self.inner.spec.num_chips)
+            .field("routers", &self.router_count())
+            .finish()
+    }
+}
+
+fn invalid(msg: String) -> FabricError {
+    FabricError::InvalidSpec(msg)
+}
+
+fn validate(spec: &FabricSpec, memories: usize) -> Result<()> {
+    let n = spec.num_chips;
+    if n == 0 || n > u16::MAX as u32 {
+        return Err(invalid(format!(
+            "num_chips is {n}; it must be in 1..=65535"
+        )));
+    }
+    if memories != n as usize {
+        return Err(invalid(format!(
+            "{memories} chip memories given for {n} chips; register exactly one per chip"
+        )));
+    }
+    if spec.channel_slots == 0 {
+        return Err(invalid(
+            "channel_slots is 0; every channel needs at least one slot".into(),
+        ));
+    }
+    if spec.timeout.is_zero() {
+        return Err(invalid(
+            "timeout is zero; give every wait a positive timeout".into(),
+        ));
+    }
+    let p = &spec.params;
+    if !(p.bandwidth_bytes_per_s.is_finite() && p.bandwidth_bytes_per_s > 0.0)
+        || !(p.efficiency > 0.0 && p.efficiency <= 1.0)
+        || !(p.hop_latency_ns.is_finite() && p.hop_latency_ns >= 0.0)
+    {
+        return Err(invalid(format!(
+            "link params {p:?}: bandwidth must be positive, efficiency in (0, 1], hop latency >= 0"
+        )));
+    }
+    if p.default_payload_bytes == 0
+        || p.default_payload_bytes > p.max_payload_bytes
+        || p.max_payload_bytes > u16::MAX as usize
+    {
+        return Err(invalid(format!(
+            "payload sizes default {} B / max {} B: need 1 <= default <= max <= 65535",
+            p.default_payload_bytes, p.max_payload_bytes
+        )));
+    }
+    let mut ports = HashSet::new();
+    for (i, l) in spec.links.iter().enumerate() {
+        for (chip, port) in [l.a, l.b] {
+            if chip >= n {
+                return Err(invalid(format!(
+                    "link {i} ({l}) names chip {chip}, but there are {n} chips"
+                )));
+            }
+            if !ports.insert((chip, port)) {
+                return Err(invalid(format!(
+                    "link {i} ({l}) reuses chip {chip} port {port}; each port carries one link"
+                )));
+            }
+        }
+        if l.a.0 == l.b.0 {
+            return Err(invalid(format!(
+                "link {i} ({l}) joins chip {} to itself",
+                l.a.0
+            )));
+        }
+    }
+    for (ai, axis) in spec.axes.iter().enumerate() {
+        let mut seen = HashSet::new();
+        for &c in &axis.chips {
+            if c >= n {
+                return Err(invalid(format!(
+                    "axis {ai} names chip {c}, but there are {n} chips"
+                )));
+            }
+            if !seen.insert(c) {
+                return Err(invalid(format!(
+                    "axis {ai} lists chip {c} twice; a line visits a chip once"
+                )));
+            }
+        }
+        let k = axis.chips.len();
+        let mut pairs: Vec<(u32, u32)> = axis.chips.windows(2).map(|w| (w[0], w[1])).collect();
+        if axis.is_ring && k >= 3 && spec.config == FabricConfig::Fabric1DRing {
+            pairs.push((axis.chips[k - 1], axis.chips[0]));
+        }
+        for (x, y) in pairs {
+            if !spec.links.iter().any(|l| l.joins(x, y)) {
+                return Err(invalid(format!(
+                    "axis {ai}: chips {x} and {y} are neighbours but no ethernet link joins them"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Builds the hop from position `p` to its neighbour in one direction, if there is one.
+fn build_hop(
+    spec: &FabricSpec,
+    chips: &[u32],
+    ring: bool,
+    p: usize,
+    forward: bool,
+    all: &mut Vec<Arc<Channel>>,
+) -> Option<Arc<Hop>> {
+    let n = chips.len();
+    let q = match (forward, ring) {
+        (true, _) if p + 1 < n => p + 1,
+        (true, true) => 0,
+        (false, _) if p > 0 => p - 1,
+        (false, true) => n - 1,
+        _ => return None,
+    };
+    let (from, to) = (chips[p], chips[q]);
+    let links: Vec<usize> = (0..spec.links.len())
+        .filter(|&i| spec.links[i].joins(from, to))
+        .collect();
+    let vcs = if ring { 2 } else { 1 };
+    let chans = links
+        .iter()
+        .map(|&l| {
+            (0..vcs)
+                .map(|_| {
+                    let a_to_b = spec.links[l].a.0 == from;
+                    let ch = Arc::new(Channel::new(
+                        spec.channel_slots,
+                        spec.params.max_payload_bytes,
+                        l,
+                        a_to_b,
+                        to,
+                    ));
+                    all.push(ch.clone());
+                    ch
+                })
+                .collect()
+        })
+        .collect();
+    let dateline = ring && ((forward && p == n - 1) || (!forward && p == 0));
+    Some(Arc::new(Hop {
+        links,
+        chans,
+        dateline,
+    }))
+}
+
+impl Fabric {
+    /// Builds the fabric and starts one router thread per chip, line and direction.
+    pub fn new(spec: FabricSpec, memories: Vec<Arc<dyn ChipMemory>>) -> Result<Fabric> {
+        if spec.config == FabricConfig::Fabric2D {
+            return Err(FabricError::Unsupported {
+                name: spec.config.tt_metal_name().into(),
+            });
+        }
+        validate(&spec, memories.len())?;
+        let mut channels = Vec::new();
+        let mut lines = Vec::new();
+        if spec.config != FabricConfig::Disabled {
+            for axis in &spec.axes {
+                let n = axis.chips.len();
+                let ring = axis.is_ring && n >= 3 && spec.config == FabricConfig::Fabric1DRing;
+                let mut fwd = Vec::with_capacity(n);
+                let mut bwd = Vec::with_capacity(n);
+                for p in 0..n {
+                    fwd.push(build_hop(&spec, &axis.chips, ring, p, true, &mut channels));
+                    bwd.push(build_hop(&spec, &axis.chips, ring, p, false, &mut channels));
+                }
+                lines.push(LineRt {
+                    chips: axis.chips.clone(),
+                    ring,
+                    fwd,
+                    bwd,
+                });
+            }
+        }
+        let mut routers = Vec::new();
+        for (li, line) in lines.iter().enumerate() {
+            for pos in 0..line.chips.len() {
+                for forward in [true, false] {
+                    let Some(prev) = line.step(pos, !forward, 1) else {
+                        continue;
+                    };
+                    let Some(inb) = line.hop_from(prev, forward) else {
+                        continue;
+                    };
+                    let inbound = inb
+                        .chans
+                        .iter()
+                        .flat_map(|vcs| vcs.iter().enumerate().map(|(vc, c)| (c.clone(), vc)))
+                        .collect();
+                    let outbound = line.hop_from(pos, forward).cloned();
+                    routers.push(Router {
+                        chip: line.chips[pos],
+                        line: li,
+                        forward,
+                        pos,
+                        inbound,
+                        outbound,
+                    });
+                }
+            }
+        }
+        let inner = Arc::new(Inner::new(spec, memories, lines, channels));
+        let fabric = Fabric {
+            inner: inner.clone(),
+            threads: Mutex::new(Vec::new()),
+        };
+        for r in routers {
+            let name = format!(
+                "fabric-c{}-a{}{}",
+                r.chip,
+                r.line,
+                if r.forward { '+' } else { '-' }
+            );
+            let inbound: Vec<Arc<Channel>> = r.inbound.iter().map(|(c, _)| c.clone()).collect();
+            let inn = inner.clone();
+            let h = thread::Builder::new()
+                .name(name.clone())
+                .stack_size(ROUTER_STACK)
+                .spawn(move || r.run(inn))
+                .map_err(|e| invalid(format!("cannot start router thread {name}: {e}")))?;
+            // Set before `new` returns, so no packet can be published to an unknown consumer.
+            for c in inbound {
+                let _ = c.consumer.set(h.thread().clone());
+            }
+            inner.router_threads.lock().push(h.thread().clone());
+            fabric.threads.lock().push(h);
+        }
+        Ok(fabric)
+    }
+
+    pub fn config(&self) -> FabricConfig {
+        self.inner.spec.config
+    }
+
+    pub fn spec(&self) -> &FabricSpec {
+        &self.inner.spec
+    }
+
+    pub fn num_chips(&self) -> u32 {
+        self.inner.spec.num_chips
+    }
+
+    /// Router threads running (one per chip, line and direction with an inbound link).
+    pub fn router_count(&self) -> usize {
+        self.threads.lock().len()
+    }
+
+    fn check_chip(&self, chip: u32) -> Result<()> {
+        let n = self.inner.spec.num_chips;
+        if chip >= n {
+            return Err(FabricError::NoSuchChip { chip, num_chips: n });
+        }
+        Ok(())
+    }
+
+    /// A handle for kernels running on `chip`.
+    pub fn sender(&self, chip: u32) -> Result<FabricSender> {
+        self.check_chip(chip)?;
+        Ok(FabricSender::new(self.inner.clone(), chip))
+    }
+
+    /// The line, direction and hop count the fabric uses from `src` to `dst`.
+    pub fn route(&self, src: u32, dst: u32) -> Result<RouteInfo> {
+        self.check_chip(src)?;
+        self.check_chip(dst)?;
+        if self.inner.spec.config == FabricConfig::Disabled {
+            return Err(FabricError::Disabled { chip: src });
+        }
+        let (axis, forward, hops, _) = self.inner.route(src, dst)?;
+        let dir = if forward { Dir::Forward } else { Dir::Backward };
+        Ok(RouteInfo {
+            line: LineDir { axis, dir },
+            hops,
+        })
+    }
+
+    /// Modeled device time to move `bytes` from `src` to `dst` in default-size packets.
+    pub fn modeled_transfer_ns(&self, src: u32, dst: u32, bytes: usize) -> Result<f64> {
+        let p = &self.inner.spec.params;
+        let hops = if src == dst {
+            0
+        } else {
+            self.route(src, dst)?.hops
+        };
+        Ok(p.transfer_ns(bytes, hops, p.default_payload_bytes))
+    }
+
+    /// Waits until semaphore `sem` on `chip` reaches `at_least`, then subtracts `at_least`
+    /// (so the same semaphore serves every replay of a trace). Fails early, naming the link,
+    /// if an increment of this semaphore was lost on the way.
+    pub fn wait_semaphore(
+        &self,
+        chip: u32,
+        sem: u32,
+        at_least: u64,
+        timeout: Duration,
+    ) -> Result<()> {
+        self.check_chip(chip)?;
+        let inner = &self.inner;
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let t = &inner.sems[chip as usize];
+        let mut g = t.vals.lock();
+        loop {
+            let v = g.get(&sem).copied().unwrap_or(0);
+            if v >= at_least {
+                if at_least > 0 {
+                    g.insert(sem, v - at_least);
+                }
+                return Ok(());
+            }
+            let fail = |waited| FabricError::SemaphoreWait {
+                sem,
+                chip,
+                wanted: at_least,
+                saw: v,
+                waited,
+                cause: inner.loss_cause(chip),
+            };
+            if inner.shutdown.load(SeqCst) {
+                return Err(FabricError::ShutDown);
+            }
+            if inner.take_lost_sem(chip, sem) {
+                let ms = Duration::from_millis(start.elapsed().as_millis() as u64);
+                return Err(fail(ms));
+            }
+            if Instant::now() >= deadline {
+                return Err(fail(timeout));
+            }
+            t.cv.wait_until(&mut g, deadline);
+        }
+    }
+
+    pub fn semaphore_value(&self, chip: u32, sem: u32) -> Result<u64> {
+        self.check_chip(chip)?;
+        Ok(self.inner.sems[chip as usize]
+            .vals
+            .lock()
+            .get(&sem)
+            .copied()
+            .unwrap_or(0))
+    }
+
+    /// Zeroes every semaphore on `chip` and forgets packets lost on the way to it.
+    pub fn reset_semaphores(&self, chip: u32) -> Result<()> {
+        self.check_chip(chip)?;
+        self.inner.sems[chip as usize].vals.lock().clear();
+        self.inner.clear_losses(chip);
+        Ok(())
+    }
+
+    /// Counters of every link, both directions (a-to-b first), in spec order.
+    pub fn link_stats(&self) -> Vec<LinkStats> {
+        let inner = &self.inner;
+        let mut out = Vec::with_capacity(inner.spec.links.len() * 2);
+        for (i, link) in inner.spec.links.iter().enumerate() {
+            for (d, direction) in [LinkDirection::AToB, LinkDirection::BToA]
+                .into_iter()
+                .enumerate()
+            {
+                let c = &inner.counters[i][d];
+                let (from_chip, to_chip) = if d == 0 {
+                    (link.a.0, link.b.0)
+                } else {
+                    (link.b.0, link.a.0)
+                };
+                out.push(LinkStats {
+                    link_index: i,
+                    link: *link,
+                    direction,
+                    from_chip,
+                    to_chip,
+                    packets: c.packets.load(Relaxed),
+                    bytes: c.bytes.load(Relaxed),
+                    payload_bytes: c.payload_bytes.load(Relaxed),
+                    credit_stalls: c.credit_stalls.load(Relaxed),
+                    dropped: c.dropped.load(Relaxed),
+                    corrupted: c.corrupted.load(Relaxed),
+                    busy_ns: c.busy_ps.load(Relaxed) / 1000,
+                    fault: inner.faults[i].get(),
+                });
+            }
+        }
+        out
+    }
+
+    fn check_link(&self, link_index: usize) -> Result<()> {
+        let n = self.inner.spec.links.len();
+        if link_index >= n {
+            return Err(FabricError::InvalidArgument(format!(
+                "link index {link_index} does not exist: the spec has {n} links (0..{n})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Injects a fault on link `link_index` (index into `FabricSpec::links`), both directions.
+    pub fn inject(&self, link_index: usize, fault: Fault) -> Result<()> {
+        self.check_link(link_index)?;
+        match fault {
+            Fault::Slow { factor } if !(factor.is_finite() && factor >= 1.0) => {
+                return Err(FabricError::InvalidArgument(format!(
+                    "Fault::Slow factor {factor} must be a finite number >= 1"
+                )))
+            }
+            Fault::Drop { every_nth: 0 } | Fault::Corrupt { every_nth: 0 } => {
+                return Err(FabricError::InvalidArgument(
+                    "every_nth is 0; use 1 to hit every packet".into(),
+                ))
+            }
+            _ => {}
+        }
+        self.inner.faults[link_index].set(Some(fault));
+        Ok(())
+    }
+
+    pub fn clear_fault(&self, link_index: usize) -> Result<()> {
+        self.check_link(link_index)?;
+        self.inner.faults[link_index].set(None);
+        Ok(())
+    }
+
+    /// Stops the routers and waits (up to the operation timeout, at most 10 s) for them.
+    /// Idempotent; also run on drop.
+    pub fn shutdown(&self) -> Result<()> {
+        self.inner.shutdown.store(true, SeqCst);
+        self.inner.wake_all();
+        let mut threads = std::mem::take(&mut *self.threads.lock());
+        let deadline = Instant::now() + self.inner.spec.timeout.min(Duration::from_secs(10));
+        while threads.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
+            self.inner.wake_all();
+            thread::sleep(Duration::from_millis(1));
+        }
+        let (done, stuck): (Vec<_>, Vec<_>) = threads.drain(..).partition(|h| h.is_finished());
+        for h in done {
+            let _ = h.join();
+        }
+        if stuck.is_empty() {
+            Ok(())
+        } else {
+            let names: Vec<String> = stuck
+                .iter()
+                .map(|h| h.thread().name().unwrap_or("?").to_string())
+                .collect();
+            Err(FabricError::ShutdownTimeout(format!(
+                "router threads {} did not stop",
+                names.join(", ")
+            )))
+        }
+    }
+}
+
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+impl Inner {
+    /// Shortest path from `src` to `dst` over a line holding both: (line, forward, hops,
+    /// position of `src`). Ties go to the lower line index, then forward.
+    pub(crate) fn route(&self, src: u32, dst: u32) -> Result<(usize, bool, u32, usize)> {
+        let mut best: Option<(u32, usize, bool, usize)> = None;
+        for &(li, ps) in &self.chip_lines[src as usize] {
+            for &(lj, pd) in &self.chip_lines[dst as usize] {
+                if li != lj {
+                    continue;
+                }
+                let line = &self.lines[li];
+                let n = line.chips.len();
+                let (hops, fwd) = if line.ring {
+                    let f = (pd + n - ps) % n;
+                    if f <= n - f {
+                        (f, true)
+                    } else {
+                        (n - f, false)
+                    }
+                } else if pd > ps {
+                    (pd - ps, true)
+                } else {
+                    (ps - pd, false)
+                };
+                if best.map_or(true, |b| (hops as u32) < b.0) {
+                    best = Some((hops as u32, li, fwd, ps));
+                }
+            }
+        }
+        match best {
+            None => Err(FabricError::NoRoute { src, dst }),
+            Some((hops, ..)) if hops > MAX_HOPS => {
+                Err(FabricError::RouteTooLong { src, dst, hops })
+            }
+            Some((hops, li, fwd, ps)) => Ok((li, fwd, hops, ps)),
+        }
+    }
+}

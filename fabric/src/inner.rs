@@ -1,0 +1,505 @@
+//! State shared by the routers, the senders and the `Fabric` handle: the lines and their
+//! channels, link counters and faults, semaphore tables, and the record of lost packets that
+//! lets a failing wait name the link that lost them.
+
+use crate::channel::{Channel, Slot, Tracker};
+use crate::config::{ChipMemory, FabricSpec, Fault};
+use crate::packet::{self, Header, Kind, VOID_HEADER};
+use crate::FabricError;
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::*};
+use std::sync::Arc;
+use std::thread::Thread;
+
+/// The channels from one chip to its neighbour along a line direction: one per parallel link
+/// (index `link % links.len()`) and virtual channel (2 on rings: VC1 after the dateline).
+pub(crate) struct Hop {
+    pub links: Vec<usize>,
+    pub chans: Vec<Vec<Arc<Channel>>>,
+    /// The ring's wrap-around hop: packets crossing it move to VC1.
+    pub dateline: bool,
+}
+
+impl Hop {
+    /// The channel a packet on `vc` that asked for `link` takes on this hop.
+    pub fn channel(&self, link: usize, vc: usize) -> &Arc<Channel> {
+        let vc = if self.dateline { 1 } else { vc };
+        &self.chans[link % self.chans.len()][vc]
+    }
+}
+
+pub(crate) struct LineRt {
+    pub chips: Vec<u32>,
+    /// The wrap-around link is used (Fabric1DRing on a ring of 3 or more chips).
+    pub ring: bool,
+    pub fwd: Vec<Option<Arc<Hop>>>,
+    pub bwd: Vec<Option<Arc<Hop>>>,
+}
+
+impl LineRt {
+    /// Position `k` hops from `pos` in a direction, if the line has one there.
+    pub fn step(&self, pos: usize, forward: bool, k: u32) -> Option<usize> {
+        let n = self.chips.len();
+        let k = k as usize;
+        if self.ring {
+            (k < n).then(|| {
+                if forward {
+                    (pos + k) % n
+                } else {
+                    (pos + n - k) % n
+                }
+            })
+        } else if forward {
+            (pos + k < n).then_some(pos + k)
+        } else {
+            pos.checked_sub(k)
+        }
+    }
+
+    pub fn hop_from(&self, pos: usize, forward: bool) -> Option<&Arc<Hop>> {
+        if forward {
+            &self.fwd[pos]
+        } else {
+            &self.bwd[pos]
+        }
+        .as_ref()
+    }
+
+    /// Farthest distance a packet from `pos` may travel in a direction.
+    pub fn max_hops(&self, pos: usize, forward: bool) -> u32 {
+        let n = self.chips.len();
+        if self.ring {
+            (n - 1) as u32
+        } else if forward {
+            (n - 1 - pos) as u32
+        } else {
+            pos as u32
+        }
+    }
+}
+
+/// Where a packet is and what it still has to do, for stats and error messages.
+pub(crate) struct Ctx<'a> {
+    pub line: &'a LineRt,
+    pub forward: bool,
+    /// Position of the chip that puts the packet on the link.
+    pub pos: usize,
+    /// The route as the chip at the far end of the link will read it.
+    pub route: u32,
+    pub src: u32,
+    pub seq: u16,
+    pub sem: Option<u32>,
+}
+
+impl Ctx<'_> {
+    pub fn recipients(&self) -> impl Iterator<Item = u32> + '_ {
+        packet::write_hops(self.route)
+            .filter_map(|d| self.line.step(self.pos, self.forward, d))
+            .map(|p| self.line.chips[p])
+    }
+    /// The farthest chip the packet writes to.
+    pub fn dst(&self) -> u32 {
+        self.recipients()
+            .last()
+            .unwrap_or(self.line.chips[self.pos])
+    }
+}
+
+#[repr(align(64))]
+#[derive(Default)]
+pub(crate) struct LinkCounters {
+    pub packets: AtomicU64,
+    pub bytes: AtomicU64,
+    pub payload_bytes: AtomicU64,
+    pub credit_stalls: AtomicU64,
+    pub dropped: AtomicU64,
+    pub corrupted: AtomicU64,
+    pub busy_ps: AtomicU64,
+}
+
+/// A link's fault as two atomics (read per packet without a lock) and the count of packets
+/// that crossed since the fault was set (for every n-th).
+#[derive(Default)]
+pub(crate) struct FaultState {
+    kind: AtomicU8,
+    param: AtomicU64,
+    count: AtomicU64,
+}
+
+impl FaultState {
+    pub fn get(&self) -> Option<Fault> {
+        let kind = self.kind.load(Acquire);
+        let p = self.param.load(Acquire);
+        match kind {
+            1 => Some(Fault::Down),
+            2 => Some(Fault::Slow {
+                factor: f64::from_bits(p),
+            }),
+            3 => Some(Fault::Drop { every_nth: p }),
+            4 => Some(Fault::Corrupt { every_nth: p }),
+            _ => None,
+        }
+    }
+    pub fn set(&self, f: Option<Fault>) {
+        let (k, p) = match f {
+            None => (0, 0),
+            Some(Fault::Down) => (1, 0),
+            Some(Fault::Slow { factor }) => (2, factor.to_bits()),
+            Some(Fault::Drop { every_nth }) => (3, every_nth),
+            Some(Fault::Corrupt { every_nth }) => (4, every_nth),
+        };
+        self.kind.store(0, Release);
+        self.count.store(0, Release);
+        self.param.store(p, Release);
+        self.kind.store(k, Release);
+    }
+    /// True for every n-th call.
+    fn hit(&self, every_nth: u64) -> bool {
+        (self.count.fetch_add(1, AcqRel) + 1) % every_nth.max(1) == 0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LinkLoss {
+    Down,
+    Dropped,
+    Corrupted,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LossKey {
+    Link { link: usize, kind: LinkLoss },
+    Write { reason: String },
+}
+
+/// Packets meant for one chip that never arrived, by cause.
+#[derive(Default)]
+struct Losses {
+    records: Vec<(LossKey, u64)>,
+    lost_sems: HashSet<u32>,
+}
+
+#[derive(Default)]
+pub(crate) struct SemTable {
+    pub vals: Mutex<HashMap<u32, u64>>,
+    pub cv: Condvar,
+}
+
+pub(crate) struct Inner {
+    pub spec: FabricSpec,
+    pub mems: Vec<Arc<dyn ChipMemory>>,
+    pub lines: Vec<LineRt>,
+    /// Per chip: (line, position) of every line it is on.
+    pub chip_lines: Vec<Vec<(usize, usize)>>,
+    pub counters: Vec<[LinkCounters; 2]>,
+    pub faults: Vec<FaultState>,
+    pub sems: Vec<SemTable>,
+    losses: Vec<Mutex<Losses>>,
+    seqs: Vec<AtomicU32>,
+    pub shutdown: AtomicBool,
+    pub channels: Vec<Arc<Channel>>,
+    pub router_threads: Mutex<Vec<Thread>>,
+}
+
+pub(crate) fn dir_index(ch: &Channel) -> usize {
+    if ch.a_to_b {
+        0
+    } else {
+        1
+    }
+}
+
+impl Inner {
+    pub fn new(
+        spec: FabricSpec,
+        mems: Vec<Arc<dyn ChipMemory>>,
+        lines: Vec<LineRt>,
+        channels: Vec<Arc<Channel>>,
+    ) -> Self {
+        let n = spec.num_chips as usize;
+        let mut chip_lines = vec![Vec::new(); n];
+        for (li, l) in lines.iter().enumerate() {
+            for (p, &c) in l.chips.iter().enumerate() {
+                chip_lines[c as usize].push((li, p));
+            }
+        }
+        Self {
+            counters: (0..spec.links.len()).map(|_| Default::default()).collect(),
+            faults: (0..spec.links.len()).map(|_| Default::default()).collect(),
+            sems: (0..n).map(|_| Default::default()).collect(),
+            losses: (0..n).map(|_| Default::default()).collect(),
+            seqs: (0..n * n).map(|_| AtomicU32::new(0)).collect(),
+            shutdown: AtomicBool::new(false),
+            router_threads: Mutex::new(Vec::new()),
+            spec,
+            mems,
+            lines,
+            chip_lines,
+            channels,
+        }
+    }
+
+    pub fn link_name(&self, link: usize) -> String {
+        self.spec.links[link].to_string()
+    }
+
+    pub fn next_seq(&self, src: u32, dst: u32) -> u16 {
+        let n = self.spec.num_chips as usize;
+        self.seqs[src as usize * n + dst as usize].fetch_add(1, Relaxed) as u16
+    }
+
+    /// Puts a packet on a link: applies the link's fault, fills the reserved slot, counts it
+    /// and publishes it. `add` deliveries are added to the tracker before the consumer can
+    /// see the packet. On loss the slot is published empty and the loss is recorded for
+    /// every chip the packet would still have written to.
+    #[allow(clippy::too_many_arguments)]
+    pub fn transmit(
+        &self,
+        ch: &Channel,
+        idx: u64,
+        ctx: &Ctx<'_>,
+        len: usize,
+        tracker: Option<Arc<Tracker>>,
+        add: u64,
+        fill: impl FnOnce(&mut Slot),
+    ) -> Result<(), FabricError> {
+        let slot = ch.slot(idx);
+        let c = &self.counters[ch.link][dir_index(ch)];
+        let fs = &self.faults[ch.link];
+        let mut factor = 1.0;
+        let mut corrupt = false;
+        match fs.get() {
+            Some(Fault::Down) => {
+                c.dropped.fetch_add(1, Relaxed);
+                return Err(self.lose_slot(slot, ch, ctx, LinkLoss::Down, ch.to));
+            }
+            Some(Fault::Drop { every_nth }) if fs.hit(every_nth) => {
+                c.dropped.fetch_add(1, Relaxed);
+                return Err(self.lose_slot(slot, ch, ctx, LinkLoss::Dropped, ch.to));
+            }
+            Some(Fault::Corrupt { every_nth }) => corrupt = fs.hit(every_nth),
+            Some(Fault::Slow { factor: f }) => factor = f,
+            _ => {}
+        }
+        let mut slot = slot;
+        fill(&mut slot);
+        if corrupt {
+            // Flip one bit the checksum covers: mid-payload, or the increment if no payload.
+            // Never in the sender's own buffer: take a copy first.
+            slot.own_payload();
+            if len > 0 {
+                slot.buf[len / 2] ^= 0x20;
+            } else {
+                slot.hdr[24] ^= 0x01;
+            }
+        }
+        if let Some(t) = &tracker {
+            t.add(add);
+        }
+        slot.tracker = tracker;
+        c.packets.fetch_add(1, Relaxed);
+        c.bytes
+            .fetch_add((packet::HEADER_BYTES + len) as u64, Relaxed);
+        c.payload_bytes.fetch_add(len as u64, Relaxed);
+        c.busy_ps
+            .fetch_add(self.spec.params.packet_ps(len, factor), Relaxed);
+        ch.publish(slot);
+        Ok(())
+    }
+
+    fn lose_slot(
+        &self,
+        mut slot: MutexGuard<'_, Slot>,
+        ch: &Channel,
+        ctx: &Ctx<'_>,
+        kind: LinkLoss,
+        at: u32,
+    ) -> FabricError {
+        slot.hdr = VOID_HEADER;
+        slot.ext = None;
+        slot.tracker = None;
+        ch.publish(slot);
+        self.record_link_loss(ctx, ch.link, kind);
+        self.loss_error(ctx, ch.link, kind, at)
+    }
+
+    pub fn loss_error(&self, ctx: &Ctx<'_>, link: usize, kind: LinkLoss, at: u32) -> FabricError {
+        let (link, src, dst, seq) = (self.link_name(link), ctx.src, ctx.dst(), ctx.seq);
+        match kind {
+            LinkLoss::Down => FabricError::LinkDown { link, src, dst },
+            LinkLoss::Dropped => FabricError::Dropped {
+                link,
+                src,
+                dst,
+                seq,
+            },
+            LinkLoss::Corrupted => FabricError::Corrupted {
+                link,
+                src,
+                dst,
+                seq,
+                at,
+            },
+        }
+    }
+
+    /// Records, for every chip the packet would still have written to, that `link` lost it.
+    pub fn record_link_loss(&self, ctx: &Ctx<'_>, link: usize, kind: LinkLoss) {
+        for chip in ctx.recipients() {
+            self.record_loss(chip, LossKey::Link { link, kind }, ctx.sem);
+        }
+    }
+
+    fn record_loss(&self, chip: u32, key: LossKey, sem: Option<u32>) {
+        {
+            let mut l = self.losses[chip as usize].lock();
+            match l.records.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) => *n += 1,
+                None => l.records.push((key, 1)),
+            }
+            if let Some(s) = sem {
+                l.lost_sems.insert(s);
+            }
+        }
+        if sem.is_some() {
+            // Under the table's lock so a waiter between its check and its sleep still wakes.
+            let t = &self.sems[chip as usize];
+            let _g = t.vals.lock();
+            t.cv.notify_all();
+        }
+    }
+
+    /// "; link ... dropped 2 packets; ..." for a chip's losses, else the active faults.
+    pub fn loss_cause(&self, chip: u32) -> String {
+        let l = self.losses[chip as usize].lock();
+        let mut out = String::new();
+        for (key, n) in &l.records {
+            let pk = if *n == 1 { "packet" } else { "packets" };
+            let s = match key {
+                LossKey::Link { link, kind } => {
+                    let name = self.link_name(*link);
+                    match kind {
+                        LinkLoss::Down => format!("link {name} is down: {n} {pk} not delivered"),
+                        LinkLoss::Dropped => format!("link {name} dropped {n} {pk}"),
+                        LinkLoss::Corrupted => format!("link {name} corrupted {n} {pk}"),
+                    }
+                }
+                LossKey::Write { reason } => {
+                    format!(
+                        "{n} fabric {} on chip {chip} failed: {reason}",
+                        if *n == 1 { "write" } else { "writes" }
+                    )
+                }
+            };
+            out.push_str("; ");
+            out.push_str(&s);
+        }
+        drop(l);
+        if out.is_empty() {
+            out = self.fault_note();
+        }
+        out
+    }
+
+    /// "; faults active: link ... is down" or empty.
+    pub fn fault_note(&self) -> String {
+        let active: Vec<String> = self
+            .faults
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| {
+                let name = self.link_name(i);
+                f.get().map(|f| match f {
+                    Fault::Down => format!("link {name} is down"),
+                    Fault::Slow { factor } => format!("link {name} is slowed x{factor}"),
+                    Fault::Drop { every_nth } => {
+                        format!("link {name} drops every {every_nth}th packet")
+                    }
+                    Fault::Corrupt { every_nth } => {
+                        format!("link {name} corrupts every {every_nth}th packet")
+                    }
+                })
+            })
+            .collect();
+        if active.is_empty() {
+            String::new()
+        } else {
+            format!("; faults active: {}", active.join(", "))
+        }
+    }
+
+    /// Takes the lost-increment mark of a semaphore, if any (the waiter reports it once).
+    pub fn take_lost_sem(&self, chip: u32, sem: u32) -> bool {
+        self.losses[chip as usize].lock().lost_sems.remove(&sem)
+    }
+
+    pub fn clear_losses(&self, chip: u32) {
+        *self.losses[chip as usize].lock() = Losses::default();
+    }
+
+    pub fn sem_add(&self, chip: u32, sem: u32, by: u64) {
+        let t = &self.sems[chip as usize];
+        let mut g = t.vals.lock();
+        let v = g.entry(sem).or_insert(0);
+        *v = v.saturating_add(by);
+        drop(g);
+        t.cv.notify_all();
+    }
+
+    /// Performs a packet's action on `chip`. Returns the write error, if any, after
+    /// recording it; completes one delivery on the tracker either way.
+    pub fn deliver(&self, chip: u32, h: &Header, payload: &[u8], tracker: Option<&Arc<Tracker>>) {
+        let mem = &self.mems[chip as usize];
+        let res = match h.kind {
+            Kind::Write | Kind::WriteAtomicInc => mem.write(h.addr, payload),
+            Kind::InlineWrite => mem.write(h.addr, &h.arg0.to_le_bytes()),
+            Kind::AtomicInc => Ok(()),
+            Kind::Void => return,
+        };
+        let sem = h.kind.carries_sem().then_some(h.arg0);
+        match res {
+            Ok(()) => {
+                if let Some(s) = sem {
+                    self.sem_add(chip, s, h.arg1 as u64);
+                }
+                if let Some(t) = tracker {
+                    t.done(1);
+                }
+            }
+            Err(reason) => {
+                self.record_loss(
+                    chip,
+                    LossKey::Write {
+                        reason: reason.clone(),
+                    },
+                    sem,
+                );
+                let err = FabricError::WriteFailed {
+                    chip,
+                    src: h.src as u32,
+                    addr: h.addr.to_string(),
+                    reason,
+                };
+                match tracker {
+                    Some(t) => t.fail(err, 1),
+                    None => {}
+                }
+            }
+        }
+    }
+
+    /// Wakes every thread that might be waiting, so shutdown is seen promptly.
+    pub fn wake_all(&self) {
+        for t in self.router_threads.lock().iter() {
+            t.unpark();
+        }
+        for ch in &self.channels {
+            ch.wake_waiters();
+        }
+        for s in &self.sems {
+            let _g = s.vals.lock();
+            s.cv.notify_all();
+        }
+    }
+}

@@ -1,0 +1,526 @@
+//! `FabricSender`: what a kernel on one chip uses to write to other chips. Messages are split
+//! into packets of the payload size; the last packet of a message carries its semaphore
+//! increment, so the increment lands after all the data on the same path.
+
+use crate::channel::{Channel, ExtRef, Tracker, SPIN_TRIES, YIELD_TRIES};
+use crate::config::{Dir, FabricConfig, LineDir, NocAddr};
+use crate::inner::{dir_index, Ctx, Inner, LinkLoss};
+use crate::packet::{self, Header, Kind};
+use crate::FabricError;
+use std::sync::atomic::Ordering::*;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+type Result<T> = std::result::Result<T, FabricError>;
+
+/// Addresses travel in 48 bits and banks in 16 (see `packet`).
+const MAX_ADDR: u64 = 1 << 48;
+
+#[derive(Clone, Copy)]
+enum Msg {
+    Data { sem: Option<(u32, u32)> },
+    Inline(u32),
+    Atomic(u32, u32),
+}
+
+/// A chip's handle to the fabric. Packets of one handle to one destination over one link
+/// index arrive in the order sent. `flush` waits for this handle's packets only.
+pub struct FabricSender {
+    inner: Arc<Inner>,
+    chip: u32,
+    tracker: Arc<Tracker>,
+    link: usize,
+    payload: usize,
+}
+
+struct Path {
+    line: usize,
+    forward: bool,
+    pos: usize,
+    route: u32,
+}
+
+impl FabricSender {
+    pub(crate) fn new(inner: Arc<Inner>, chip: u32) -> Self {
+        let payload = inner.spec.params.default_payload_bytes;
+        Self {
+            inner,
+            chip,
+            tracker: Arc::new(Tracker::new()),
+            link: 0,
+            payload,
+        }
+    }
+
+    pub fn chip(&self) -> u32 {
+        self.chip
+    }
+
+    /// Link index used by `inline_write`, `atomic_inc`, `write_and_inc` and
+    /// `multicast_write` (`unicast_write` takes its own). Each hop uses `link % links there`.
+    pub fn with_link(mut self, link: usize) -> Self {
+        self.link = link;
+        self
+    }
+
+    /// Payload bytes per packet (default `LinkParams::default_payload_bytes`).
+    pub fn with_payload_size(mut self, bytes: usize) -> Result<Self> {
+        let max = self.inner.spec.params.max_payload_bytes;
+        if bytes == 0 || bytes > max {
+            return Err(FabricError::InvalidArgument(format!(
+                "payload size {bytes} B is outside 1..={max} B (LinkParams::max_payload_bytes)"
+            )));
+        }
+        self.payload = bytes;
+        Ok(self)
+    }
+
+    pub fn payload_size(&self) -> usize {
+        self.payload
+    }
+
+    /// Deliveries sent by this handle and not yet completed.
+    pub fn outstanding(&self) -> u64 {
+        self.tracker.outstanding()
+    }
+
+    /// Writes `data` at `addr` on `dest_chip`, over parallel link `link`.
+    pub fn unicast_write(
+        &self,
+        dest_chip: u32,
+        addr: NocAddr,
+        data: &[u8],
+        link: usize,
+    ) -> Result<()> {
+        self.send_to(dest_chip, Msg::Data { sem: None }, addr, data, link)
+    }
+
+    /// Writes a 32-bit value carried in the header (no payload).
+    pub fn inline_write(&self, dest_chip: u32, addr: NocAddr, value: u32) -> Result<()> {
+        self.send_to(dest_chip, Msg::Inline(value), addr, &[], self.link)
+    }
+
+    /// Adds `by` to semaphore `sem_id` on `dest_chip`.
+    pub fn atomic_inc(&self, dest_chip: u32, sem_id: u32, by: u32) -> Result<()> {
+        self.send_to(
+            dest_chip,
+            Msg::Atomic(sem_id, by),
+            NocAddr::dram(0, 0),
+            &[],
+            self.link,
+        )
+    }
+
+    /// Writes `data`, then adds `by` to `sem_id` once all of it has landed.
+    pub fn write_and_inc(
+        &self,
+        dest_chip: u32,
+        addr: NocAddr,
+        data: &[u8],
+        sem_id: u32,
+        by: u32,
+    ) -> Result<()> {
+        self.send_to(
+            dest_chip,
+            Msg::Data {
+                sem: Some((sem_id, by)),
+            },
+            addr,
+            data,
+            self.link,
+        )
+    }
+
+    /// Writes `data` at `addr` on every chip `start_hops..start_hops + range` hops away along
+    /// `line`, then (if given) increments the semaphore on each of them.
+    pub fn multicast_write(
+        &self,
+        line: LineDir,
+        start_hops: u32,
+        range: u32,
+        addr: NocAddr,
+        data: &[u8],
+        sem: Option<(u32, u32)>,
+    ) -> Result<()> {
+        self.check_live()?;
+        let inner = &self.inner;
+        let l = inner.lines.get(line.axis).ok_or_else(|| {
+            FabricError::InvalidArgument(format!(
+                "axis {} does not exist: the fabric has {} axis lines",
+                line.axis,
+                inner.lines.len()
+            ))
+        })?;
+        let pos = inner.chip_lines[self.chip as usize]
+            .iter()
+            .find(|(li, _)| *li == line.axis)
+            .map(|&(_, p)| p)
+            .ok_or_else(|| {
+                FabricError::InvalidArgument(format!(
+                    "chip {} is not on axis {} (chips {:?}); multicast from a chip on that line",
+                    self.chip, line.axis, l.chips
+                ))
+            })?;
+        let forward = line.dir == Dir::Forward;
+        let max = l.max_hops(pos, forward).min(packet::MAX_HOPS);
+        if start_hops == 0 || range == 0 || start_hops + range - 1 > max {
+            return Err(FabricError::InvalidArgument(format!(
+                "multicast from chip {} to hops {start_hops}..{} {:?} along axis {} is out of \
+                 reach: hops must lie in 1..={max} (the line's end, or 16 for the 1D header)",
+                self.chip,
+                start_hops as u64 + range as u64,
+                line.dir,
+                line.axis
+            )));
+        }
+        let route = packet::multicast_route(start_hops, range);
+        let path = Path {
+            line: line.axis,
+            forward,
+            pos,
+            route,
+        };
+        self.send_path(&path, Msg::Data { sem }, addr, data, self.link)
+    }
+
+    /// Waits (operation timeout) until every packet of this handle is delivered or lost,
+    /// then reports the first loss or write error since the last flush, if any.
+    pub fn flush(&self) -> Result<()> {
+        self.flush_timeout(self.inner.spec.timeout)
+    }
+
+    pub fn flush_timeout(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        self.tracker.set_waiter(true);
+        let res = loop {
+            let left = self.tracker.outstanding();
+            if left == 0 {
+                break match self.tracker.take_errors().into_iter().next() {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                };
+            }
+            if self.inner.shutdown.load(SeqCst) {
+                break Err(FabricError::ShutDown);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                // A loss already seen explains the wait better than the timeout does.
+                if let Some(e) = self.tracker.take_errors().into_iter().next() {
+                    break Err(e);
+                }
+                break Err(FabricError::FlushTimeout {
+                    chip: self.chip,
+                    outstanding: left,
+                    waited: timeout,
+                    cause: self.inner.fault_note(),
+                });
+            }
+            thread::park_timeout((deadline - now).min(Duration::from_millis(50)));
+        };
+        self.tracker.set_waiter(false);
+        res
+    }
+
+    fn check_live(&self) -> Result<()> {
+        if self.inner.shutdown.load(SeqCst) {
+            return Err(FabricError::ShutDown);
+        }
+        if self.inner.spec.config == FabricConfig::Disabled {
+            return Err(FabricError::Disabled { chip: self.chip });
+        }
+        Ok(())
+    }
+
+    fn send_to(&self, dest: u32, msg: Msg, addr: NocAddr, data: &[u8], link: usize) -> Result<()> {
+        let n = self.inner.spec.num_chips;
+        if dest >= n {
+            return Err(FabricError::NoSuchChip {
+                chip: dest,
+                num_chips: n,
+            });
+        }
+        if dest == self.chip {
+            return self.local(msg, addr, data);
+        }
+        self.check_live()?;
+        let (line, forward, hops, pos) = self.inner.route(self.chip, dest)?;
+        let path = Path {
+            line,
+            forward,
+            pos,
+            route: packet::unicast_route(hops),
+        };
+        self.send_path(&path, msg, addr, data, link)
+    }
+
+    /// A chip writing to itself needs no link: do it now.
+    fn local(&self, msg: Msg, addr: NocAddr, data: &[u8]) -> Result<()> {
+        let mem = &self.inner.mems[self.chip as usize];
+        let fail = |reason| FabricError::WriteFailed {
+            chip: self.chip,
+            src: self.chip,
+            addr: addr.to_string(),
+            reason,
+        };
+        match msg {
+            Msg::Data { sem } => {
+                if !data.is_empty() {
+                    mem.write(addr, data).map_err(fail)?;
+                }
+                if let Some((s, by)) = sem {
+                    self.inner.sem_add(self.chip, s, by as u64);
+                }
+            }
+            Msg::Inline(v) => mem.write(addr, &v.to_le_bytes()).map_err(fail)?,
+            Msg::Atomic(s, by) => self.inner.sem_add(self.chip, s, by as u64),
+        }
+        Ok(())
+    }
+
+    fn send_path(
+        &self,
+        path: &Path,
+        msg: Msg,
+        addr: NocAddr,
+        data: &[u8],
+        link: usize,
+    ) -> Result<()> {
+        let inner = &*self.inner;
+        if link > u8::MAX as usize {
+            return Err(FabricError::InvalidArgument(format!(
+                "link index {link} does not fit the header's 8 bits; pick a link below 256"
+            )));
+        }
+        if addr.bank > u16::MAX as u32 || addr.addr.saturating_add(data.len() as u64) > MAX_ADDR {
+            return Err(FabricError::InvalidArgument(format!(
+                "{addr} (+{} B) does not fit the header's 16-bit bank and 48-bit address",
+                data.len()
+            )));
+        }
+        let sem = match msg {
+            Msg::Data { sem } => sem,
+            Msg::Atomic(s, by) => Some((s, by)),
+            Msg::Inline(_) => None,
+        };
+        let line = &inner.lines[path.line];
+        let mut ctx = Ctx {
+            line,
+            forward: path.forward,
+            pos: path.pos,
+            route: path.route,
+            src: self.chip,
+            seq: 0,
+            sem: sem.map(|s| s.0),
+        };
+        let dst = ctx.dst();
+        // (kind, offset, len) of every packet.
+        let plan: Vec<(Kind, usize, usize)> = match msg {
+            Msg::Inline(_) => vec![(Kind::InlineWrite, 0, 0)],
+            Msg::Atomic(..) => vec![(Kind::AtomicInc, 0, 0)],
+            Msg::Data { sem } if data.is_empty() => match sem {
+                Some(_) => vec![(Kind::AtomicInc, 0, 0)],
+                None => return Ok(()),
+            },
+            Msg::Data { sem } => {
+                let count = data.len().div_ceil(self.payload);
+                (0..count)
+                    .map(|i| {
+                        let off = i * self.payload;
+                        let len = self.payload.min(data.len() - off);
+                        let last = i + 1 == count;
+                        let kind = if last && sem.is_some() {
+                            Kind::WriteAtomicInc
+                        } else {
+                            Kind::Write
+                        };
+                        (kind, off, len)
+                    })
+                    .collect()
+            }
+        };
+        // A link known to be down fails the whole message before anything is sent.
+        for d in 0..packet::write_hops(path.route).last().unwrap_or(1) {
+            let p = line
+                .step(path.pos, path.forward, d)
+                .expect("route stays on the line");
+            let hop = line
+                .hop_from(p, path.forward)
+                .expect("route stays on the line");
+            let phys = hop.links[link % hop.links.len()];
+            if let Some(crate::Fault::Down) = inner.faults[phys].get() {
+                for _ in 0..plan.len() {
+                    inner.record_link_loss(&ctx, phys, LinkLoss::Down);
+                }
+                return Err(FabricError::LinkDown {
+                    link: inner.link_name(phys),
+                    src: self.chip,
+                    dst,
+                });
+            }
+        }
+        let hop = line
+            .hop_from(path.pos, path.forward)
+            .expect("route has a first hop");
+        let ch = hop.channel(link, 0);
+        let writes = packet::writes_in(path.route);
+        let (arg0, arg1) = match msg {
+            Msg::Inline(v) => (v, 0),
+            _ => sem.unwrap_or((0, 0)),
+        };
+        // Counted once for the message, so the sender does not share a cache line with the
+        // delivering router per packet; unsent packets are taken back below.
+        let total = plan.len() as u64;
+        self.tracker.add(writes * total);
+        // A message longer than the channel would block on credits anyway: lend the
+        // payload to the first hop instead of copying it, and wait for it to be taken.
+        let by_ref = plan.len() > inner.spec.channel_slots;
+        let mut lent = RefGuard {
+            ch,
+            data,
+            first: None,
+            last: 0,
+            tracker: &self.tracker,
+            inner,
+            writes,
+            src: self.chip,
+        };
+        for (sent, (kind, off, len)) in plan.into_iter().enumerate() {
+            let unsent = writes * (total - sent as u64);
+            let idx = ch
+                .reserve_blocking(inner.spec.timeout, &inner.shutdown, || {
+                    inner.counters[ch.link][dir_index(ch)]
+                        .credit_stalls
+                        .fetch_add(1, Relaxed);
+                })
+                .map_err(|shut| {
+                    self.tracker.done(unsent);
+                    if shut {
+                        FabricError::ShutDown
+                    } else {
+                        FabricError::SendTimeout {
+                            link: inner.link_name(ch.link),
+                            src: self.chip,
+                            dst,
+                            waited: inner.spec.timeout,
+                        }
+                    }
+                })?;
+            ctx.seq = inner.next_seq(self.chip, dst);
+            let h = Header {
+                route: path.route,
+                kind,
+                link: link as u8,
+                src: self.chip as u16,
+                addr: addr.offset(off as u64),
+                len: len as u16,
+                seq: ctx.seq,
+                arg0,
+                arg1,
+            };
+            let chunk = &data[off..off + len];
+            let res = inner.transmit(ch, idx, &ctx, len, Some(self.tracker.clone()), 0, |slot| {
+                if by_ref {
+                    slot.ext = Some(ExtRef::new(chunk));
+                } else {
+                    slot.buf[..len].copy_from_slice(chunk);
+                }
+                slot.hdr = h.encode();
+                packet::seal(&mut slot.hdr, chunk);
+            });
+            if let Err(e) = res {
+                self.tracker.done(unsent);
+                return Err(e);
+            }
+            if by_ref {
+                lent.first.get_or_insert(idx);
+                lent.last = idx;
+            }
+        }
+        lent.settle()
+    }
+}
+
+/// Keeps a message's lent payloads alive: `settle` (or drop, on an error path) waits until
+/// the first hop has taken every lent packet, and voids under the slot lock any it has not
+/// taken by the timeout or shutdown, so no slot outlives the sender's buffer.
+struct RefGuard<'a> {
+    ch: &'a Channel,
+    data: &'a [u8],
+    first: Option<u64>,
+    last: u64,
+    tracker: &'a Arc<Tracker>,
+    inner: &'a Inner,
+    writes: u64,
+    src: u32,
+}
+
+impl RefGuard<'_> {
+    fn settle(&mut self) -> Result<()> {
+        let Some(first) = self.first.take() else {
+            return Ok(());
+        };
+        let timeout = self.inner.spec.timeout;
+        let deadline = Instant::now() + timeout;
+        let mut tries = 0u32;
+        while self.ch.head() <= self.last {
+            tries += 1;
+            if tries <= SPIN_TRIES {
+                std::hint::spin_loop();
+                continue;
+            }
+            if tries <= SPIN_TRIES + YIELD_TRIES {
+                thread::yield_now();
+                continue;
+            }
+            self.ch.add_waiter();
+            if self.ch.head() > self.last {
+                break;
+            }
+            let now = Instant::now();
+            let shut = self.inner.shutdown.load(SeqCst);
+            if shut || now >= deadline {
+                self.revoke(first);
+                return Err(if shut {
+                    FabricError::ShutDown
+                } else {
+                    FabricError::SendTimeout {
+                        link: self.inner.link_name(self.ch.link),
+                        src: self.src,
+                        dst: self.ch.to,
+                        waited: timeout,
+                    }
+                });
+            }
+            thread::park_timeout((deadline - now).min(Duration::from_millis(50)));
+        }
+        Ok(())
+    }
+
+    fn revoke(&self, first: u64) {
+        for idx in first..=self.last {
+            if self.ch.head() > idx {
+                continue;
+            }
+            let mut s = self.ch.slot(idx);
+            let ours = s.full
+                && s.ext.is_some_and(|e| e.within(self.data))
+                && s.tracker
+                    .as_ref()
+                    .is_some_and(|t| Arc::ptr_eq(t, self.tracker));
+            if ours {
+                s.hdr = packet::VOID_HEADER;
+                s.ext = None;
+                s.tracker = None;
+                self.tracker.done(self.writes);
+            }
+        }
+    }
+}
+
+impl Drop for RefGuard<'_> {
+    fn drop(&mut self) {
+        let _ = self.settle();
+    }
+}

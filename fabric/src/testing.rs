@@ -1,0 +1,64 @@
+//! A simple `ChipMemory` for tests and benchmarks: one growable byte vector per
+//! (space, bank), so only written ranges cost host memory.
+
+use crate::config::{ChipMemory, MemSpace, NocAddr};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+
+/// Refuses writes that end above `limit` bytes in a bank (default 1 GiB), like a bank's size.
+pub struct MapMemory {
+    banks: Mutex<HashMap<(MemSpace, u32), Vec<u8>>>,
+    limit: u64,
+}
+
+impl Default for MapMemory {
+    fn default() -> Self {
+        Self::with_limit(1 << 30)
+    }
+}
+
+impl MapMemory {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_limit(limit: u64) -> Self {
+        Self {
+            banks: Mutex::new(HashMap::new()),
+            limit,
+        }
+    }
+
+    /// `len` bytes at `at`; bytes never written read as 0.
+    pub fn read(&self, at: NocAddr, len: usize) -> Vec<u8> {
+        let banks = self.banks.lock();
+        let mut out = vec![0u8; len];
+        if let Some(b) = banks.get(&(at.space, at.bank)) {
+            let start = (at.addr as usize).min(b.len());
+            let end = (at.addr as usize + len).min(b.len());
+            out[..end - start].copy_from_slice(&b[start..end]);
+        }
+        out
+    }
+}
+
+impl ChipMemory for MapMemory {
+    fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), String> {
+        let end = dest.addr.checked_add(data.len() as u64).unwrap_or(u64::MAX);
+        if end > self.limit {
+            return Err(format!(
+                "{} B at {dest} end at {end:#x}, past the bank size {:#x}",
+                data.len(),
+                self.limit
+            ));
+        }
+        let mut banks = self.banks.lock();
+        let b = banks.entry((dest.space, dest.bank)).or_default();
+        let (start, end) = (dest.addr as usize, end as usize);
+        if b.len() < end {
+            b.resize(end, 0);
+        }
+        b[start..end].copy_from_slice(data);
+        Ok(())
+    }
+}

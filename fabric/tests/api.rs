@@ -1,0 +1,393 @@
+//! Configs, routes, sends, semaphores and link statistics, with exact expected values.
+
+mod common;
+
+use common::{open, pattern};
+use std::sync::Arc;
+use std::time::Duration;
+use ttmesh_fabric::*;
+
+fn line(n: u32, config: FabricConfig) -> FabricSpec {
+    let mut s = FabricSpec::line(n, 1, false, config);
+    s.timeout = Duration::from_secs(20);
+    s
+}
+
+#[test]
+fn config_names() {
+    for (name, want) in [
+        ("disabled", FabricConfig::Disabled),
+        ("1d", FabricConfig::Fabric1D),
+        ("1d-ring", FabricConfig::Fabric1DRing),
+        ("2d", FabricConfig::Fabric2D),
+        ("FABRIC_1D", FabricConfig::Fabric1D),
+        ("FABRIC_1D_RING", FabricConfig::Fabric1DRing),
+        ("FABRIC_2D", FabricConfig::Fabric2D),
+        ("DISABLED", FabricConfig::Disabled),
+    ] {
+        assert_eq!(FabricConfig::from_name(name), Ok(want), "{name}");
+        assert_eq!(FabricConfig::from_name(want.tt_metal_name()), Ok(want));
+    }
+    let e = FabricConfig::from_name("3d").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "unknown fabric config '3d'; use one of disabled, 1d, 1d-ring, 2d (or FABRIC_1D, \
+         FABRIC_1D_RING, FABRIC_2D)"
+    );
+}
+
+#[test]
+fn fabric_2d_is_refused_at_construction() {
+    let spec = line(2, FabricConfig::Fabric2D);
+    let mems: Vec<Arc<dyn ChipMemory>> = (0..2)
+        .map(|_| Arc::new(testing::MapMemory::new()) as Arc<dyn ChipMemory>)
+        .collect();
+    let e = Fabric::new(spec, mems).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "fabric config FABRIC_2D is not supported yet; use Fabric1D or Fabric1DRing"
+    );
+}
+
+#[test]
+fn disabled_fabric_refuses_remote_sends_but_allows_local_ones() {
+    let (f, mems) = open(line(2, FabricConfig::Disabled));
+    assert_eq!(f.router_count(), 0);
+    let tx = f.sender(0).unwrap();
+    let e = tx
+        .unicast_write(1, NocAddr::dram(0, 0), &[1, 2], 0)
+        .unwrap_err();
+    assert_eq!(e, FabricError::Disabled { chip: 0 });
+    tx.unicast_write(0, NocAddr::dram(3, 8), &[1, 2], 0)
+        .unwrap();
+    assert_eq!(mems[0].read(NocAddr::dram(3, 8), 2), vec![1, 2]);
+}
+
+#[test]
+fn spec_errors_name_the_problem() {
+    let mut s = line(3, FabricConfig::Fabric1D);
+    s.links.remove(1);
+    let mems: Vec<Arc<dyn ChipMemory>> = (0..3)
+        .map(|_| Arc::new(testing::MapMemory::new()) as Arc<dyn ChipMemory>)
+        .collect();
+    let e = Fabric::new(s, mems.clone()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid fabric spec: axis 0: chips 1 and 2 are neighbours but no ethernet link joins them"
+    );
+    let e = Fabric::new(line(3, FabricConfig::Fabric1D), mems[..2].to_vec()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid fabric spec: 2 chip memories given for 3 chips; register exactly one per chip"
+    );
+}
+
+/// A 2x2 mesh: rows {0,1}, {2,3} and columns {0,2}, {1,3}.
+fn mesh2x2() -> FabricSpec {
+    let links = vec![
+        EthLink::new((0, 0), (1, 0)),
+        EthLink::new((2, 0), (3, 0)),
+        EthLink::new((0, 1), (2, 1)),
+        EthLink::new((1, 1), (3, 1)),
+    ];
+    let axes = vec![
+        AxisLine {
+            chips: vec![0, 1],
+            is_ring: false,
+        },
+        AxisLine {
+            chips: vec![2, 3],
+            is_ring: false,
+        },
+        AxisLine {
+            chips: vec![0, 2],
+            is_ring: false,
+        },
+        AxisLine {
+            chips: vec![1, 3],
+            is_ring: false,
+        },
+    ];
+    FabricSpec::new(
+        4,
+        links,
+        axes,
+        LinkParams::wormhole(),
+        FabricConfig::Fabric1D,
+    )
+}
+
+#[test]
+fn routes_follow_lines_and_rings() {
+    let (f, _) = open(mesh2x2());
+    assert_eq!(
+        f.route(0, 2).unwrap(),
+        RouteInfo {
+            line: LineDir {
+                axis: 2,
+                dir: Dir::Forward
+            },
+            hops: 1
+        }
+    );
+    assert_eq!(
+        f.route(3, 1).unwrap(),
+        RouteInfo {
+            line: LineDir {
+                axis: 3,
+                dir: Dir::Backward
+            },
+            hops: 1
+        }
+    );
+    let e = f.route(0, 3).unwrap_err();
+    assert_eq!(e, FabricError::NoRoute { src: 0, dst: 3 });
+    assert!(e
+        .to_string()
+        .starts_with("no route from chip 0 to chip 3: no axis line contains both"));
+    let e = f.sender(1).unwrap().atomic_inc(2, 0, 1).unwrap_err();
+    assert_eq!(e, FabricError::NoRoute { src: 1, dst: 2 });
+
+    let (ring, _) = open(FabricSpec::line(6, 1, true, FabricConfig::Fabric1DRing));
+    let r = |s, d| {
+        let r = ring.route(s, d).unwrap();
+        (r.line.dir, r.hops)
+    };
+    assert_eq!(r(0, 5), (Dir::Backward, 1));
+    assert_eq!(r(5, 0), (Dir::Forward, 1));
+    assert_eq!(r(1, 4), (Dir::Forward, 3)); // tie goes forward
+    assert_eq!(r(4, 2), (Dir::Backward, 2));
+    // The same ring under Fabric1D is a line: no wrap-around.
+    let (as_line, _) = open(FabricSpec::line(6, 1, true, FabricConfig::Fabric1D));
+    assert_eq!(as_line.route(0, 5).unwrap().hops, 5);
+}
+
+#[test]
+fn writes_inline_writes_and_self_sends_land() {
+    let (f, mems) = open(line(4, FabricConfig::Fabric1D));
+    let tx = f.sender(1).unwrap();
+    let big = pattern(1, 10_000);
+    tx.unicast_write(3, NocAddr::l1(5, 0x1000), &big, 0)
+        .unwrap();
+    tx.unicast_write(0, NocAddr::dram(2, 64), &[9, 8, 7], 0)
+        .unwrap();
+    tx.inline_write(2, NocAddr::l1(1, 16), 0xA1B2_C3D4).unwrap();
+    tx.unicast_write(1, NocAddr::dram(0, 0), &[4, 4], 0)
+        .unwrap();
+    tx.flush().unwrap();
+    assert_eq!(mems[3].read(NocAddr::l1(5, 0x1000), big.len()), big);
+    assert_eq!(mems[0].read(NocAddr::dram(2, 64), 3), vec![9, 8, 7]);
+    assert_eq!(
+        mems[2].read(NocAddr::l1(1, 16), 4),
+        vec![0xD4, 0xC3, 0xB2, 0xA1]
+    );
+    assert_eq!(mems[1].read(NocAddr::dram(0, 0), 2), vec![4, 4]);
+    // 10_000 B in 4352 B packets: 3 packets, written in order.
+    let w: Vec<(u64, usize)> = mems[3]
+        .writes()
+        .iter()
+        .map(|(a, d)| (a.addr, d.len()))
+        .collect();
+    assert_eq!(
+        w,
+        vec![(0x1000, 4352), (0x1000 + 4352, 4352), (0x1000 + 8704, 1296)]
+    );
+    assert_eq!(tx.outstanding(), 0);
+}
+
+#[test]
+fn write_errors_reach_the_sender() {
+    let (f, _) = open(line(2, FabricConfig::Fabric1D));
+    let tx = f.sender(0).unwrap();
+    tx.unicast_write(1, NocAddr::dram(0, 1 << 41), &[1], 0)
+        .unwrap();
+    let e = tx.flush().unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "chip 1 rejected a fabric write from chip 0 to DRAM bank 0 address 0x20000000000: \
+         address 0x20000000000 is past the end of the bank"
+    );
+    let e = tx
+        .unicast_write(1, NocAddr::dram(70_000, 0), &[1], 0)
+        .unwrap_err();
+    assert!(matches!(e, FabricError::InvalidArgument(_)), "{e}");
+    assert_eq!(
+        f.sender(9).err(),
+        Some(FabricError::NoSuchChip {
+            chip: 9,
+            num_chips: 2
+        })
+    );
+}
+
+#[test]
+fn semaphores_count_and_consume() {
+    let (f, mems) = open(line(3, FabricConfig::Fabric1D));
+    let tx = f.sender(0).unwrap();
+    tx.atomic_inc(2, 5, 3).unwrap();
+    tx.atomic_inc(2, 5, 3).unwrap();
+    tx.write_and_inc(1, NocAddr::dram(0, 0), &pattern(2, 9000), 6, 1)
+        .unwrap();
+    tx.flush().unwrap();
+    assert_eq!(f.semaphore_value(2, 5).unwrap(), 6);
+    f.wait_semaphore(2, 5, 4, Duration::from_secs(5)).unwrap();
+    assert_eq!(f.semaphore_value(2, 5).unwrap(), 2);
+    f.wait_semaphore(2, 5, 2, Duration::from_secs(5)).unwrap();
+    assert_eq!(f.semaphore_value(2, 5).unwrap(), 0);
+    let e = f
+        .wait_semaphore(2, 5, 1, Duration::from_millis(20))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "semaphore 5 on chip 2 waited for 1, saw 0 after 20ms"
+    );
+    // The increment of a fused write lands after all of its data.
+    f.wait_semaphore(1, 6, 1, Duration::from_secs(5)).unwrap();
+    assert_eq!(mems[1].read(NocAddr::dram(0, 0), 9000), pattern(2, 9000));
+    // Replays: the same semaphore again, and reset.
+    for _ in 0..3 {
+        tx.atomic_inc(1, 6, 2).unwrap();
+        f.wait_semaphore(1, 6, 2, Duration::from_secs(5)).unwrap();
+    }
+    tx.atomic_inc(1, 6, 2).unwrap();
+    tx.flush().unwrap();
+    f.reset_semaphores(1).unwrap();
+    assert_eq!(f.semaphore_value(1, 6).unwrap(), 0);
+}
+
+#[test]
+fn a_waiting_chip_wakes_when_the_increment_arrives() {
+    let (f, _) = open(line(4, FabricConfig::Fabric1D));
+    let f = Arc::new(f);
+    let g = f.clone();
+    let waiter = std::thread::spawn(move || g.wait_semaphore(3, 1, 2, Duration::from_secs(20)));
+    let tx = f.sender(0).unwrap();
+    tx.atomic_inc(3, 1, 1).unwrap();
+    tx.atomic_inc(3, 1, 1).unwrap();
+    waiter.join().unwrap().unwrap();
+    assert_eq!(f.semaphore_value(3, 1).unwrap(), 0);
+}
+
+#[test]
+fn stats_count_packets_bytes_and_modeled_time_exactly() {
+    let (f, _) = open(line(3, FabricConfig::Fabric1D));
+    let tx = f.sender(0).unwrap();
+    tx.unicast_write(2, NocAddr::dram(0, 0), &pattern(3, 10_000), 0)
+        .unwrap();
+    tx.atomic_inc(1, 0, 1).unwrap();
+    tx.flush().unwrap();
+    let p = LinkParams::wormhole();
+    let ps = |lens: &[usize]| lens.iter().map(|&l| p.packet_ps(l, 1.0)).sum::<u64>() / 1000;
+    let st = f.link_stats();
+    assert_eq!(st.len(), 4);
+    let l0 = &st[0];
+    assert_eq!(
+        (l0.link_index, l0.direction, l0.from_chip, l0.to_chip),
+        (0, LinkDirection::AToB, 0, 1)
+    );
+    assert_eq!(
+        (l0.packets, l0.payload_bytes, l0.bytes),
+        (4, 10_000, 10_000 + 4 * 32)
+    );
+    assert_eq!(l0.busy_ns, ps(&[4352, 4352, 1296, 0]));
+    let l1 = &st[2];
+    assert_eq!((l1.link_index, l1.from_chip, l1.to_chip), (1, 1, 2));
+    assert_eq!(
+        (l1.packets, l1.payload_bytes, l1.bytes),
+        (3, 10_000, 10_000 + 3 * 32)
+    );
+    assert_eq!(l1.busy_ns, ps(&[4352, 4352, 1296]));
+    for back in [&st[1], &st[3]] {
+        assert_eq!(
+            (back.packets, back.bytes, back.dropped, back.corrupted),
+            (0, 0, 0, 0)
+        );
+    }
+    // One 4384-byte packet at 12 GB/s is 365.33 ns, plus 711 ns for the hop.
+    assert_eq!(p.packet_ps(4352, 1.0), 1_076_333);
+}
+
+#[test]
+fn parallel_links_carry_link_index_modulo_count() {
+    let mut spec = FabricSpec::line(3, 2, false, FabricConfig::Fabric1D);
+    spec.timeout = Duration::from_secs(20);
+    let (f, mems) = open(spec);
+    let tx = f.sender(0).unwrap();
+    for link in 0..5 {
+        tx.unicast_write(2, NocAddr::dram(link as u32, 0), &[link as u8; 100], link)
+            .unwrap();
+    }
+    tx.flush().unwrap();
+    for link in 0..5u32 {
+        assert_eq!(
+            mems[2].read(NocAddr::dram(link, 0), 100),
+            vec![link as u8; 100]
+        );
+    }
+    let packets: Vec<u64> = f
+        .link_stats()
+        .iter()
+        .filter(|s| s.direction == LinkDirection::AToB)
+        .map(|s| s.packets)
+        .collect();
+    // Links 0,1 join chips 0-1; links 2,3 join 1-2. Indices 0,2,4 use the first of each pair.
+    assert_eq!(packets, vec![3, 2, 3, 2]);
+}
+
+#[test]
+fn multicast_reaches_exactly_the_range() {
+    let (f, mems) = open(line(6, FabricConfig::Fabric1D));
+    let tx = f.sender(1).unwrap();
+    let data = pattern(4, 5000);
+    let fwd = LineDir {
+        axis: 0,
+        dir: Dir::Forward,
+    };
+    tx.multicast_write(fwd, 2, 2, NocAddr::l1(0, 0), &data, Some((9, 1)))
+        .unwrap();
+    tx.flush().unwrap();
+    for chip in 0..6 {
+        let want = if chip == 3 || chip == 4 {
+            data.clone()
+        } else {
+            vec![0; 5000]
+        };
+        assert_eq!(
+            mems[chip].read(NocAddr::l1(0, 0), 5000),
+            want,
+            "chip {chip}"
+        );
+        assert_eq!(
+            f.semaphore_value(chip as u32, 9).unwrap(),
+            u64::from(chip == 3 || chip == 4)
+        );
+    }
+    let e = tx
+        .multicast_write(fwd, 2, 4, NocAddr::l1(0, 0), &data, None)
+        .unwrap_err();
+    assert!(e.to_string().contains("hops must lie in 1..=4"), "{e}");
+    let back = LineDir {
+        axis: 0,
+        dir: Dir::Backward,
+    };
+    tx.multicast_write(back, 1, 1, NocAddr::l1(0, 0), &[1], None)
+        .unwrap();
+    tx.flush().unwrap();
+    assert_eq!(mems[0].read(NocAddr::l1(0, 0), 1), vec![1]);
+}
+
+#[test]
+fn shutdown_is_clean_and_final() {
+    let (f, _) = open(line(8, FabricConfig::Fabric1D));
+    assert_eq!(f.router_count(), 14);
+    let tx = f.sender(0).unwrap();
+    tx.unicast_write(7, NocAddr::dram(0, 0), &pattern(5, 100_000), 0)
+        .unwrap();
+    f.shutdown().unwrap();
+    f.shutdown().unwrap();
+    assert_eq!(
+        tx.unicast_write(7, NocAddr::dram(0, 0), &[1], 0),
+        Err(FabricError::ShutDown)
+    );
+    assert_eq!(f.router_count(), 0);
+}
