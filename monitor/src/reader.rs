@@ -1,0 +1,303 @@
+//! The reading side: find segments, map them read-only, validate, copy consistently.
+//! Nothing here writes to a segment; only [`cleanup_stale`] removes names, and only of
+//! segments that are ours (valid magic) and whose owner is gone.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::mman::{shm_open, shm_unlink};
+use nix::sys::stat::Mode;
+
+use crate::data::{ProcessInfo, ProcessSnapshot, SegmentInfo};
+use crate::error::MonitorError;
+use crate::layout::*;
+use crate::publisher::{chip_from_words, link_from_words};
+use crate::seqlock::{read_slot, ReadFailure};
+use crate::shm::{fd_stat, staleness, Mapping};
+
+/// Where Linux shows POSIX shared-memory objects.
+const SHM_DIR: &str = "/dev/shm";
+const PREFIX: &str = "ttmesh-";
+
+/// Every `ttmesh-*` object in /dev/shm, ordered by pid then name. Nothing is validated yet;
+/// an empty list where /dev/shm does not exist.
+pub fn list_segments() -> Vec<SegmentInfo> {
+    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
+        return Vec::new();
+    };
+    let mut out: Vec<SegmentInfo> = dir
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            if !name.starts_with(PREFIX) {
+                return None;
+            }
+            let meta = e.metadata().ok()?;
+            meta.is_file().then(|| SegmentInfo {
+                pid: pid_from_name(&name),
+                size: meta.len(),
+                name,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
+    out
+}
+
+/// The pid in `ttmesh-<pid>` or `ttmesh-<pid>-<n>`.
+pub(crate) fn pid_from_name(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(PREFIX)?;
+    let (pid, suffix) = rest.split_once('-').unwrap_or((rest, ""));
+    let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !numeric(pid) || !(suffix.is_empty() || numeric(suffix)) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Accepts "ttmesh-1234" or "/ttmesh-1234"; returns the name without the slash.
+fn normalize(name: &str) -> Result<String, MonitorError> {
+    let bare = name.strip_prefix('/').unwrap_or(name);
+    let why = if bare.is_empty() {
+        Some("it is empty")
+    } else if bare.contains('/') || bare == "." || bare == ".." {
+        Some("a shared-memory name is one path component, like ttmesh-1234")
+    } else if bare.len() > 250 {
+        Some("it is longer than 250 bytes")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(MonitorError::BadName {
+            name: name.to_string(),
+            why,
+        }),
+        None => Ok(bare.to_string()),
+    }
+}
+
+fn open_readonly(name: &str) -> Result<(OwnedFd, u64), MonitorError> {
+    let fd = shm_open(format!("/{name}").as_str(), OFlag::O_RDONLY, Mode::empty()).map_err(
+        |e| match e {
+            Errno::ENOENT => MonitorError::Vanished {
+                name: name.to_string(),
+            },
+            Errno::EACCES | Errno::EPERM => MonitorError::PermissionDenied {
+                name: name.to_string(),
+            },
+            e => MonitorError::os("open", name, e),
+        },
+    )?;
+    let (size, _) = fd_stat(&fd).map_err(|e| MonitorError::os("stat", name, e))?;
+    Ok((fd, size))
+}
+
+/// Map at most `limit` bytes, never more than the file holds (so no read can fault).
+fn map_readonly(
+    name: &str,
+    fd: &OwnedFd,
+    size: u64,
+    limit: usize,
+) -> Result<Mapping, MonitorError> {
+    let len = size.min(limit as u64) as usize;
+    Mapping::map(fd, len, false).map_err(|e| MonitorError::os("map", name, e))
+}
+
+/// Pid and start time of a segment with our magic, or None for anything else.
+pub(crate) fn probe_owner(name: &str) -> Option<(u32, u64)> {
+    let (fd, size) = open_readonly(name).ok()?;
+    if size < FROZEN_PREFIX as u64 {
+        return None;
+    }
+    let map = map_readonly(name, &fd, size, FROZEN_PREFIX).ok()?;
+    if map.word(H_MAGIC)?.load(Ordering::Acquire) != MAGIC {
+        return None;
+    }
+    let pid = map.load_u32(H_PID).filter(|p| *p != 0)?;
+    Some((pid, map.load_u64(H_START_TIME)?))
+}
+
+fn corrupt(name: &str, detail: String) -> MonitorError {
+    MonitorError::Corrupt {
+        name: name.to_string(),
+        detail,
+    }
+}
+
+/// Read one segment: validated, each chip and link slot copied consistently. Never writes to
+/// the segment and never blocks its writers.
+pub fn read_segment(name: &str) -> Result<ProcessSnapshot, MonitorError> {
+    let name = normalize(name)?;
+    let name = name.as_str();
+    let (fd, size) = open_readonly(name)?;
+    if size < 8 {
+        return Err(if size == 0 {
+            MonitorError::NotInitialised {
+                name: name.to_string(),
+            }
+        } else {
+            MonitorError::Truncated {
+                name: name.to_string(),
+                actual: size,
+                expected: HEADER_SIZE as u64,
+            }
+        });
+    }
+    let max_total = total_size(MAX_CHIPS, MAX_LINKS);
+    let map = map_readonly(name, &fd, size, max_total)?;
+    let magic = map.word(H_MAGIC).map_or(0, |w| w.load(Ordering::Acquire));
+    if magic == 0 {
+        return Err(MonitorError::NotInitialised {
+            name: name.to_string(),
+        });
+    }
+    if magic != MAGIC {
+        return Err(MonitorError::BadMagic {
+            name: name.to_string(),
+            found: magic,
+            expected: MAGIC,
+        });
+    }
+    let (Some(version), Some(total)) = (map.load_u32(H_VERSION), map.load_u64(H_TOTAL_SIZE)) else {
+        return Err(MonitorError::Truncated {
+            name: name.to_string(),
+            actual: size,
+            expected: HEADER_SIZE as u64,
+        });
+    };
+    if version != LAYOUT_VERSION {
+        return Err(MonitorError::WrongVersion {
+            name: name.to_string(),
+            found: version,
+            supported: LAYOUT_VERSION,
+        });
+    }
+    let min_total = total_size(0, 0);
+    if total < min_total as u64 || total > max_total as u64 {
+        return Err(corrupt(
+            name,
+            format!("header says the segment is {total} bytes; version {LAYOUT_VERSION} segments are {min_total} to {max_total} bytes"),
+        ));
+    }
+    if size < total {
+        return Err(MonitorError::Truncated {
+            name: name.to_string(),
+            actual: size,
+            expected: total,
+        });
+    }
+    if size > total {
+        return Err(corrupt(
+            name,
+            format!("the file is {size} bytes but its header says {total}"),
+        ));
+    }
+    // From here the whole header and `total` bytes are mapped.
+    let u32_at = |off| map.load_u32(off).unwrap_or(0) as usize;
+    let num_chips = u32_at(H_NUM_CHIPS);
+    let num_links = u32_at(H_NUM_LINKS);
+    let info_len = u32_at(H_INFO_LEN);
+    let checks = [
+        (u32_at(H_HEADER_SIZE), HEADER_SIZE, "header size"),
+        (u32_at(H_CHIP_SLOT), CHIP_SLOT_SIZE, "chip slot size"),
+        (u32_at(H_LINK_SLOT), LINK_SLOT_SIZE, "link slot size"),
+        (u32_at(H_INFO_OFFSET), INFO_OFFSET, "process-info offset"),
+        (u32_at(H_CHIPS_OFFSET), CHIPS_OFFSET, "chips offset"),
+    ];
+    for (found, expected, what) in checks {
+        if found != expected {
+            return Err(corrupt(
+                name,
+                format!("{what} is {found}, expected {expected}"),
+            ));
+        }
+    }
+    if num_chips > MAX_CHIPS || num_links > MAX_LINKS {
+        return Err(corrupt(
+            name,
+            format!("header claims {num_chips} chips and {num_links} links; at most {MAX_CHIPS} and {MAX_LINKS}"),
+        ));
+    }
+    if u32_at(H_LINKS_OFFSET) != links_offset(num_chips)
+        || total != total_size(num_chips, num_links) as u64
+    {
+        return Err(corrupt(
+            name,
+            format!("{num_chips} chips and {num_links} links do not add up to {total} bytes"),
+        ));
+    }
+    if info_len > INFO_CAPACITY {
+        return Err(corrupt(
+            name,
+            format!("process info is {info_len} bytes, at most {INFO_CAPACITY}"),
+        ));
+    }
+    let pid = map.load_u32(H_PID).unwrap_or(0);
+    if pid == 0 {
+        return Err(corrupt(name, "pid is 0".to_string()));
+    }
+    let info_bytes = map
+        .copy_bytes(INFO_OFFSET, info_len)
+        .ok_or_else(|| corrupt(name, "process info lies outside the segment".to_string()))?;
+    let mut info: ProcessInfo = serde_json::from_slice(&info_bytes)
+        .map_err(|e| corrupt(name, format!("process info is not valid JSON ({e})")))?;
+    info.pid = pid;
+    let start_time = map.load_u64(H_START_TIME).unwrap_or(0);
+    let created_unix_ms = map.load_u64(H_CREATED_MS).unwrap_or(0);
+
+    let slot_error = |what: String, f: ReadFailure| match f {
+        ReadFailure::TooFast => MonitorError::TooFast {
+            name: name.to_string(),
+            slot: what,
+        },
+        ReadFailure::Stuck => MonitorError::StuckSlot {
+            name: name.to_string(),
+            slot: what,
+        },
+    };
+    // Sizes were validated against the file above, so every word below is mapped.
+    let word = |off: usize| map.word(off).expect("validated against the file size");
+    let mut chips = Vec::with_capacity(num_chips);
+    for i in 0..num_chips {
+        let base = chip_offset(i);
+        let w = read_slot::<CHIP_USED_WORDS>(|k| word(base + 8 * k))
+            .map_err(|f| slot_error(format!("chip {i}"), f))?;
+        chips.push(chip_from_words(&w));
+    }
+    let mut links = Vec::with_capacity(num_links);
+    for j in 0..num_links {
+        let base = link_offset(num_chips, j);
+        let w = read_slot::<LINK_USED_WORDS>(|k| word(base + 8 * k))
+            .map_err(|f| slot_error(format!("link {j}"), f))?;
+        links.push(link_from_words(&w));
+    }
+    Ok(ProcessSnapshot {
+        segment: name.to_string(),
+        info,
+        start_time,
+        created_unix_ms,
+        stale: staleness(pid, start_time),
+        chips,
+        links,
+    })
+}
+
+/// Remove segments whose owner is gone. Only ours (name prefix and valid magic); segments we
+/// may not remove (another user's) are skipped silently. Returns the names removed.
+pub fn cleanup_stale() -> Vec<String> {
+    let mut removed = Vec::new();
+    for seg in list_segments() {
+        let Some((pid, start)) = probe_owner(&seg.name) else {
+            continue;
+        };
+        if staleness(pid, start).is_none() {
+            continue;
+        }
+        if shm_unlink(format!("/{}", seg.name).as_str()).is_ok() {
+            removed.push(seg.name);
+        }
+    }
+    removed
+}
