@@ -456,13 +456,19 @@ impl Fabric {
         Ok(())
     }
 
-    /// Stops the routers and waits (up to the operation timeout, at most 10 s) for them.
+    /// Stops the routers and waits for them (the operation timeout, kept within 1..=10 s);
+    /// a router stuck in a `ChipMemory::write` is named and left detached.
     /// Idempotent; also run on drop.
     pub fn shutdown(&self) -> Result<()> {
         self.inner.shutdown.store(true, SeqCst);
         self.inner.wake_all();
         let mut threads = std::mem::take(&mut *self.threads.lock());
-        let deadline = Instant::now() + self.inner.spec.timeout.min(Duration::from_secs(10));
+        let grace = self
+            .inner
+            .spec
+            .timeout
+            .clamp(Duration::from_secs(1), Duration::from_secs(10));
+        let deadline = Instant::now() + grace;
         while threads.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
             self.inner.wake_all();
             thread::sleep(Duration::from_millis(1));
