@@ -1,1 +1,297 @@
-//! ttmesh-ccl: placeholder until its issue lands.
+//! ttmesh-ccl: collectives as device kernels over the 1D fabric: all_gather, reduce_scatter and
+//! all_reduce, with Linear and Ring algorithms, and the host-side builders that turn one
+//! collective over a line of chips into one program per chip.
+//!
+//! Owns: the collective algorithms, their semaphore protocol and scratch buffers. Must not
+//! touch: mesh shapes and coordinates (the mesh crate hands it lines of chips and per-chip
+//! tensors), routing (the fabric's), or allocation policy (the chip's).
+//!
+//! # Protocol
+//!
+//! Every chip of a line runs the same kernel, parameterised by its position. Data moves in
+//! slots of a per-chip scratch buffer that sits at the same address on every chip (the mesh
+//! allocates in lockstep), each slot guarded by its own fabric semaphore, so chunks that take
+//! different links may land in any order. Before writing into a neighbour, a chip waits for
+//! that neighbour's "ready" increment, which the neighbour sends only once it has entered the
+//! same collective: a fast chip can never overwrite data a slow chip has not consumed, across
+//! ops and across trace replays.
+//!
+//! # Reduction order
+//!
+//! Sums are accumulated in f32 in a fixed order given by the line: on a ring, chunk `j` starts
+//! at chip `j+1` and travels forward to `j`; on a line, chunk `j` is summed from the left end
+//! up to `j` and from the right end down to `j`, then `left + right`. The order does not depend
+//! on timing, so results are identical run to run and replay to replay.
+
+mod kernels;
+
+use std::sync::Arc;
+
+use ttmesh_chip::allocator::BufferType;
+use ttmesh_chip::device::CqId;
+use ttmesh_chip::program::{program_key, Access, CoreSplit, OperandInfo, Program};
+use ttmesh_chip::tensor::{DataType, Layout, MemoryConfig, Tensor, TensorSpec};
+use ttmesh_chip::ChipError;
+use ttmesh_fabric::Fabric;
+
+pub use kernels::{CollectiveKind, SEM_READY_FROM_LEFT, SEM_READY_FROM_RIGHT, SEM_SLOT_BASE};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CclError {
+    #[error("{op}: {detail}")]
+    Invalid { op: &'static str, detail: String },
+    #[error(transparent)]
+    Chip(#[from] ChipError),
+}
+
+pub type Result<T, E = CclError> = std::result::Result<T, E>;
+
+/// TT-NN's CCL topologies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Topology {
+    Linear,
+    Ring,
+}
+
+/// Chips taking part, in line order (fabric chip ids); a ring if the ends are linked.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CclLine {
+    pub chips: Vec<u32>,
+    pub is_ring: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct CclConfig {
+    /// Ring needs a ring line and a ring-capable fabric; `None` picks Ring when possible.
+    pub topology: Option<Topology>,
+    /// Parallel ethernet links to spread slots over (default 1).
+    pub num_links: usize,
+    pub memory_config: Option<MemoryConfig>,
+    pub cq: CqId,
+}
+
+fn invalid(op: &'static str, detail: impl Into<String>) -> CclError {
+    CclError::Invalid { op, detail: detail.into() }
+}
+
+/// Picks the algorithm a line and a config allow.
+pub fn resolve_topology(op: &'static str, line: &CclLine, fabric: &Fabric, cfg: &CclConfig) -> Result<Topology> {
+    let ring_ok = line.is_ring && line.chips.len() > 2 && fabric.config() == ttmesh_fabric::FabricConfig::Fabric1DRing;
+    match cfg.topology {
+        Some(Topology::Ring) if !ring_ok => Err(invalid(
+            op,
+            format!(
+                "Topology::Ring needs a ring of 3 or more chips and FabricConfig::Fabric1DRing (line {:?} is_ring={}, fabric {:?}); use Topology::Linear or open the mesh with Fabric1DRing",
+                line.chips,
+                line.is_ring,
+                fabric.config()
+            ),
+        )),
+        Some(t) => Ok(t),
+        None => Ok(if ring_ok { Topology::Ring } else { Topology::Linear }),
+    }
+}
+
+fn check_inputs(op: &'static str, inputs: &[Tensor], line: &CclLine, dim: usize) -> Result<TensorSpec> {
+    if inputs.is_empty() || inputs.len() != line.chips.len() {
+        return Err(invalid(op, format!("{} inputs for a line of {} chips; pass one tensor per chip", inputs.len(), line.chips.len())));
+    }
+    let spec = inputs[0].spec().clone();
+    for (t, &chip) in inputs.iter().zip(&line.chips) {
+        if t.chip().id() != chip {
+            return Err(invalid(op, format!("{} is on chip {}, but its place in the line is chip {chip}", t.name(), t.chip().id())));
+        }
+        if t.spec() != &spec {
+            return Err(invalid(op, format!("{} differs from {}: every chip's tensor must have the same spec", t.name(), inputs[0].name())));
+        }
+    }
+    if dim >= spec.shape.len() {
+        return Err(invalid(op, format!("dim {dim} is out of range for rank {} ({:?})", spec.shape.len(), spec.shape)));
+    }
+    Ok(spec)
+}
+
+/// Allocates one tensor of `spec` per chip and checks they share one address (the lockstep
+/// rule every remote write relies on).
+fn allocate_lockstep(op: &'static str, inputs: &[Tensor], spec: &TensorSpec) -> Result<Vec<Tensor>> {
+    let tensors = inputs.iter().map(|t| Tensor::allocate(t.chip(), spec.clone())).collect::<Result<Vec<_>, _>>()?;
+    check_same_address(op, &tensors)?;
+    Ok(tensors)
+}
+
+fn check_same_address(op: &'static str, tensors: &[Tensor]) -> Result<()> {
+    let first = tensors[0].buffer_address()?;
+    for t in tensors {
+        let a = t.buffer_address()?;
+        if a != first {
+            return Err(invalid(
+                op,
+                format!(
+                    "{} sits at {a:#x} but chip {} has it at {first:#x}: the chips' allocations diverged; allocate through the mesh so every chip allocates the same buffers in the same order",
+                    t.name(),
+                    tensors[0].chip().id()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Scratch with `slots` rows of `slot_bytes` (rounded to u32s) in DRAM.
+fn scratch_spec(slots: usize, slot_bytes: usize) -> TensorSpec {
+    TensorSpec::new(vec![slots, slot_bytes.div_ceil(4).max(1)], DataType::UInt32, Layout::RowMajor, MemoryConfig::DRAM)
+}
+
+struct Plan<'a> {
+    op: &'static str,
+    kind: CollectiveKind,
+    inputs: &'a [Tensor],
+    output_spec: TensorSpec,
+    scratch: TensorSpec,
+    outputs: Option<&'a [Tensor]>,
+}
+
+fn launch(plan: Plan<'_>, line: &CclLine, topology: Topology, fabric: &Arc<Fabric>, cfg: &CclConfig) -> Result<Vec<Tensor>> {
+    let outputs = match plan.outputs {
+        Some(o) => {
+            if o.len() != plan.inputs.len() {
+                return Err(invalid(plan.op, format!("{} outputs for {} chips", o.len(), plan.inputs.len())));
+            }
+            for t in o {
+                if t.spec() != &plan.output_spec {
+                    return Err(invalid(plan.op, format!("output {} must have spec {}", t.name(), plan.output_spec)));
+                }
+            }
+            check_same_address(plan.op, o)?;
+            o.to_vec()
+        }
+        None => allocate_lockstep(plan.op, plan.inputs, &plan.output_spec)?,
+    };
+    let scratch = allocate_lockstep(plan.op, plan.inputs, &plan.scratch)?;
+    let num_links = cfg.num_links.max(1);
+    for (pos, ((input, out), scr)) in plan.inputs.iter().zip(&outputs).zip(&scratch).enumerate() {
+        let chip = input.chip();
+        let key = program_key(&(plan.op, plan.kind, pos, &line.chips, topology, num_links, input.spec(), &plan.output_spec));
+        let kind = plan.kind;
+        let (in_spec, out_spec, scr_spec) = (input.spec().clone(), plan.output_spec.clone(), plan.scratch.clone());
+        let arch = chip.arch().clone();
+        let per_bank = |s: &TensorSpec| -> Result<u64> {
+            let req = s.allocation_request(&arch)?;
+            Ok(chip.with_allocator(|a| a.per_bank_size(&req))?.0)
+        };
+        let operands = vec![
+            OperandInfo { buffer_type: in_spec.memory_config.buffer_type, access: Access::Read, per_bank_size: per_bank(&in_spec)? },
+            OperandInfo { buffer_type: BufferType::Dram, access: Access::ReadWrite, per_bank_size: per_bank(&scr_spec)? },
+            OperandInfo { buffer_type: out_spec.memory_config.buffer_type, access: Access::Write, per_bank_size: per_bank(&out_spec)? },
+        ];
+        let fabric = fabric.clone();
+        let line_for_kernel = line.clone();
+        let program = chip.program_cache().get_or_compile(
+            key,
+            !chip.is_capturing(cfg.cq),
+            || format!("{}(dim, {:?}) at position {pos} of line {:?}", plan.op, kind, line.chips),
+            || {
+                let kernel = kernels::CollectiveKernel::new(
+                    kind, pos, line_for_kernel, topology, num_links, in_spec, out_spec.clone(), scr_spec, fabric,
+                );
+                // A collective runs on the ethernet-facing workers: a few cores, not the grid.
+                let split = CoreSplit { cores: 2 * num_links as u32, units_per_core: out_spec.num_pages() as u32, args_per_core: 8 };
+                Ok(Program::new(Arc::new(kernel), operands, split, Vec::new()))
+            },
+        )?;
+        let addrs = [input.buffer_address()? as u32, scr.buffer_address()? as u32, out.buffer_address()? as u32];
+        let ids = [input.allocation("read")?.id, scr.allocation("used")?.id, out.allocation("written")?.id];
+        chip.enqueue_program(cfg.cq, &program, &addrs, &ids)?;
+    }
+    Ok(outputs)
+}
+
+fn output_memory_config(spec: &TensorSpec, cfg: &CclConfig) -> Result<MemoryConfig> {
+    let mc = cfg.memory_config.clone().unwrap_or_else(|| spec.memory_config.clone());
+    if mc.is_sharded() {
+        return Err(invalid("ccl", "sharded CCL outputs are not supported yet; use an interleaved DRAM or L1 memory config"));
+    }
+    Ok(mc)
+}
+
+/// Gathers every chip's tensor along `dim`: output `shape[dim] *= n` on every chip, in line order.
+pub fn all_gather(
+    inputs: &[Tensor],
+    dim: usize,
+    line: &CclLine,
+    fabric: &Arc<Fabric>,
+    cfg: &CclConfig,
+    outputs: Option<&[Tensor]>,
+) -> Result<Vec<Tensor>> {
+    let spec = check_inputs("all_gather", inputs, line, dim)?;
+    let topology = resolve_topology("all_gather", line, fabric, cfg)?;
+    let n = inputs.len();
+    let mut out = spec.clone();
+    out.shape[dim] *= n;
+    out.memory_config = output_memory_config(&spec, cfg)?;
+    let slot_bytes = spec.volume() * kernels::wire_bytes(spec.dtype);
+    let plan = Plan {
+        op: "all_gather",
+        kind: CollectiveKind::AllGather { dim },
+        inputs,
+        output_spec: out,
+        scratch: scratch_spec(n, slot_bytes),
+        outputs,
+    };
+    launch(plan, line, topology, fabric, cfg)
+}
+
+/// Sums every chip's tensor and leaves chunk `i` (along `dim`) of the sum on the i-th chip of the
+/// line: output `shape[dim] /= n`.
+pub fn reduce_scatter(
+    inputs: &[Tensor],
+    dim: usize,
+    line: &CclLine,
+    fabric: &Arc<Fabric>,
+    cfg: &CclConfig,
+    outputs: Option<&[Tensor]>,
+) -> Result<Vec<Tensor>> {
+    let spec = check_inputs("reduce_scatter", inputs, line, dim)?;
+    let topology = resolve_topology("reduce_scatter", line, fabric, cfg)?;
+    let n = inputs.len();
+    if spec.shape[dim] % n != 0 {
+        return Err(invalid(
+            "reduce_scatter",
+            format!("dim {dim} of {:?} ({}) does not split into {n} equal chunks; pad it to a multiple of {n}", spec.shape, spec.shape[dim]),
+        ));
+    }
+    if spec.dtype == DataType::UInt32 {
+        return Err(invalid("reduce_scatter", "UINT32 tensors cannot be summed here; typecast to BFLOAT16 or FLOAT32"));
+    }
+    let mut out = spec.clone();
+    out.shape[dim] /= n;
+    out.memory_config = output_memory_config(&spec, cfg)?;
+    let chunk_bytes = spec.volume() / n * 4;
+    let plan = Plan {
+        op: "reduce_scatter",
+        kind: CollectiveKind::ReduceScatter { dim },
+        inputs,
+        output_spec: out,
+        scratch: scratch_spec(2 * n, chunk_bytes),
+        outputs,
+    };
+    launch(plan, line, topology, fabric, cfg)
+}
+
+/// Sum across the line, result on every chip: reduce_scatter then all_gather along the largest
+/// dim that splits evenly (the result does not depend on which).
+pub fn all_reduce(inputs: &[Tensor], line: &CclLine, fabric: &Arc<Fabric>, cfg: &CclConfig, outputs: Option<&[Tensor]>) -> Result<Vec<Tensor>> {
+    let n = inputs.len();
+    let spec = check_inputs("all_reduce", inputs, line, 0)?;
+    if n == 1 {
+        return Ok(vec![ttmesh_chip::ops::copy(&inputs[0], &ttmesh_chip::ops::OpOptions { output: outputs.map(|o| o[0].clone()), cq: cfg.cq, ..Default::default() })?]);
+    }
+    let dim = (0..spec.shape.len())
+        .rev()
+        .find(|&d| spec.shape[d] % n == 0 && (d + 2 < spec.shape.len() || spec.layout == Layout::RowMajor || (spec.shape[d] / n) % 32 == 0))
+        .or_else(|| (0..spec.shape.len()).rev().find(|&d| spec.shape[d] % n == 0))
+        .ok_or_else(|| invalid("all_reduce", format!("no dim of {:?} splits into {n} equal chunks; pad one to a multiple of {n}", spec.shape)))?;
+    let mid_cfg = CclConfig { memory_config: None, ..cfg.clone() };
+    let partial = reduce_scatter(inputs, dim, line, fabric, &mid_cfg, None)?;
+    all_gather(&partial, dim, line, fabric, cfg, outputs)
+}

@@ -1,1 +1,31 @@
-//! ttmesh: the user-facing mesh API (placeholder until the mesh issue lands).
+//! ttmesh: the user-facing API of the emulator. A [`MeshDevice`] of N chips with per-chip TRACE
+//! regions and the 1D fabric; [`MeshTensor`]s distributed by mappers and gathered by composers;
+//! every chip op on mesh tensors; collectives along mesh axes; tensor-parallel matmul; mesh
+//! trace (one trace per chip, replayed in lockstep); mesh events; per-chip statistics.
+//!
+//! Owns: the mapping from mesh coordinates to chips, lockstep allocation (a mesh buffer sits at
+//! the same address on every chip), mesh-wide trace and event bookkeeping, stats publishing.
+//! Must not touch: a chip's internals (it calls the chip's public API), routing (the fabric's),
+//! or collective algorithms (ccl's).
+
+pub mod ccl;
+mod device;
+mod error;
+pub mod ops;
+mod tensor;
+mod trace;
+
+pub use device::{MeshConfig, MeshCoordinate, MeshDevice, MeshShape, ChipReport};
+pub use error::{MeshError, Result};
+pub use tensor::{
+    ConcatMesh2dToTensor, ConcatMeshToTensor, MeshComposer, MeshMapper, MeshTensor, ReplicateTensorToMesh,
+    ShardTensor2dMesh, ShardTensorToMesh,
+};
+pub use trace::{MeshEvent, MeshTraceId, ReplayReport};
+
+pub use ttmesh_ccl::Topology;
+pub use ttmesh_chip::{
+    compute::Activation, ArchSpec, BufferType, CqId, DataType, HostTensor, Layout, MathFidelity, MemoryConfig,
+    TensorSpec,
+};
+pub use ttmesh_fabric::FabricConfig;

@@ -1,0 +1,382 @@
+//! The collective kernels: what one chip does inside all_gather and reduce_scatter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ttmesh_chip::allocator::MemSpace;
+use ttmesh_chip::ops::{read_logical, write_logical};
+use ttmesh_chip::program::{Kernel, KernelContext, KernelCost};
+use ttmesh_chip::tensor::{DataType, HostData, TensorPages, TensorSpec};
+use ttmesh_chip::ChipError;
+use ttmesh_fabric::{Fabric, FabricSender, NocAddr};
+
+use crate::{CclLine, Topology};
+
+/// Semaphore ids the collectives use on every chip (fabric semaphore tables are per chip).
+pub const SEM_READY_FROM_LEFT: u32 = 0x1000;
+pub const SEM_READY_FROM_RIGHT: u32 = 0x1001;
+/// Slot `s` of the scratch buffer is guarded by semaphore `SEM_SLOT_BASE + s`.
+pub const SEM_SLOT_BASE: u32 = 0x2000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CollectiveKind {
+    AllGather { dim: usize },
+    ReduceScatter { dim: usize },
+}
+
+/// Bytes per element on the wire: bfloat16 travels as bf16 bits, everything else as 32 bits.
+pub fn wire_bytes(dtype: DataType) -> usize {
+    if dtype == DataType::BFloat16 {
+        2
+    } else {
+        4
+    }
+}
+
+pub(crate) struct CollectiveKernel {
+    kind: CollectiveKind,
+    pos: usize,
+    line: CclLine,
+    topology: Topology,
+    num_links: usize,
+    input: TensorSpec,
+    output: TensorSpec,
+    scratch: TensorSpec,
+    fabric: Arc<Fabric>,
+}
+
+impl CollectiveKernel {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        kind: CollectiveKind,
+        pos: usize,
+        line: CclLine,
+        topology: Topology,
+        num_links: usize,
+        input: TensorSpec,
+        output: TensorSpec,
+        scratch: TensorSpec,
+        fabric: Arc<Fabric>,
+    ) -> Self {
+        CollectiveKernel { kind, pos, line, topology, num_links, input, output, scratch, fabric }
+    }
+}
+
+/// One chip's view of the line while a collective runs.
+struct Run<'a> {
+    ctx: &'a KernelContext<'a>,
+    k: &'a CollectiveKernel,
+    me: u32,
+    left: Option<u32>,
+    right: Option<u32>,
+    slots: TensorPages,
+    slot_bytes: usize,
+    /// One sender per parallel link.
+    senders: Vec<FabricSender>,
+    timeout: Duration,
+}
+
+fn fab(ctx: &KernelContext, what: &str, e: impl std::fmt::Display) -> ChipError {
+    ChipError::Kernel { kernel: what.into(), chip: ctx.chip, reason: e.to_string() }
+}
+
+impl<'a> Run<'a> {
+    fn name(&self) -> &'static str {
+        match self.k.kind {
+            CollectiveKind::AllGather { .. } => "AllGather",
+            CollectiveKind::ReduceScatter { .. } => "ReduceScatter",
+        }
+    }
+
+    fn slot_addr(&self, slot: usize) -> NocAddr {
+        let (bank, addr) = self.slots.location(slot as u64);
+        NocAddr::dram(bank, addr)
+    }
+
+    fn send(&self, to: u32, slot: usize, data: &[u8]) -> Result<(), ChipError> {
+        self.senders[slot % self.senders.len()]
+            .write_and_inc(to, self.slot_addr(slot), data, SEM_SLOT_BASE + slot as u32, 1)
+            .map_err(|e| fab(self.ctx, self.name(), e))
+    }
+
+    fn wait_slot(&self, slot: usize) -> Result<(), ChipError> {
+        self.k
+            .fabric
+            .wait_semaphore(self.me, SEM_SLOT_BASE + slot as u32, 1, self.timeout)
+            .map_err(|e| fab(self.ctx, self.name(), e))
+    }
+
+    fn read_slot(&self, slot: usize, len: usize) -> Result<Vec<u8>, ChipError> {
+        let (bank, addr) = self.slots.location(slot as u64);
+        let mut buf = vec![0u8; len];
+        self.ctx.memory.read(MemSpace::Dram, bank, addr, &mut buf)?;
+        Ok(buf)
+    }
+
+    fn write_slot_local(&self, slot: usize, data: &[u8]) -> Result<(), ChipError> {
+        let (bank, addr) = self.slots.location(slot as u64);
+        self.ctx.memory.write(MemSpace::Dram, bank, addr, data)
+    }
+
+    /// Tells the neighbours that write into this chip that it has entered the collective, and
+    /// waits until the neighbours it writes into have done the same.
+    fn handshake(&self, writes_left: bool, writes_right: bool) -> Result<(), ChipError> {
+        let inc = |to: u32, sem: u32| self.senders[0].atomic_inc(to, sem, 1).map_err(|e| fab(self.ctx, self.name(), e));
+        // Who writes into me: the left neighbour if it writes right, the right one if it writes left.
+        let ring = self.k.topology == Topology::Ring;
+        if let Some(l) = self.left {
+            inc(l, SEM_READY_FROM_RIGHT)?;
+        }
+        if let (Some(r), false) = (self.right, ring) {
+            inc(r, SEM_READY_FROM_LEFT)?;
+        }
+        let wait = |sem: u32| {
+            self.k.fabric.wait_semaphore(self.me, sem, 1, self.timeout).map_err(|e| fab(self.ctx, self.name(), e))
+        };
+        if writes_right && self.right.is_some() {
+            wait(SEM_READY_FROM_RIGHT)?;
+        }
+        if writes_left && self.left.is_some() {
+            wait(SEM_READY_FROM_LEFT)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), ChipError> {
+        for s in &self.senders {
+            s.flush_timeout(self.timeout).map_err(|e| fab(self.ctx, self.name(), e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Kernel for CollectiveKernel {
+    fn name(&self) -> &str {
+        match self.kind {
+            CollectiveKind::AllGather { .. } => "AllGather",
+            CollectiveKind::ReduceScatter { .. } => "ReduceScatter",
+        }
+    }
+
+    fn execute(&self, ctx: &KernelContext, addresses: &[u32]) -> Result<(), ChipError> {
+        let n = self.line.chips.len();
+        let ring = self.topology == Topology::Ring;
+        let left = if self.pos > 0 { Some(self.line.chips[self.pos - 1]) } else if ring { Some(self.line.chips[n - 1]) } else { None };
+        let right = if self.pos + 1 < n { Some(self.line.chips[self.pos + 1]) } else if ring { Some(self.line.chips[0]) } else { None };
+        let me = self.line.chips[self.pos];
+        let slots = self.scratch.page_map(ctx.arch, addresses[1] as u64)?;
+        let slot_bytes = self.scratch.page_size() as usize;
+        let senders = (0..self.num_links)
+            .map(|l| self.fabric.sender(me).map(|s| s.with_link(l)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| fab(ctx, "collective", e))?;
+        let run = Run { ctx, k: self, me, left, right, slots, slot_bytes, senders, timeout: ctx.timeout };
+        match self.kind {
+            CollectiveKind::AllGather { dim } => all_gather(&run, dim, addresses),
+            CollectiveKind::ReduceScatter { dim } => reduce_scatter(&run, dim, addresses),
+        }
+    }
+
+    fn cost(&self) -> KernelCost {
+        let n = self.line.chips.len() as f64;
+        let bytes = match self.kind {
+            CollectiveKind::AllGather { .. } => self.output.volume() as f64 * wire_bytes(self.input.dtype) as f64 * (n - 1.0) / n,
+            CollectiveKind::ReduceScatter { .. } => self.input.volume() as f64 * 4.0 * (n - 1.0) / n,
+        };
+        KernelCost { fabric_bytes: bytes, dram_bytes: (self.input.buffer_size() + self.output.buffer_size()) as f64, ..Default::default() }
+    }
+}
+
+fn to_wire(dtype: DataType, data: &HostData) -> Vec<u8> {
+    match (data, dtype) {
+        (HostData::F32(v), DataType::BFloat16) => v.iter().flat_map(|x| half::bf16::from_f32(*x).to_bits().to_le_bytes()).collect(),
+        (HostData::F32(v), _) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        (HostData::U32(v), _) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+fn from_wire(dtype: DataType, bytes: &[u8], out: &mut HostData) {
+    match out {
+        HostData::F32(v) if dtype == DataType::BFloat16 => {
+            v.extend(bytes.chunks_exact(2).map(|b| half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()))
+        }
+        HostData::F32(v) => v.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+        HostData::U32(v) => v.extend(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+    }
+}
+
+/// Splits a shape at `dim`: (outer count, extent of dim, inner block size).
+fn split_dims(shape: &[usize], dim: usize) -> (usize, usize, usize) {
+    (shape[..dim].iter().product(), shape[dim], shape[dim + 1..].iter().product())
+}
+
+fn all_gather(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipError> {
+    let k = run.k;
+    let n = k.line.chips.len();
+    let pos = k.pos;
+    let dtype = k.input.dtype;
+    let own = to_wire(dtype, &read_logical(run.ctx, &k.input, addresses[0])?);
+    let len = own.len();
+    run.write_slot_local(pos, &own)?;
+    if k.topology == Topology::Ring {
+        run.handshake(false, true)?;
+        let right = run.right.expect("a ring has a right neighbour");
+        for t in 0..n - 1 {
+            let c = (pos + n - t) % n;
+            let data = if t == 0 { own.clone() } else { run.read_slot(c, len)? };
+            run.send(right, c, &data)?;
+            run.wait_slot((pos + 2 * n - 1 - t) % n)?;
+        }
+    } else {
+        run.handshake(true, true)?;
+        if let Some(r) = run.right {
+            run.send(r, pos, &own)?;
+        }
+        if let Some(l) = run.left {
+            run.send(l, pos, &own)?;
+        }
+        // Chunks from the left arrive nearest first; pass each on to the right.
+        for c in (0..pos).rev() {
+            run.wait_slot(c)?;
+            if let Some(r) = run.right {
+                run.send(r, c, &run.read_slot(c, len)?)?;
+            }
+        }
+        for c in pos + 1..n {
+            run.wait_slot(c)?;
+            if let Some(l) = run.left {
+                run.send(l, c, &run.read_slot(c, len)?)?;
+            }
+        }
+    }
+    run.flush()?;
+    // Assemble the output: slot j holds chip j's tensor; concatenate along `dim`.
+    let (outer, extent, inner) = split_dims(&k.input.shape, dim);
+    let block = extent * inner;
+    let shards: Vec<HostData> = (0..n)
+        .map(|j| {
+            let bytes = if j == pos { own.clone() } else { run.read_slot(j, len)? };
+            let mut d = if dtype == DataType::UInt32 { HostData::U32(Vec::new()) } else { HostData::F32(Vec::new()) };
+            from_wire(dtype, &bytes, &mut d);
+            Ok(d)
+        })
+        .collect::<Result<_, ChipError>>()?;
+    let out = match &shards[0] {
+        HostData::F32(_) => HostData::F32(concat(&shards, outer, block, |d| match d {
+            HostData::F32(v) => v,
+            HostData::U32(_) => unreachable!("shards share one dtype"),
+        })),
+        HostData::U32(_) => HostData::U32(concat(&shards, outer, block, |d| match d {
+            HostData::U32(v) => v,
+            HostData::F32(_) => unreachable!("shards share one dtype"),
+        })),
+    };
+    write_logical(run.ctx, &k.output, addresses[2], &out)
+}
+
+fn concat<T: Copy>(shards: &[HostData], outer: usize, block: usize, get: impl Fn(&HostData) -> &Vec<T>) -> Vec<T> {
+    let mut out = Vec::with_capacity(outer * block * shards.len());
+    for o in 0..outer {
+        for s in shards {
+            out.extend_from_slice(&get(s)[o * block..(o + 1) * block]);
+        }
+    }
+    out
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn add_bytes(acc: &mut [f32], bytes: &[u8]) {
+    for (a, b) in acc.iter_mut().zip(bytes.chunks_exact(4)) {
+        *a += f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    }
+}
+
+fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipError> {
+    let k = run.k;
+    let n = k.line.chips.len();
+    let pos = k.pos;
+    let input = match read_logical(run.ctx, &k.input, addresses[0])? {
+        HostData::F32(v) => v,
+        HostData::U32(v) => v.into_iter().map(|x| x as f32).collect(),
+    };
+    // Chunk j = for every outer index, rows [j*cs, (j+1)*cs) of `dim`.
+    let (outer, extent, inner) = split_dims(&k.input.shape, dim);
+    let cs = extent / n;
+    let mut chunks: Vec<Vec<f32>> = (0..n)
+        .map(|j| {
+            let mut c = Vec::with_capacity(outer * cs * inner);
+            for o in 0..outer {
+                let start = o * extent * inner + j * cs * inner;
+                c.extend_from_slice(&input[start..start + cs * inner]);
+            }
+            c
+        })
+        .collect();
+    let len = chunks[0].len() * 4;
+    let result = if k.topology == Topology::Ring {
+        run.handshake(false, true)?;
+        let right = run.right.expect("a ring has a right neighbour");
+        for t in 0..n - 1 {
+            let send_c = (pos + 2 * n - t - 1) % n;
+            run.send(right, t, &f32_bytes(&chunks[send_c]))?;
+            run.wait_slot(t)?;
+            let recv_c = (pos + 2 * n - t - 2) % n;
+            add_bytes(&mut chunks[recv_c], &run.read_slot(t, len)?);
+        }
+        std::mem::take(&mut chunks[pos])
+    } else {
+        run.handshake(true, true)?;
+        // Rightward stream: slots 0..n carry partial sums of chips 0..=i for chunks owned further right.
+        let mut from_left: Option<Vec<f32>> = None;
+        if run.left.is_none() {
+            if let Some(r) = run.right {
+                for c in 1..n {
+                    run.send(r, c, &f32_bytes(&chunks[c]))?;
+                }
+            }
+        } else {
+            for c in pos..n {
+                run.wait_slot(c)?;
+                let mut p = chunks[c].clone();
+                add_bytes(&mut p, &run.read_slot(c, len)?);
+                if c == pos {
+                    from_left = Some(p);
+                } else if let Some(r) = run.right {
+                    run.send(r, c, &f32_bytes(&p))?;
+                }
+            }
+        }
+        // Leftward stream: slots n..2n carry partial sums of chips i..n for chunks owned further left.
+        let mut from_right: Option<Vec<u8>> = None;
+        if run.right.is_none() {
+            if let Some(l) = run.left {
+                for c in (0..n - 1).rev() {
+                    run.send(l, n + c, &f32_bytes(&chunks[c]))?;
+                }
+            }
+        } else {
+            for c in (0..=pos).rev() {
+                run.wait_slot(n + c)?;
+                let bytes = run.read_slot(n + c, len)?;
+                if c == pos {
+                    from_right = Some(bytes);
+                } else if let Some(l) = run.left {
+                    let mut p = chunks[c].clone();
+                    add_bytes(&mut p, &bytes);
+                    run.send(l, n + c, &f32_bytes(&p))?;
+                }
+            }
+        }
+        let mut total = from_left.unwrap_or_else(|| chunks[pos].clone());
+        if let Some(r) = from_right {
+            add_bytes(&mut total, &r);
+        }
+        total
+    };
+    let _ = run.slot_bytes;
+    run.flush()?;
+    write_logical(run.ctx, &k.output, addresses[2], &HostData::F32(result))
+}

@@ -1,0 +1,388 @@
+//! MeshDevice: N chips of one cluster, their fabric, and the mesh-wide view of them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use ttmesh_ccl::CclLine;
+use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig, CqId};
+use ttmesh_fabric::{AxisLine, ChipMemory, EthLink, Fabric, FabricConfig, FabricSpec, LinkParams, NocAddr};
+use ttmesh_topologies::{ArchName, ClusterGraph};
+
+use crate::error::{invalid, on_chip, MeshError, Result};
+use crate::trace::ReplayReport;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MeshShape {
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl MeshShape {
+    pub fn new(rows: usize, cols: usize) -> MeshShape {
+        MeshShape { rows, cols }
+    }
+    pub fn num_devices(&self) -> usize {
+        self.rows * self.cols
+    }
+}
+
+impl std::fmt::Display for MeshShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.rows, self.cols)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MeshCoordinate {
+    pub row: usize,
+    pub col: usize,
+}
+
+/// What `open_mesh_device` takes.
+#[derive(Clone, Debug)]
+pub struct MeshConfig {
+    /// A shipped topology name (n150, n300, t3k, galaxy, p150, p300, line-N, ring-N) or a path.
+    pub topology: String,
+    /// The cluster's own shape when None; a sub-grid from (0, 0); or 1xN over all chips of a 2D
+    /// cluster (chips ordered along its ring or line, as TT-NN uses a T3K as 1x8).
+    pub mesh_shape: Option<MeshShape>,
+    pub trace_region_size: u64,
+    pub l1_small_size: u64,
+    pub num_command_queues: u8,
+    pub fabric_config: FabricConfig,
+    pub operation_timeout: Option<Duration>,
+    pub replay_sanitizer: bool,
+}
+
+impl Default for MeshConfig {
+    fn default() -> Self {
+        MeshConfig {
+            topology: "t3k".into(),
+            mesh_shape: None,
+            trace_region_size: 0,
+            l1_small_size: 0,
+            num_command_queues: 1,
+            fabric_config: FabricConfig::Fabric1D,
+            operation_timeout: None,
+            replay_sanitizer: true,
+        }
+    }
+}
+
+/// Per-chip memory figures (bytes summed over the banks of each type).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChipReport {
+    pub id: u32,
+    pub coord: MeshCoordinate,
+    pub dram_allocated: u64,
+    pub dram_capacity: u64,
+    pub l1_allocated: u64,
+    pub l1_capacity: u64,
+    pub l1_small_allocated: u64,
+    pub l1_small_capacity: u64,
+    pub trace_allocated: u64,
+    pub trace_region_size: u64,
+    pub live_traces: u64,
+    pub trace_replays: u64,
+}
+
+pub(crate) struct MeshInner {
+    pub(crate) config: MeshConfig,
+    pub(crate) cluster: ClusterGraph,
+    pub(crate) shape: MeshShape,
+    /// Chips in mesh row-major order.
+    pub(crate) chips: Vec<Arc<Chip>>,
+    pub(crate) fabric: Option<Arc<Fabric>>,
+    pub(crate) closed: AtomicBool,
+    pub(crate) last_replay: Mutex<Option<Arc<crate::trace::ReplayTimes>>>,
+}
+
+/// A mesh of chips. Cloning shares the mesh.
+#[derive(Clone)]
+pub struct MeshDevice {
+    pub(crate) inner: Arc<MeshInner>,
+}
+
+/// Fabric writes land in the destination chip's memory.
+struct ChipPort(Option<Arc<Chip>>, u32);
+
+impl ChipMemory for ChipPort {
+    fn write(&self, dest: NocAddr, data: &[u8]) -> std::result::Result<(), String> {
+        let chip = self.0.as_ref().ok_or_else(|| format!("chip {} is not part of this mesh", self.1))?;
+        let space = match dest.space {
+            ttmesh_fabric::MemSpace::Dram => ttmesh_chip::allocator::MemSpace::Dram,
+            ttmesh_fabric::MemSpace::L1 => ttmesh_chip::allocator::MemSpace::L1,
+        };
+        chip.memory().write(space, dest.bank, dest.addr, data).map_err(|e| e.to_string())
+    }
+}
+
+impl MeshDevice {
+    pub fn open(config: MeshConfig) -> Result<MeshDevice> {
+        let cluster = ttmesh_topologies::load(&config.topology)?;
+        let arch = match cluster.arch() {
+            ArchName::WormholeB0 => ArchSpec::wormhole_b0(),
+            ArchName::Blackhole => ArchSpec::blackhole(),
+        };
+        let (rows, cols) = cluster.mesh_shape();
+        let shape = config.mesh_shape.unwrap_or(MeshShape::new(rows, cols));
+        let ids = mesh_chip_ids(&cluster, shape)?;
+        let mut chips = Vec::with_capacity(ids.len());
+        for &id in &ids {
+            let mut cc = ChipConfig::new(id, arch.clone());
+            cc.trace_region_size = config.trace_region_size;
+            cc.l1_small_size = config.l1_small_size;
+            cc.num_command_queues = config.num_command_queues;
+            cc.replay_sanitizer = config.replay_sanitizer;
+            if let Some(t) = config.operation_timeout {
+                cc.operation_timeout = t;
+            }
+            chips.push(Chip::open(cc).map_err(on_chip(id))?);
+        }
+        let fabric = match config.fabric_config {
+            FabricConfig::Disabled => None,
+            fc => Some(Arc::new(build_fabric(&cluster, shape, &ids, &chips, &arch, fc, &config)?)),
+        };
+        Ok(MeshDevice {
+            inner: Arc::new(MeshInner {
+                config,
+                cluster,
+                shape,
+                chips,
+                fabric,
+                closed: AtomicBool::new(false),
+                last_replay: Mutex::new(None),
+            }),
+        })
+    }
+
+    pub fn shape(&self) -> MeshShape {
+        self.inner.shape
+    }
+    pub fn num_devices(&self) -> usize {
+        self.inner.chips.len()
+    }
+    pub fn chips(&self) -> &[Arc<Chip>] {
+        &self.inner.chips
+    }
+    pub fn chip(&self, coord: MeshCoordinate) -> Result<&Arc<Chip>> {
+        let s = self.inner.shape;
+        if coord.row >= s.rows || coord.col >= s.cols {
+            return Err(invalid("mesh", format!("coordinate ({}, {}) is outside the {s} mesh", coord.row, coord.col)));
+        }
+        Ok(&self.inner.chips[coord.row * s.cols + coord.col])
+    }
+    pub fn coord_of_index(&self, i: usize) -> MeshCoordinate {
+        MeshCoordinate { row: i / self.inner.shape.cols, col: i % self.inner.shape.cols }
+    }
+    pub fn cluster(&self) -> &ClusterGraph {
+        &self.inner.cluster
+    }
+    pub fn arch(&self) -> &ArchSpec {
+        self.inner.chips[0].arch()
+    }
+    pub fn config(&self) -> &MeshConfig {
+        &self.inner.config
+    }
+    pub fn fabric(&self) -> Option<&Arc<Fabric>> {
+        self.inner.fabric.as_ref()
+    }
+    pub fn fabric_config(&self) -> FabricConfig {
+        self.inner.config.fabric_config
+    }
+
+    pub(crate) fn require_fabric(&self, op: &str) -> Result<&Arc<Fabric>> {
+        self.inner.fabric.as_ref().ok_or_else(|| {
+            invalid(op, "the mesh was opened with FabricConfig::Disabled; open it with Fabric1D or Fabric1DRing to run collectives")
+        })
+    }
+
+    /// The lines a collective runs on: every column (axis 0), every row (axis 1), or one line
+    /// through all chips (None).
+    pub fn ccl_lines(&self, cluster_axis: Option<usize>) -> Result<Vec<(CclLine, Vec<usize>)>> {
+        let s = self.inner.shape;
+        let id_of = |i: usize| self.inner.chips[i].id();
+        let make = |idx: Vec<usize>| {
+            let chips: Vec<u32> = idx.iter().map(|&i| id_of(i)).collect();
+            let is_ring = chips.len() > 2 && self.inner.cluster.link_count(chips[0], *chips.last().unwrap()) > 0;
+            (CclLine { chips, is_ring }, idx)
+        };
+        match cluster_axis {
+            Some(0) => Ok((0..s.cols).map(|c| make((0..s.rows).map(|r| r * s.cols + c).collect())).collect()),
+            Some(1) => Ok((0..s.rows).map(|r| make((0..s.cols).map(|c| r * s.cols + c).collect())).collect()),
+            Some(a) => Err(invalid("ccl", format!("cluster_axis {a} does not exist; use 0 (columns), 1 (rows) or None (all chips)"))),
+            None => {
+                if s.rows == 1 || s.cols == 1 {
+                    return Ok(vec![make((0..self.num_devices()).collect())]);
+                }
+                let line = self.inner.cluster.linearize().filter(|l| l.chips.len() == self.num_devices()).ok_or_else(|| {
+                    invalid("ccl", format!("the {s} mesh has no line through all its chips; pass cluster_axis 0 or 1"))
+                })?;
+                let idx = line
+                    .chips
+                    .iter()
+                    .map(|id| self.inner.chips.iter().position(|c| c.id() == *id).expect("linearize lists mesh chips"))
+                    .collect();
+                Ok(vec![make(idx)])
+            }
+        }
+    }
+
+    /// Waits for every queue of every chip; the first error names its chip.
+    pub fn synchronize_device(&self) -> Result<()> {
+        let mut first = None;
+        for c in &self.inner.chips {
+            if let Err(e) = c.synchronize() {
+                first.get_or_insert(MeshError::Chip { chip: c.id(), source: e });
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    pub fn finish(&self, cq: CqId) -> Result<()> {
+        for c in &self.inner.chips {
+            c.finish(cq).map_err(on_chip(c.id()))?;
+        }
+        Ok(())
+    }
+
+    pub fn reports(&self) -> Vec<ChipReport> {
+        self.inner
+            .chips
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let used = |t: BufferType| {
+                    let banks = c.with_allocator(|a| a.num_banks(t)) as u64;
+                    (c.usage().snapshot(t).allocated_per_bank * banks, c.statistics(t).total_allocatable_size_bytes * banks)
+                };
+                let (dram, dram_cap) = used(BufferType::Dram);
+                let (l1, l1_cap) = used(BufferType::L1);
+                let (l1s, l1s_cap) = used(BufferType::L1Small);
+                let (trace, _) = used(BufferType::Trace);
+                let ts = c.trace_stats();
+                ChipReport {
+                    id: c.id(),
+                    coord: self.coord_of_index(i),
+                    dram_allocated: dram,
+                    dram_capacity: dram_cap,
+                    l1_allocated: l1,
+                    l1_capacity: l1_cap,
+                    l1_small_allocated: l1s,
+                    l1_small_capacity: l1s_cap,
+                    trace_allocated: trace,
+                    trace_region_size: c.config().trace_region_size,
+                    live_traces: ts.live_traces,
+                    trace_replays: ts.replays,
+                }
+            })
+            .collect()
+    }
+
+    /// Timing of the last lockstep replay, once every chip finished it.
+    pub fn last_replay(&self) -> Option<ReplayReport> {
+        self.inner.last_replay.lock().as_ref().and_then(|t| t.report())
+    }
+
+    /// Stops the fabric and every chip's dispatchers after their queued work.
+    pub fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let sync = self.synchronize_device();
+        if let Some(f) = &self.inner.fabric {
+            f.shutdown()?;
+        }
+        for c in &self.inner.chips {
+            c.close().map_err(on_chip(c.id()))?;
+        }
+        sync
+    }
+}
+
+impl Drop for MeshInner {
+    fn drop(&mut self) {
+        if let Some(f) = &self.fabric {
+            let _ = f.shutdown();
+        }
+    }
+}
+
+/// Chip ids of a mesh view, row-major.
+fn mesh_chip_ids(cluster: &ClusterGraph, shape: MeshShape) -> Result<Vec<u32>> {
+    let (rows, cols) = cluster.mesh_shape();
+    if shape.rows == 0 || shape.cols == 0 {
+        return Err(MeshError::Config(format!("mesh shape {shape} is empty")));
+    }
+    if shape.rows <= rows && shape.cols <= cols {
+        let mut ids = Vec::new();
+        for r in 0..shape.rows {
+            for c in 0..shape.cols {
+                ids.push(cluster.chip_at(r, c).ok_or_else(|| MeshError::Config(format!("{} has no chip at ({r}, {c})", cluster.name())))?);
+            }
+        }
+        return Ok(ids);
+    }
+    if (shape.rows == 1 || shape.cols == 1) && shape.num_devices() == cluster.num_chips() {
+        if let Some(line) = cluster.linearize() {
+            return Ok(line.chips);
+        }
+    }
+    Err(MeshError::Config(format!(
+        "mesh shape {shape} does not fit {} ({rows}x{cols}, {} chips): use a sub-grid of it, or 1x{} along its ring",
+        cluster.name(),
+        cluster.num_chips(),
+        cluster.num_chips()
+    )))
+}
+
+fn build_fabric(
+    cluster: &ClusterGraph,
+    shape: MeshShape,
+    ids: &[u32],
+    chips: &[Arc<Chip>],
+    arch: &ArchSpec,
+    config: FabricConfig,
+    mesh: &MeshConfig,
+) -> Result<Fabric> {
+    let in_mesh = |id: u32| ids.contains(&id);
+    let links: Vec<EthLink> = cluster
+        .links()
+        .iter()
+        .filter(|l| in_mesh(l.a.0) && in_mesh(l.b.0))
+        .map(|l| EthLink::new(l.a, l.b))
+        .collect();
+    let ring_ok = |v: &[u32]| v.len() > 2 && cluster.link_count(v[0], *v.last().unwrap()) > 0;
+    let mut axes = Vec::new();
+    let mut push = |v: Vec<u32>| {
+        if v.len() > 1 && !axes.iter().any(|a: &AxisLine| a.chips == v) {
+            let is_ring = ring_ok(&v);
+            axes.push(AxisLine { chips: v, is_ring });
+        }
+    };
+    for r in 0..shape.rows {
+        push((0..shape.cols).map(|c| ids[r * shape.cols + c]).collect());
+    }
+    for c in 0..shape.cols {
+        push((0..shape.rows).map(|r| ids[r * shape.cols + c]).collect());
+    }
+    if shape.rows > 1 && shape.cols > 1 {
+        if let Some(line) = cluster.linearize().filter(|l| l.chips.len() == ids.len()) {
+            push(line.chips);
+        }
+    }
+    let params = if arch.arch == ttmesh_chip::Arch::Blackhole { LinkParams::blackhole() } else { LinkParams::wormhole() };
+    let mut spec = FabricSpec::new(cluster.num_chips() as u32, links, axes, params, config);
+    if let Some(t) = mesh.operation_timeout {
+        spec.timeout = t;
+    }
+    let memories: Vec<Arc<dyn ChipMemory>> = (0..cluster.num_chips() as u32)
+        .map(|id| {
+            let chip = chips.iter().find(|c| c.id() == id).cloned();
+            Arc::new(ChipPort(chip, id)) as Arc<dyn ChipMemory>
+        })
+        .collect();
+    Ok(Fabric::new(spec, memories)?)
+}

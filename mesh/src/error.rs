@@ -1,0 +1,31 @@
+use ttmesh_ccl::CclError;
+use ttmesh_chip::ChipError;
+use ttmesh_fabric::FabricError;
+use ttmesh_topologies::TopologyError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MeshError {
+    #[error("{0}")]
+    Config(String),
+    #[error("chip {chip}: {source}")]
+    Chip { chip: u32, source: ChipError },
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
+    #[error(transparent)]
+    Ccl(#[from] CclError),
+    #[error("{op}: {detail}")]
+    Invalid { op: String, detail: String },
+}
+
+pub type Result<T, E = MeshError> = std::result::Result<T, E>;
+
+/// Attaches the chip id to a chip error.
+pub(crate) fn on_chip(chip: u32) -> impl FnOnce(ChipError) -> MeshError {
+    move |source| MeshError::Chip { chip, source }
+}
+
+pub(crate) fn invalid(op: &str, detail: impl Into<String>) -> MeshError {
+    MeshError::Invalid { op: op.into(), detail: detail.into() }
+}

@@ -1,0 +1,275 @@
+//! Mesh tensors: one tensor per chip, all with the same spec and the same address, plus the
+//! mappers that split a host tensor over the mesh and the composers that join it back.
+
+use ttmesh_chip::tensor::{HostData, PendingTensorRead, Tensor};
+use ttmesh_chip::{CqId, HostTensor, Layout, MemoryConfig, TensorSpec};
+
+use crate::device::{MeshDevice, MeshShape};
+use crate::error::{invalid, on_chip, Result};
+
+/// Splits one host tensor into one host tensor per chip (mesh row-major order).
+pub trait MeshMapper {
+    fn map(&self, host: &HostTensor, shape: MeshShape) -> Result<Vec<HostTensor>>;
+}
+
+/// Joins one host tensor per chip back into one.
+pub trait MeshComposer {
+    fn compose(&self, shards: Vec<HostTensor>, shape: MeshShape) -> Result<HostTensor>;
+}
+
+/// Split along `dim` over all chips (row-major order).
+#[derive(Clone, Copy, Debug)]
+pub struct ShardTensorToMesh(pub usize);
+/// The same tensor on every chip.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplicateTensorToMesh;
+/// Split along `dims[0]` over mesh rows and `dims[1]` over mesh columns; None replicates.
+#[derive(Clone, Copy, Debug)]
+pub struct ShardTensor2dMesh(pub [Option<usize>; 2]);
+/// Concatenate every chip's tensor along `dim` (row-major order).
+#[derive(Clone, Copy, Debug)]
+pub struct ConcatMeshToTensor(pub usize);
+/// Concatenate along `dims[0]` over rows and `dims[1]` over columns.
+#[derive(Clone, Copy, Debug)]
+pub struct ConcatMesh2dToTensor(pub [usize; 2]);
+
+/// Splits `host` into `n` equal parts along `dim`.
+pub fn split(host: &HostTensor, dim: usize, n: usize) -> Result<Vec<HostTensor>> {
+    let shape = &host.shape;
+    if dim >= shape.len() {
+        return Err(invalid("ShardTensorToMesh", format!("dim {dim} is out of range for shape {shape:?}")));
+    }
+    if shape[dim] % n != 0 {
+        return Err(invalid(
+            "ShardTensorToMesh",
+            format!("dim {dim} of {shape:?} ({}) does not split evenly over {n} chips", shape[dim]),
+        ));
+    }
+    let outer: usize = shape[..dim].iter().product();
+    let inner: usize = shape[dim + 1..].iter().product();
+    let part = shape[dim] / n;
+    let mut out_shape = shape.clone();
+    out_shape[dim] = part;
+    let pick = |j: usize| -> HostData {
+        fn take<T: Copy>(v: &[T], outer: usize, extent: usize, part: usize, inner: usize, j: usize) -> Vec<T> {
+            let mut o = Vec::with_capacity(outer * part * inner);
+            for k in 0..outer {
+                let start = (k * extent + j * part) * inner;
+                o.extend_from_slice(&v[start..start + part * inner]);
+            }
+            o
+        }
+        match &host.data {
+            HostData::F32(v) => HostData::F32(take(v, outer, shape[dim], part, inner, j)),
+            HostData::U32(v) => HostData::U32(take(v, outer, shape[dim], part, inner, j)),
+        }
+    };
+    Ok((0..n).map(|j| HostTensor { shape: out_shape.clone(), dtype: host.dtype, data: pick(j) }).collect())
+}
+
+/// Concatenates host tensors along `dim`.
+pub fn concat(parts: &[HostTensor], dim: usize) -> Result<HostTensor> {
+    let first = parts.first().ok_or_else(|| invalid("ConcatMeshToTensor", "no tensors to concatenate"))?;
+    if dim >= first.shape.len() {
+        return Err(invalid("ConcatMeshToTensor", format!("dim {dim} is out of range for shape {:?}", first.shape)));
+    }
+    for p in parts {
+        let mut a = p.shape.clone();
+        let mut b = first.shape.clone();
+        a[dim] = 0;
+        b[dim] = 0;
+        if a != b || p.dtype != first.dtype {
+            return Err(invalid("ConcatMeshToTensor", format!("shapes {:?} and {:?} differ outside dim {dim}", p.shape, first.shape)));
+        }
+    }
+    let outer: usize = first.shape[..dim].iter().product();
+    let inner: usize = first.shape[dim + 1..].iter().product();
+    let mut shape = first.shape.clone();
+    shape[dim] = parts.iter().map(|p| p.shape[dim]).sum();
+    fn join<T: Copy>(parts: &[&[T]], extents: &[usize], outer: usize, inner: usize) -> Vec<T> {
+        let mut o = Vec::new();
+        for k in 0..outer {
+            for (p, e) in parts.iter().zip(extents) {
+                o.extend_from_slice(&p[k * e * inner..(k + 1) * e * inner]);
+            }
+        }
+        o
+    }
+    let extents: Vec<usize> = parts.iter().map(|p| p.shape[dim]).collect();
+    let data = match &first.data {
+        HostData::F32(_) => {
+            let v: Vec<&[f32]> = parts.iter().map(|p| p.as_f32().unwrap_or(&[])).collect();
+            HostData::F32(join(&v, &extents, outer, inner))
+        }
+        HostData::U32(_) => {
+            let v: Vec<&[u32]> = parts.iter().map(|p| if let HostData::U32(x) = &p.data { x.as_slice() } else { &[] }).collect();
+            HostData::U32(join(&v, &extents, outer, inner))
+        }
+    };
+    Ok(HostTensor { shape, dtype: first.dtype, data })
+}
+
+impl MeshMapper for ShardTensorToMesh {
+    fn map(&self, host: &HostTensor, shape: MeshShape) -> Result<Vec<HostTensor>> {
+        split(host, self.0, shape.num_devices())
+    }
+}
+
+impl MeshMapper for ReplicateTensorToMesh {
+    fn map(&self, host: &HostTensor, shape: MeshShape) -> Result<Vec<HostTensor>> {
+        Ok(vec![host.clone(); shape.num_devices()])
+    }
+}
+
+impl MeshMapper for ShardTensor2dMesh {
+    fn map(&self, host: &HostTensor, shape: MeshShape) -> Result<Vec<HostTensor>> {
+        let rows = match self.0[0] {
+            Some(d) => split(host, d, shape.rows)?,
+            None => vec![host.clone(); shape.rows],
+        };
+        let mut out = Vec::with_capacity(shape.num_devices());
+        for r in rows {
+            match self.0[1] {
+                Some(d) => out.extend(split(&r, d, shape.cols)?),
+                None => out.extend(std::iter::repeat_n(r, shape.cols)),
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl MeshComposer for ConcatMeshToTensor {
+    fn compose(&self, shards: Vec<HostTensor>, _shape: MeshShape) -> Result<HostTensor> {
+        concat(&shards, self.0)
+    }
+}
+
+impl MeshComposer for ConcatMesh2dToTensor {
+    fn compose(&self, shards: Vec<HostTensor>, shape: MeshShape) -> Result<HostTensor> {
+        let rows: Vec<HostTensor> =
+            shards.chunks(shape.cols).map(|row| concat(row, self.0[1])).collect::<Result<_>>()?;
+        concat(&rows, self.0[0])
+    }
+}
+
+/// One tensor per chip of a mesh, in mesh row-major order.
+#[derive(Clone)]
+pub struct MeshTensor {
+    pub(crate) mesh: MeshDevice,
+    pub(crate) shards: Vec<Tensor>,
+}
+
+impl std::fmt::Debug for MeshTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MeshTensor({} on {} chips)", self.spec(), self.shards.len())
+    }
+}
+
+impl MeshTensor {
+    pub(crate) fn from_shards(mesh: &MeshDevice, shards: Vec<Tensor>) -> Result<MeshTensor> {
+        let first = shards.first().ok_or_else(|| invalid("mesh tensor", "no shards"))?;
+        let addr = first.buffer_address().map_err(on_chip(first.chip().id()))?;
+        for s in &shards {
+            let a = s.buffer_address().map_err(on_chip(s.chip().id()))?;
+            if a != addr {
+                return Err(invalid(
+                    "mesh tensor",
+                    format!(
+                        "{} sits at {a:#x} but chip {} has it at {addr:#x}: allocations diverged between chips; allocate and free mesh tensors only through the mesh",
+                        s.name(),
+                        first.chip().id()
+                    ),
+                ));
+            }
+        }
+        Ok(MeshTensor { mesh: mesh.clone(), shards })
+    }
+
+    /// `allocate_tensor_on_device` on every chip: one spec per chip.
+    pub fn allocate(mesh: &MeshDevice, spec: &TensorSpec) -> Result<MeshTensor> {
+        let shards = mesh
+            .chips()
+            .iter()
+            .map(|c| Tensor::allocate(c, spec.clone()).map_err(on_chip(c.id())))
+            .collect::<Result<Vec<_>>>()?;
+        MeshTensor::from_shards(mesh, shards)
+    }
+
+    /// Maps `host` over the mesh and writes every chip's part through `cq`.
+    pub fn from_host(
+        host: &HostTensor,
+        mesh: &MeshDevice,
+        mapper: &dyn MeshMapper,
+        layout: Layout,
+        memory_config: MemoryConfig,
+        cq: CqId,
+    ) -> Result<MeshTensor> {
+        let parts = mapper.map(host, mesh.shape())?;
+        let spec = TensorSpec::new(parts[0].shape.clone(), host.dtype, layout, memory_config);
+        let t = MeshTensor::allocate(mesh, &spec)?;
+        t.write_parts(&parts, cq)?;
+        Ok(t)
+    }
+
+    /// `copy_host_to_device_tensor` for a mesh tensor.
+    pub fn copy_from_host(&self, host: &HostTensor, mapper: &dyn MeshMapper, cq: CqId) -> Result<()> {
+        let parts = mapper.map(host, self.mesh.shape())?;
+        self.write_parts(&parts, cq)
+    }
+
+    fn write_parts(&self, parts: &[HostTensor], cq: CqId) -> Result<()> {
+        for (s, p) in self.shards.iter().zip(parts) {
+            s.write_from_host(p, cq).map_err(on_chip(s.chip().id()))?;
+        }
+        Ok(())
+    }
+
+    /// Reads every chip's tensor and composes them.
+    pub fn to_host(&self, composer: &dyn MeshComposer, cq: CqId) -> Result<HostTensor> {
+        let pending = self.to_host_async(cq)?;
+        let parts = pending
+            .into_iter()
+            .zip(&self.shards)
+            .map(|(p, s)| p.wait().map_err(on_chip(s.chip().id())))
+            .collect::<Result<Vec<_>>>()?;
+        composer.compose(parts, self.mesh.shape())
+    }
+
+    /// Enqueues the reads (non-blocking); data is valid once each wait returns.
+    pub fn to_host_async(&self, cq: CqId) -> Result<Vec<PendingTensorRead>> {
+        self.shards.iter().map(|s| s.to_host_async(cq).map_err(on_chip(s.chip().id()))).collect()
+    }
+
+    /// Every chip's tensor, uncomposed.
+    pub fn to_host_shards(&self, cq: CqId) -> Result<Vec<HostTensor>> {
+        self.to_host_async(cq)?
+            .into_iter()
+            .zip(&self.shards)
+            .map(|(p, s)| p.wait().map_err(on_chip(s.chip().id())))
+            .collect()
+    }
+
+    pub fn shards(&self) -> &[Tensor] {
+        &self.shards
+    }
+    pub fn mesh(&self) -> &MeshDevice {
+        &self.mesh
+    }
+    /// The per-chip spec.
+    pub fn spec(&self) -> &TensorSpec {
+        self.shards[0].spec()
+    }
+    pub fn shape(&self) -> &[usize] {
+        self.shards[0].shape()
+    }
+    pub fn buffer_address(&self) -> Result<u64> {
+        self.shards[0].buffer_address().map_err(on_chip(self.shards[0].chip().id()))
+    }
+
+    pub fn deallocate(&self, force: bool) -> Result<()> {
+        for s in &self.shards {
+            s.deallocate(force).map_err(on_chip(s.chip().id()))?;
+        }
+        Ok(())
+    }
+}

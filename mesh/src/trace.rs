@@ -1,0 +1,209 @@
+//! Mesh trace (one trace per chip, replayed in lockstep) and mesh events.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use ttmesh_chip::{ChipError, CqId, Event, TraceId};
+
+use crate::device::MeshDevice;
+use crate::error::{invalid, on_chip, MeshError, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MeshTraceId(pub u32);
+
+/// Per-chip replay time of the last lockstep replay, and the skew between chips.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplayReport {
+    /// From the start barrier's release to the chip's last replayed command.
+    pub per_chip_us: Vec<f64>,
+    /// Latest finish minus earliest finish.
+    pub skew_us: f64,
+}
+
+/// A start barrier every chip's dispatcher waits on before its EXEC_BUF, with a timeout and an
+/// abort (so a chip that could not enqueue never leaves the others hanging).
+pub(crate) struct StartBarrier {
+    state: Mutex<(usize, bool, Option<Instant>)>,
+    cv: Condvar,
+    parties: usize,
+}
+
+impl StartBarrier {
+    fn new(parties: usize) -> StartBarrier {
+        StartBarrier { state: Mutex::new((0, false, None)), cv: Condvar::new(), parties }
+    }
+
+    fn wait(&self, chip: u32, timeout: Duration) -> std::result::Result<Instant, ChipError> {
+        let deadline = Instant::now() + timeout;
+        let mut s = self.state.lock();
+        s.0 += 1;
+        if s.0 == self.parties {
+            let now = Instant::now();
+            s.2 = Some(now);
+            self.cv.notify_all();
+        }
+        loop {
+            if s.1 {
+                return Err(ChipError::Trace(format!("lockstep replay aborted: another chip could not start; chip {chip} skips it")));
+            }
+            if let Some(t) = s.2 {
+                return Ok(t);
+            }
+            if self.cv.wait_until(&mut s, deadline).timed_out() && s.2.is_none() {
+                return Err(ChipError::Timeout {
+                    what: format!("chip {chip} waits at the lockstep replay barrier ({} of {} chips arrived)", s.0, self.parties),
+                    seconds: timeout.as_secs_f64(),
+                });
+            }
+        }
+    }
+
+    fn abort(&self) {
+        self.state.lock().1 = true;
+        self.cv.notify_all();
+    }
+}
+
+/// Start and finish times of one lockstep replay.
+pub(crate) struct ReplayTimes {
+    start: Mutex<Option<Instant>>,
+    finish: Mutex<Vec<Option<Instant>>>,
+}
+
+impl ReplayTimes {
+    pub(crate) fn report(&self) -> Option<ReplayReport> {
+        let start = (*self.start.lock())?;
+        let finish = self.finish.lock();
+        let f: Vec<Instant> = finish.iter().copied().collect::<Option<_>>()?;
+        let per_chip_us = f.iter().map(|t| t.duration_since(start).as_secs_f64() * 1e6).collect();
+        let max = f.iter().max()?;
+        let min = f.iter().min()?;
+        Some(ReplayReport { per_chip_us, skew_us: max.duration_since(*min).as_secs_f64() * 1e6 })
+    }
+}
+
+impl MeshDevice {
+    /// Starts capturing on every chip; every chip gets the same trace id.
+    pub fn begin_trace_capture(&self, cq: CqId) -> Result<MeshTraceId> {
+        let mut id = None;
+        for c in self.chips() {
+            let t = c.begin_trace_capture(cq).map_err(on_chip(c.id()))?;
+            match id {
+                None => id = Some(t),
+                Some(first) if first != t => {
+                    return Err(invalid("begin_trace_capture", format!("chip {} numbered the trace {} but chip 0 numbered it {}; capture traces only through the mesh", c.id(), t.0, first.0)))
+                }
+                _ => {}
+            }
+        }
+        Ok(MeshTraceId(id.map(|t| t.0).unwrap_or(0)))
+    }
+
+    /// Ends the capture on every chip: sizes and writes each chip's trace; all land at one address.
+    pub fn end_trace_capture(&self, tid: MeshTraceId, cq: CqId) -> Result<()> {
+        let mut first_err = None;
+        for c in self.chips() {
+            if let Err(e) = c.end_trace_capture(TraceId(tid.0), cq) {
+                first_err.get_or_insert(MeshError::Chip { chip: c.id(), source: e });
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        let addrs: Vec<(u32, u64)> =
+            self.chips().iter().filter_map(|c| c.trace_info(TraceId(tid.0)).map(|i| (c.id(), i.address))).collect();
+        if let Some((chip, a)) = addrs.iter().find(|(_, a)| *a != addrs[0].1) {
+            return Err(invalid("end_trace_capture", format!("trace {} is at {a:#x} on chip {chip} but {:#x} on chip {}", tid.0, addrs[0].1, addrs[0].0)));
+        }
+        Ok(())
+    }
+
+    /// Replays the trace on every chip in lockstep: all chips start behind one barrier.
+    /// `blocking` waits until every chip has finished.
+    pub fn execute_trace(&self, tid: MeshTraceId, cq: CqId, blocking: bool) -> Result<()> {
+        let chips = self.chips();
+        for c in chips {
+            if c.trace_info(TraceId(tid.0)).is_none() {
+                return Err(MeshError::Chip {
+                    chip: c.id(),
+                    source: ChipError::Trace(format!("no trace tid {} on device {}; capture it first", tid.0, c.id())),
+                });
+            }
+        }
+        let barrier = Arc::new(StartBarrier::new(chips.len()));
+        let times = Arc::new(ReplayTimes { start: Mutex::new(None), finish: Mutex::new(vec![None; chips.len()]) });
+        for (i, c) in chips.iter().enumerate() {
+            let (b, t) = (barrier.clone(), times.clone());
+            let id = c.id();
+            let timeout = c.operation_timeout();
+            let enqueue = c
+                .enqueue_host_callback(cq, move || {
+                    let start = b.wait(id, timeout)?;
+                    t.start.lock().get_or_insert(start);
+                    Ok(())
+                })
+                .and_then(|_| c.enqueue_trace(TraceId(tid.0), cq))
+                .and_then(|_| {
+                    let t = times.clone();
+                    c.enqueue_host_callback(cq, move || {
+                        t.finish.lock()[i] = Some(Instant::now());
+                        Ok(())
+                    })
+                });
+            if let Err(e) = enqueue {
+                barrier.abort();
+                return Err(MeshError::Chip { chip: id, source: e });
+            }
+        }
+        *self.inner.last_replay.lock() = Some(times);
+        if blocking {
+            self.finish(cq)?;
+        }
+        Ok(())
+    }
+
+    pub fn release_trace(&self, tid: MeshTraceId) -> Result<()> {
+        for c in self.chips() {
+            c.release_trace(TraceId(tid.0)).map_err(on_chip(c.id()))?;
+        }
+        Ok(())
+    }
+
+    pub fn set_replay_sanitizer(&self, on: bool) {
+        for c in self.chips() {
+            c.set_replay_sanitizer(on);
+        }
+    }
+
+    pub fn create_event(&self) -> MeshEvent {
+        MeshEvent { events: self.chips().iter().map(|c| c.create_event()).collect() }
+    }
+
+    pub fn record_event(&self, cq: CqId, event: &MeshEvent) -> Result<()> {
+        for (c, e) in self.chips().iter().zip(&event.events) {
+            c.record_event(cq, e).map_err(on_chip(c.id()))?;
+        }
+        Ok(())
+    }
+
+    pub fn wait_for_event(&self, cq: CqId, event: &MeshEvent) -> Result<()> {
+        for (c, e) in self.chips().iter().zip(&event.events) {
+            c.wait_for_event(cq, e).map_err(on_chip(c.id()))?;
+        }
+        Ok(())
+    }
+
+    pub fn event_synchronize(&self, event: &MeshEvent) -> Result<()> {
+        for (c, e) in self.chips().iter().zip(&event.events) {
+            c.event_synchronize(e).map_err(on_chip(c.id()))?;
+        }
+        Ok(())
+    }
+}
+
+/// One event per chip, recorded and waited on together.
+#[derive(Clone, Debug)]
+pub struct MeshEvent {
+    pub events: Vec<Event>,
+}
