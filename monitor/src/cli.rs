@@ -55,6 +55,8 @@ fn collect(pid: Option<u32>) -> (Vec<ProcessSnapshot>, Problems) {
             Ok(p) => procs.push(p),
             // Removed between listing and reading: its process just exited. Not a problem.
             Err(MonitorError::Vanished { .. }) => {}
+            // Another user's process: the monitor lists what it can read, unless asked for it.
+            Err(MonitorError::PermissionDenied { .. }) if pid.is_none() => {}
             Err(e) => problems.push((seg.name, e)),
         }
     }

@@ -17,6 +17,8 @@ pub enum MonitorError {
         index: usize,
         count: usize,
     },
+    #[error("monitor: cannot hand out a writer for chip {chip}: {why}")]
+    HandleConflict { chip: usize, why: &'static str },
     #[error("monitor: process info is {len} bytes as JSON, at most {max} fit; shorten the program name or topology")]
     InfoTooLarge { len: usize, max: usize },
     #[error("monitor: could not {action} shared-memory segment {name}: {source}{hint}")]

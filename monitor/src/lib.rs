@@ -48,15 +48,25 @@
 //! `[2]` port a, `[3]` chip b, `[4]` port b, `[5]` packets, `[6]` bytes, `[7]` stalls,
 //! `[8]` errors, `[9..16]` reserved.
 //!
-//! Every slot is a sequence lock: a writer makes the sequence odd (compare-and-swap, which also
-//! excludes other writers of the same slot), stores the counters, then makes it even again.
-//! A reader copies the slot and retries while the sequence was odd or changed; it holds nothing
-//! the writer could wait on. Slots are cache-line multiples so chips never share a line.
+//! Every slot is a sequence lock: a writer makes the sequence odd, stores the counters, then
+//! makes it even again (release). A reader copies the slot and retries while the sequence was
+//! odd or changed, for at most 250 ms, then reports the slot as too busy (or stuck); it holds
+//! nothing a writer could wait on. Slots are cache-line multiples so chips never share a line.
+//! Writers of one chip slot come in two kinds (never both on one chip):
+//! [`ChipPublisher`] (shared by any threads: one compare-and-swap per update, ~10 ns) and
+//! [`ChipWriter`] (the chip's only writer, `&mut self`: plain stores, ~2.5 ns).
+//!
+//! Reading never disturbs the watched process: the segment is mapped read-only, its size is
+//! taken from fstat before mapping and nothing beyond it is read (a truncated file is an error,
+//! never SIGBUS), and every field is validated before use. A stale segment (owner's pid gone,
+//! a zombie, or reused: start time differs) is reported and removable with [`cleanup_stale`].
+//! Publishing is off when `TTMESH_MONITOR=0` ([`Publisher::create_from_env`]).
 
 mod bench_impl;
 mod cli;
 mod data;
 mod error;
+mod handles;
 mod layout;
 mod publisher;
 mod reader;
@@ -73,8 +83,9 @@ pub use data::{
     ProcessInfo, ProcessSnapshot, SegmentInfo, Staleness,
 };
 pub use error::MonitorError;
+pub use handles::{ChipPublisher, ChipWriter, LinkPublisher};
 pub use layout::{LAYOUT_VERSION, MAGIC, MAX_CHIPS, MAX_LINKS};
-pub use publisher::{ChipPublisher, LinkPublisher, Publisher};
+pub use publisher::Publisher;
 pub use reader::{cleanup_stale, list_segments, read_segment};
 pub use render::{render_json, render_table};
 

@@ -1,8 +1,7 @@
 //! The writing side: one segment per mesh, cheap lock-free-for-readers counter updates.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use nix::errno::Errno;
@@ -10,20 +9,20 @@ use nix::fcntl::OFlag;
 use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::{fchmod, Mode};
 
-use crate::data::{ChipCounters, ChipSnapshot, LinkCounters, LinkSnapshot, MemoryCounters};
-use crate::data::{MemoryKind, ProcessInfo};
+use crate::data::ProcessInfo;
 use crate::error::MonitorError;
+use crate::handles::{ChipPublisher, ChipWriter, LinkPublisher, Slot};
+use crate::handles::{CLAIM_EXCLUSIVE, CLAIM_NONE, CLAIM_SHARED};
 use crate::layout::*;
-use crate::seqlock::{read_slot, write_lock};
 use crate::shm::{fd_stat, now_unix_ms, own_start_time, staleness, Mapping};
 
 /// How many meshes one process may publish at once (`/ttmesh-<pid>`, `-1`, ... `-15`).
 const MAX_SEGMENTS_PER_PROCESS: usize = 16;
 
-struct Shared {
-    map: Mapping,
+pub(crate) struct Shared {
+    pub(crate) map: Mapping,
     /// Without the leading slash.
-    name: String,
+    pub(crate) name: String,
 }
 
 /// Owns one segment; removes it (shm_unlink) when dropped. Chip and link handles keep the
@@ -32,6 +31,8 @@ pub struct Publisher {
     shared: Arc<Shared>,
     num_chips: usize,
     num_links: usize,
+    /// Per chip: which kind of handle writes it (CLAIM_*).
+    claims: Arc<[AtomicU8]>,
 }
 
 impl Publisher {
@@ -120,6 +121,7 @@ impl Publisher {
                             shared: Arc::new(Shared { map, name }),
                             num_chips,
                             num_links,
+                            claims: (0..num_chips).map(|_| AtomicU8::new(CLAIM_NONE)).collect(),
                         });
                     }
                     None if existing_is_stale(&name) => {
@@ -147,8 +149,7 @@ impl Publisher {
         self.num_links
     }
 
-    /// A handle for chip slot `i`, to keep in the chip's threads (cheap to clone).
-    pub fn chip(&self, i: usize) -> Result<ChipPublisher, MonitorError> {
+    fn check_chip(&self, i: usize) -> Result<(), MonitorError> {
         if i >= self.num_chips {
             return Err(MonitorError::IndexOutOfRange {
                 what: "chip",
@@ -156,9 +157,54 @@ impl Publisher {
                 count: self.num_chips,
             });
         }
-        Ok(ChipPublisher {
-            slot: Slot::new(&self.shared, chip_offset(i)),
-        })
+        Ok(())
+    }
+
+    /// A shared handle for chip slot `i` (Clone + Send + Sync, any thread may write through
+    /// it). Fails while a [`ChipWriter`] for the chip exists.
+    pub fn chip(&self, i: usize) -> Result<ChipPublisher, MonitorError> {
+        self.check_chip(i)?;
+        match self.claims[i].compare_exchange(
+            CLAIM_NONE,
+            CLAIM_SHARED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) | Err(CLAIM_SHARED) => {}
+            Err(_) => {
+                return Err(MonitorError::HandleConflict {
+                    chip: i,
+                    why: "its ChipWriter exists; write through that one",
+                })
+            }
+        }
+        Ok(ChipPublisher::new(Slot::new(&self.shared, chip_offset(i))))
+    }
+
+    /// The exclusive writer of chip slot `i`: updates are plain stores, no atomic
+    /// read-modify-write. At most one exists per chip, and not alongside shared handles.
+    pub fn chip_writer(&self, i: usize) -> Result<ChipWriter, MonitorError> {
+        self.check_chip(i)?;
+        match self.claims[i].compare_exchange(
+            CLAIM_NONE,
+            CLAIM_EXCLUSIVE,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Ok(ChipWriter::new(
+                Slot::new(&self.shared, chip_offset(i)),
+                Arc::clone(&self.claims),
+                i,
+            )),
+            Err(CLAIM_SHARED) => Err(MonitorError::HandleConflict {
+                chip: i,
+                why: "shared handles (Publisher::chip) were handed out; use one kind per chip",
+            }),
+            Err(_) => Err(MonitorError::HandleConflict {
+                chip: i,
+                why: "its ChipWriter already exists; there is one per chip",
+            }),
+        }
     }
 
     /// A handle for link slot `j`.
@@ -170,9 +216,10 @@ impl Publisher {
                 count: self.num_links,
             });
         }
-        Ok(LinkPublisher {
-            slot: Slot::new(&self.shared, link_offset(self.num_chips, j)),
-        })
+        Ok(LinkPublisher::new(Slot::new(
+            &self.shared,
+            link_offset(self.num_chips, j),
+        )))
     }
 }
 
@@ -283,277 +330,4 @@ fn write_header(
     map.word(H_MAGIC)
         .expect("layout bug")
         .store(MAGIC, Ordering::Release);
-}
-
-/// A slot's words plus the mapping that keeps them alive.
-#[derive(Clone)]
-struct Slot {
-    _shared: Arc<Shared>,
-    base: NonNull<AtomicU64>,
-}
-
-// SAFETY: the pointer targets the mapping `_shared` keeps alive; all access is atomic.
-unsafe impl Send for Slot {}
-unsafe impl Sync for Slot {}
-
-impl Slot {
-    fn new(shared: &Arc<Shared>, offset: usize) -> Slot {
-        let word = shared
-            .map
-            .word(offset)
-            .expect("layout bug: slot outside segment");
-        Slot {
-            _shared: Arc::clone(shared),
-            base: NonNull::from(word),
-        }
-    }
-
-    #[inline]
-    fn w(&self, i: usize) -> &AtomicU64 {
-        // SAFETY: callers pass word indices inside the slot (layout constants).
-        unsafe { &*self.base.as_ptr().add(i) }
-    }
-
-    #[inline]
-    fn get(&self, i: usize) -> u64 {
-        self.w(i).load(Ordering::Relaxed)
-    }
-
-    #[inline]
-    fn set(&self, i: usize, v: u64) {
-        self.w(i).store(v, Ordering::Relaxed)
-    }
-}
-
-/// Chip slot handle: Clone + Send + Sync; every method is one short sequence-locked write.
-#[derive(Clone)]
-pub struct ChipPublisher {
-    slot: Slot,
-}
-
-impl ChipPublisher {
-    #[inline]
-    fn mem(kind: MemoryKind, field: usize) -> usize {
-        C_MEM + MEM_WORDS * kind.index() + field
-    }
-
-    /// Chip id and (row, col) as the mesh numbers them.
-    pub fn set_identity(&self, id: u32, coord: (u32, u32)) {
-        let _g = write_lock(self.slot.w(C_SEQ));
-        self.slot.set(C_ID, id as u64);
-        self.slot.set(C_ROW, coord.0 as u64);
-        self.slot.set(C_COL, coord.1 as u64);
-    }
-
-    /// Replace one allocator's statistics (five stores).
-    #[inline]
-    pub fn set_memory(&self, kind: MemoryKind, m: &MemoryCounters) {
-        let _g = write_lock(self.slot.w(C_SEQ));
-        self.slot.set(Self::mem(kind, M_ALLOCATED), m.allocated);
-        self.slot.set(Self::mem(kind, M_CAPACITY), m.capacity);
-        self.slot.set(Self::mem(kind, M_LIVE), m.live_buffers);
-        self.slot.set(Self::mem(kind, M_PEAK), m.peak);
-        self.slot
-            .set(Self::mem(kind, M_LARGEST_FREE), m.largest_free);
-    }
-
-    /// One buffer of `bytes` allocated: allocated, live buffers and peak follow.
-    #[inline]
-    pub fn on_allocate(&self, kind: MemoryKind, bytes: u64) {
-        let _g = write_lock(self.slot.w(C_SEQ));
-        let a = self
-            .slot
-            .get(Self::mem(kind, M_ALLOCATED))
-            .saturating_add(bytes);
-        self.slot.set(Self::mem(kind, M_ALLOCATED), a);
-        let live = self.slot.get(Self::mem(kind, M_LIVE));
-        self.slot
-            .set(Self::mem(kind, M_LIVE), live.saturating_add(1));
-        if a > self.slot.get(Self::mem(kind, M_PEAK)) {
-            self.slot.set(Self::mem(kind, M_PEAK), a);
-        }
-    }
-
-    /// One buffer of `bytes` freed.
-    #[inline]
-    pub fn on_deallocate(&self, kind: MemoryKind, bytes: u64) {
-        let _g = write_lock(self.slot.w(C_SEQ));
-        let a = self
-            .slot
-            .get(Self::mem(kind, M_ALLOCATED))
-            .saturating_sub(bytes);
-        self.slot.set(Self::mem(kind, M_ALLOCATED), a);
-        let live = self.slot.get(Self::mem(kind, M_LIVE));
-        self.slot
-            .set(Self::mem(kind, M_LIVE), live.saturating_sub(1));
-    }
-
-    pub fn set_capacity(&self, kind: MemoryKind, bytes: u64) {
-        let _g = write_lock(self.slot.w(C_SEQ));
-        self.slot.set(Self::mem(kind, M_CAPACITY), bytes);
-    }
-
-    pub fn set_largest_free(&self, kind: MemoryKind, bytes: u64) {
-        let _g = write_lock(self.slot.w(C_SEQ));
-        self.slot.set(Self::mem(kind, M_LARGEST_FREE), bytes);
-    }
-
-    /// Live traces and their command bytes (after end_trace_capture / release_trace).
-    pub fn set_traces(&self, traces: u64, trace_bytes: u64) {
-        let _g = write_lock(self.slot.w(C_SEQ));
-        self.slot.set(C_TRACES, traces);
-        self.slot.set(C_TRACE_BYTES, trace_bytes);
-    }
-
-    pub fn add_replays(&self, n: u64) {
-        let _g = write_lock(self.slot.w(C_SEQ));
-        let r = self.slot.get(C_REPLAYS).saturating_add(n);
-        self.slot.set(C_REPLAYS, r);
-    }
-
-    /// Read-modify-write of all counters at once (readers see all or nothing of it). `f` runs
-    /// while the slot is held: keep it short.
-    pub fn update(&self, f: impl FnOnce(&mut ChipCounters)) {
-        let _g = write_lock(self.slot.w(C_SEQ));
-        let mut c = self.counters_unlocked();
-        f(&mut c);
-        for kind in MemoryKind::ALL {
-            let m = c.memory(kind);
-            self.slot.set(Self::mem(kind, M_ALLOCATED), m.allocated);
-            self.slot.set(Self::mem(kind, M_CAPACITY), m.capacity);
-            self.slot.set(Self::mem(kind, M_LIVE), m.live_buffers);
-            self.slot.set(Self::mem(kind, M_PEAK), m.peak);
-            self.slot
-                .set(Self::mem(kind, M_LARGEST_FREE), m.largest_free);
-        }
-        self.slot.set(C_TRACES, c.traces);
-        self.slot.set(C_TRACE_BYTES, c.trace_bytes);
-        self.slot.set(C_REPLAYS, c.replays);
-    }
-
-    /// The sequence word, for tests that simulate a writer dying mid-update.
-    #[cfg(test)]
-    pub(crate) fn seq_word(&self) -> &AtomicU64 {
-        self.slot.w(C_SEQ)
-    }
-
-    fn counters_unlocked(&self) -> ChipCounters {
-        let mut c = ChipCounters::default();
-        for kind in MemoryKind::ALL {
-            *c.memory_mut(kind) = MemoryCounters {
-                allocated: self.slot.get(Self::mem(kind, M_ALLOCATED)),
-                capacity: self.slot.get(Self::mem(kind, M_CAPACITY)),
-                live_buffers: self.slot.get(Self::mem(kind, M_LIVE)),
-                peak: self.slot.get(Self::mem(kind, M_PEAK)),
-                largest_free: self.slot.get(Self::mem(kind, M_LARGEST_FREE)),
-            };
-        }
-        c.traces = self.slot.get(C_TRACES);
-        c.trace_bytes = self.slot.get(C_TRACE_BYTES);
-        c.replays = self.slot.get(C_REPLAYS);
-        c
-    }
-
-    /// What a reader would see now (None only if another writer of this chip never lets go).
-    pub fn snapshot(&self) -> Option<ChipSnapshot> {
-        read_slot::<CHIP_USED_WORDS>(|i| self.slot.w(i))
-            .ok()
-            .map(|w| chip_from_words(&w))
-    }
-}
-
-/// Link slot handle: Clone + Send + Sync.
-#[derive(Clone)]
-pub struct LinkPublisher {
-    slot: Slot,
-}
-
-impl LinkPublisher {
-    pub fn set_endpoints(&self, a_chip: u32, a_port: u32, b_chip: u32, b_port: u32) {
-        let _g = write_lock(self.slot.w(L_SEQ));
-        self.slot.set(L_A_CHIP, a_chip as u64);
-        self.slot.set(L_A_PORT, a_port as u64);
-        self.slot.set(L_B_CHIP, b_chip as u64);
-        self.slot.set(L_B_PORT, b_port as u64);
-    }
-
-    /// `packets` packets carrying `bytes` bytes crossed the link.
-    #[inline]
-    pub fn add_traffic(&self, packets: u64, bytes: u64) {
-        let _g = write_lock(self.slot.w(L_SEQ));
-        let p = self.slot.get(L_PACKETS).saturating_add(packets);
-        self.slot.set(L_PACKETS, p);
-        let b = self.slot.get(L_BYTES).saturating_add(bytes);
-        self.slot.set(L_BYTES, b);
-    }
-
-    pub fn add_stalls(&self, n: u64) {
-        let _g = write_lock(self.slot.w(L_SEQ));
-        let s = self.slot.get(L_STALLS).saturating_add(n);
-        self.slot.set(L_STALLS, s);
-    }
-
-    pub fn add_errors(&self, n: u64) {
-        let _g = write_lock(self.slot.w(L_SEQ));
-        let e = self.slot.get(L_ERRORS).saturating_add(n);
-        self.slot.set(L_ERRORS, e);
-    }
-
-    pub fn update(&self, f: impl FnOnce(&mut LinkCounters)) {
-        let _g = write_lock(self.slot.w(L_SEQ));
-        let mut c = LinkCounters {
-            packets: self.slot.get(L_PACKETS),
-            bytes: self.slot.get(L_BYTES),
-            stalls: self.slot.get(L_STALLS),
-            errors: self.slot.get(L_ERRORS),
-        };
-        f(&mut c);
-        self.slot.set(L_PACKETS, c.packets);
-        self.slot.set(L_BYTES, c.bytes);
-        self.slot.set(L_STALLS, c.stalls);
-        self.slot.set(L_ERRORS, c.errors);
-    }
-
-    pub fn snapshot(&self) -> Option<LinkSnapshot> {
-        read_slot::<LINK_USED_WORDS>(|i| self.slot.w(i))
-            .ok()
-            .map(|w| link_from_words(&w))
-    }
-}
-
-pub(crate) fn chip_from_words(w: &[u64; CHIP_USED_WORDS]) -> ChipSnapshot {
-    let mem = |kind: MemoryKind| {
-        let b = C_MEM + MEM_WORDS * kind.index();
-        MemoryCounters {
-            allocated: w[b + M_ALLOCATED],
-            capacity: w[b + M_CAPACITY],
-            live_buffers: w[b + M_LIVE],
-            peak: w[b + M_PEAK],
-            largest_free: w[b + M_LARGEST_FREE],
-        }
-    };
-    ChipSnapshot {
-        id: w[C_ID] as u32,
-        coord: (w[C_ROW] as u32, w[C_COL] as u32),
-        dram: mem(MemoryKind::Dram),
-        l1: mem(MemoryKind::L1),
-        l1_small: mem(MemoryKind::L1Small),
-        trace: mem(MemoryKind::Trace),
-        traces: w[C_TRACES],
-        trace_bytes: w[C_TRACE_BYTES],
-        replays: w[C_REPLAYS],
-    }
-}
-
-pub(crate) fn link_from_words(w: &[u64; LINK_USED_WORDS]) -> LinkSnapshot {
-    LinkSnapshot {
-        a_chip: w[L_A_CHIP] as u32,
-        a_port: w[L_A_PORT] as u32,
-        b_chip: w[L_B_CHIP] as u32,
-        b_port: w[L_B_PORT] as u32,
-        packets: w[L_PACKETS],
-        bytes: w[L_BYTES],
-        stalls: w[L_STALLS],
-        errors: w[L_ERRORS],
-    }
 }

@@ -12,8 +12,8 @@ use nix::sys::stat::Mode;
 
 use crate::data::{ProcessInfo, ProcessSnapshot, SegmentInfo};
 use crate::error::MonitorError;
+use crate::handles::{chip_from_words, link_from_words};
 use crate::layout::*;
-use crate::publisher::{chip_from_words, link_from_words};
 use crate::seqlock::{read_slot, ReadFailure};
 use crate::shm::{fd_stat, staleness, Mapping};
 

@@ -8,7 +8,7 @@ use crate::data::{ChipSnapshot, MemoryCounters, MemoryKind, ProcessSnapshot, Sta
 use crate::error::MonitorError;
 use crate::shm::now_unix_ms;
 
-const BAR_WIDTH: usize = 10;
+const BAR_WIDTH: usize = 8;
 
 /// Link throughput in bytes per second, keyed by (segment, link index); the watch loop
 /// computes it from two samples.
@@ -159,7 +159,7 @@ fn chip_table(chips: &[ChipSnapshot]) -> String {
                 acc.capacity = acc.capacity.saturating_add(c.memory(kind).capacity);
                 acc
             });
-            row.push(memory_cell(&sum, true));
+            row.push(memory_cell(&sum, !uniform[kind.index()]));
         }
         row.push(chips.iter().map(|c| c.traces).sum::<u64>().to_string());
         row.push(chips.iter().map(|c| c.replays).sum::<u64>().to_string());

@@ -42,6 +42,16 @@ pub(crate) fn write_lock(seq: &AtomicU64) -> WriteGuard<'_> {
     write_lock_slow(seq)
 }
 
+/// For the one writer of a slot (exclusion guaranteed by the caller's `&mut`): plain stores.
+#[inline]
+pub(crate) fn write_lock_exclusive(seq: &AtomicU64) -> WriteGuard<'_> {
+    // `| 1` also ends an update some foreign writer left half done.
+    let s = seq.load(Ordering::Relaxed) | 1;
+    seq.store(s, Ordering::Relaxed);
+    fence(Ordering::Release);
+    WriteGuard { seq, next: s + 1 }
+}
+
 #[cold]
 fn write_lock_slow(seq: &AtomicU64) -> WriteGuard<'_> {
     let mut spins: u32 = 0;

@@ -135,10 +135,9 @@ pub(crate) fn staleness(pid: u32, start_time: u64) -> Option<Staleness> {
     use nix::unistd::Pid;
     // pid 0 or a negative pid would make kill() address a process group: never do that.
     let raw = i32::try_from(pid).ok().filter(|p| *p > 0)?;
-    match kill(Pid::from_raw(raw), None) {
-        Err(Errno::ESRCH) => return Some(Staleness::Exited),
-        // EPERM: alive but another user's. Anything else: assume alive.
-        Ok(()) | Err(_) => {}
+    // EPERM means alive but another user's; anything but ESRCH: assume alive.
+    if kill(Pid::from_raw(raw), None) == Err(Errno::ESRCH) {
+        return Some(Staleness::Exited);
     }
     match proc_stat(pid) {
         Some(('Z', _)) | Some(('X', _)) => Some(Staleness::Exited),

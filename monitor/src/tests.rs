@@ -181,6 +181,53 @@ fn limits_and_indices_are_errors() {
 }
 
 #[test]
+fn one_kind_of_writer_per_chip() {
+    let p = Publisher::create(&info(), 2, 0).unwrap();
+    let mut w = p.chip_writer(0).unwrap();
+    assert_eq!(
+        p.chip_writer(0).err().unwrap().to_string(),
+        "monitor: cannot hand out a writer for chip 0: its ChipWriter already exists; there is one per chip"
+    );
+    assert_eq!(
+        p.chip(0).err().unwrap().to_string(),
+        "monitor: cannot hand out a writer for chip 0: its ChipWriter exists; write through that one"
+    );
+    let _shared = p.chip(1).unwrap();
+    let _again = p.chip(1).unwrap();
+    assert_eq!(
+        p.chip_writer(1).err().unwrap().to_string(),
+        "monitor: cannot hand out a writer for chip 1: shared handles (Publisher::chip) were handed out; use one kind per chip"
+    );
+    w.on_allocate(MemoryKind::Trace, 8192);
+    w.set_traces(1, 8000);
+    w.add_replays(2);
+    w.update(|c| c.l1.capacity = 5);
+    let s = read_segment(p.name()).unwrap().chips[0];
+    assert_eq!(
+        (s.trace.allocated, s.trace.live_buffers, s.trace.peak),
+        (8192, 1, 8192)
+    );
+    assert_eq!(
+        (s.traces, s.trace_bytes, s.replays, s.l1.capacity),
+        (1, 8000, 2, 5)
+    );
+    assert_eq!(w.snapshot(), Some(s));
+    // Dropping the writer frees the chip for another writer.
+    drop(w);
+    assert!(p.chip_writer(0).is_ok());
+}
+
+#[test]
+fn handles_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Publisher>();
+    send_sync::<ChipPublisher>();
+    send_sync::<LinkPublisher>();
+    send::<ChipWriter>();
+}
+
+#[test]
 fn env_switch() {
     for off in ["0", "off", "OFF", "false", " no "] {
         assert!(crate::publisher::monitor_disabled(Some(off)), "{off}");
@@ -366,7 +413,7 @@ fn slot_stuck_mid_update_is_an_error_not_a_hang() {
 
 #[test]
 fn seqlock_readers_see_consistent_snapshots_while_writers_run() {
-    let p = Publisher::create(&info(), 2, 1).unwrap();
+    let p = Publisher::create(&info(), 3, 1).unwrap();
     let name = p.name().to_string();
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = Vec::new();
@@ -407,6 +454,20 @@ fn seqlock_readers_see_consistent_snapshots_while_writers_run() {
         }
         n
     }));
+    // The exclusive writer of chip 2 keeps the same invariant with plain stores.
+    let (mut w2, stop2) = (p.chip_writer(2).unwrap(), stop.clone());
+    writers.push(std::thread::spawn(move || {
+        let mut n = 0u64;
+        let mut heap = std::collections::HashMap::new();
+        while !stop2.load(Ordering::Relaxed) {
+            heap.insert(n & 63, n);
+            w2.on_allocate(MemoryKind::L1Small, 4096);
+            heap.remove(&(n & 63));
+            w2.on_deallocate(MemoryKind::L1Small, 4096);
+            n += 1;
+        }
+        n
+    }));
     let mut good = 0;
     let mut too_fast = 0;
     let mut last_replays = 0;
@@ -427,6 +488,9 @@ fn seqlock_readers_see_consistent_snapshots_while_writers_run() {
                     "counters went backwards"
                 );
                 last_replays = s.chips[1].replays;
+                let l2 = s.chips[2].l1_small;
+                assert_eq!(l2.allocated, l2.live_buffers * 4096, "{l2:?}");
+                assert!(l2.live_buffers <= 1, "{l2:?}");
                 let l = s.links[0];
                 assert_eq!(l.bytes, l.packets * 4352, "{l:?}");
             }
@@ -437,6 +501,11 @@ fn seqlock_readers_see_consistent_snapshots_while_writers_run() {
     // The same slot reader without the open/map/JSON overhead: far more reads land while a
     // writer is mid-update, which is what catches a broken sequence check.
     let (h0, h1) = (p.chip(0).unwrap(), p.chip(1).unwrap());
+    let reader2 = p.chip(2); // refused: chip 2 has its exclusive writer
+    assert!(matches!(
+        reader2,
+        Err(MonitorError::HandleConflict { chip: 2, .. })
+    ));
     for _ in 0..200_000 {
         if let Some(c) = h0.snapshot() {
             assert_eq!(c.dram.allocated, c.dram.live_buffers * 4096, "{:?}", c.dram);

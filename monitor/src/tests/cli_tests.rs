@@ -142,14 +142,8 @@ fn table_shows_bars_units_traces_and_fabric() {
     let section: String = text[start..].lines().take(6).collect::<Vec<_>>().join("\n");
     assert!(section.contains("DRAM of 12.0 GiB"), "{section}");
     assert!(section.contains("TRACE of 30.0 MiB"), "{section}");
-    assert!(
-        section.contains("[###.......]  25.0% 3.00 GiB"),
-        "{section}"
-    );
-    assert!(
-        section.contains("[#####.....]  53.3% 16.0 MiB"),
-        "{section}"
-    );
+    assert!(section.contains("[##......]  25.0% 3.00 GiB"), "{section}");
+    assert!(section.contains("[####....]  53.3% 16.0 MiB"), "{section}");
     assert!(
         section.contains("fabric: 2 links, 1 active, 42.5 KiB moved, 0 stalls, 0 errors"),
         "{section}"
