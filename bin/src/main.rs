@@ -1,1 +1,70 @@
-fn main() {}
+//! The `ttmesh` command line: parses arguments and prints; the work is in the library crates.
+
+mod bench;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "ttmesh",
+    version,
+    about = "Emulate Tenstorrent multi-chip meshes: trace, fabric, collectives, memory"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The main job: a tensor-parallel MLP block across the mesh, untraced, captured and replayed in lockstep.
+    Run(run::RunArgs),
+    /// Print a cluster topology: arch, shape, chips with coordinates, links.
+    Topo {
+        /// A shipped name (n150, n300, t3k, galaxy, p150, p300, line-N, ring-N) or a TOML path.
+        #[arg(default_value = "t3k")]
+        topology: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Watch per-chip DRAM / L1 / L1_SMALL / TRACE of running ttmesh processes.
+    Monitor(ttmesh_monitor::MonitorArgs),
+    /// Benchmarks, each printing side-by-side ratios.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run::run(&args),
+        Command::Topo { topology, json } => topo(&topology, json),
+        Command::Monitor(args) => {
+            let mut out = std::io::stdout();
+            ttmesh_monitor::run_monitor(&args, &mut out).map_err(|e| e.to_string())
+        }
+        Command::Bench(args) => bench::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn topo(name: &str, json: bool) -> Result<(), String> {
+    let g = ttmesh_topologies::load(name).map_err(|e| e.to_string())?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&g).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", g.summary());
+    }
+    Ok(())
+}

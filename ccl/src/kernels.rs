@@ -58,7 +58,17 @@ impl CollectiveKernel {
         scratch: TensorSpec,
         fabric: Arc<Fabric>,
     ) -> Self {
-        CollectiveKernel { kind, pos, line, topology, num_links, input, output, scratch, fabric }
+        CollectiveKernel {
+            kind,
+            pos,
+            line,
+            topology,
+            num_links,
+            input,
+            output,
+            scratch,
+            fabric,
+        }
     }
 }
 
@@ -77,7 +87,11 @@ struct Run<'a> {
 }
 
 fn fab(ctx: &KernelContext, what: &str, e: impl std::fmt::Display) -> ChipError {
-    ChipError::Kernel { kernel: what.into(), chip: ctx.chip, reason: e.to_string() }
+    ChipError::Kernel {
+        kernel: what.into(),
+        chip: ctx.chip,
+        reason: e.to_string(),
+    }
 }
 
 impl<'a> Run<'a> {
@@ -95,7 +109,13 @@ impl<'a> Run<'a> {
 
     fn send(&self, to: u32, slot: usize, data: &[u8]) -> Result<(), ChipError> {
         self.senders[slot % self.senders.len()]
-            .write_and_inc(to, self.slot_addr(slot), data, SEM_SLOT_BASE + slot as u32, 1)
+            .write_and_inc(
+                to,
+                self.slot_addr(slot),
+                data,
+                SEM_SLOT_BASE + slot as u32,
+                1,
+            )
             .map_err(|e| fab(self.ctx, self.name(), e))
     }
 
@@ -121,7 +141,11 @@ impl<'a> Run<'a> {
     /// Tells the neighbours that write into this chip that it has entered the collective, and
     /// waits until the neighbours it writes into have done the same.
     fn handshake(&self, writes_left: bool, writes_right: bool) -> Result<(), ChipError> {
-        let inc = |to: u32, sem: u32| self.senders[0].atomic_inc(to, sem, 1).map_err(|e| fab(self.ctx, self.name(), e));
+        let inc = |to: u32, sem: u32| {
+            self.senders[0]
+                .atomic_inc(to, sem, 1)
+                .map_err(|e| fab(self.ctx, self.name(), e))
+        };
         // Who writes into me: the left neighbour if it writes right, the right one if it writes left.
         let ring = self.k.topology == Topology::Ring;
         if let Some(l) = self.left {
@@ -131,7 +155,10 @@ impl<'a> Run<'a> {
             inc(r, SEM_READY_FROM_LEFT)?;
         }
         let wait = |sem: u32| {
-            self.k.fabric.wait_semaphore(self.me, sem, 1, self.timeout).map_err(|e| fab(self.ctx, self.name(), e))
+            self.k
+                .fabric
+                .wait_semaphore(self.me, sem, 1, self.timeout)
+                .map_err(|e| fab(self.ctx, self.name(), e))
         };
         if writes_right && self.right.is_some() {
             wait(SEM_READY_FROM_RIGHT)?;
@@ -144,7 +171,8 @@ impl<'a> Run<'a> {
 
     fn flush(&self) -> Result<(), ChipError> {
         for s in &self.senders {
-            s.flush_timeout(self.timeout).map_err(|e| fab(self.ctx, self.name(), e))?;
+            s.flush_timeout(self.timeout)
+                .map_err(|e| fab(self.ctx, self.name(), e))?;
         }
         Ok(())
     }
@@ -161,8 +189,20 @@ impl Kernel for CollectiveKernel {
     fn execute(&self, ctx: &KernelContext, addresses: &[u32]) -> Result<(), ChipError> {
         let n = self.line.chips.len();
         let ring = self.topology == Topology::Ring;
-        let left = if self.pos > 0 { Some(self.line.chips[self.pos - 1]) } else if ring { Some(self.line.chips[n - 1]) } else { None };
-        let right = if self.pos + 1 < n { Some(self.line.chips[self.pos + 1]) } else if ring { Some(self.line.chips[0]) } else { None };
+        let left = if self.pos > 0 {
+            Some(self.line.chips[self.pos - 1])
+        } else if ring {
+            Some(self.line.chips[n - 1])
+        } else {
+            None
+        };
+        let right = if self.pos + 1 < n {
+            Some(self.line.chips[self.pos + 1])
+        } else if ring {
+            Some(self.line.chips[0])
+        } else {
+            None
+        };
         let me = self.line.chips[self.pos];
         let slots = self.scratch.page_map(ctx.arch, addresses[1] as u64)?;
         let slot_bytes = self.scratch.page_size() as usize;
@@ -170,7 +210,17 @@ impl Kernel for CollectiveKernel {
             .map(|l| self.fabric.sender(me).map(|s| s.with_link(l)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| fab(ctx, "collective", e))?;
-        let run = Run { ctx, k: self, me, left, right, slots, slot_bytes, senders, timeout: ctx.timeout };
+        let run = Run {
+            ctx,
+            k: self,
+            me,
+            left,
+            right,
+            slots,
+            slot_bytes,
+            senders,
+            timeout: ctx.timeout,
+        };
         match self.kind {
             CollectiveKind::AllGather { dim } => all_gather(&run, dim, addresses),
             CollectiveKind::ReduceScatter { dim } => reduce_scatter(&run, dim, addresses),
@@ -180,16 +230,27 @@ impl Kernel for CollectiveKernel {
     fn cost(&self) -> KernelCost {
         let n = self.line.chips.len() as f64;
         let bytes = match self.kind {
-            CollectiveKind::AllGather { .. } => self.output.volume() as f64 * wire_bytes(self.input.dtype) as f64 * (n - 1.0) / n,
-            CollectiveKind::ReduceScatter { .. } => self.input.volume() as f64 * 4.0 * (n - 1.0) / n,
+            CollectiveKind::AllGather { .. } => {
+                self.output.volume() as f64 * wire_bytes(self.input.dtype) as f64 * (n - 1.0) / n
+            }
+            CollectiveKind::ReduceScatter { .. } => {
+                self.input.volume() as f64 * 4.0 * (n - 1.0) / n
+            }
         };
-        KernelCost { fabric_bytes: bytes, dram_bytes: (self.input.buffer_size() + self.output.buffer_size()) as f64, ..Default::default() }
+        KernelCost {
+            fabric_bytes: bytes,
+            dram_bytes: (self.input.buffer_size() + self.output.buffer_size()) as f64,
+            ..Default::default()
+        }
     }
 }
 
 fn to_wire(dtype: DataType, data: &HostData) -> Vec<u8> {
     match (data, dtype) {
-        (HostData::F32(v), DataType::BFloat16) => v.iter().flat_map(|x| half::bf16::from_f32(*x).to_bits().to_le_bytes()).collect(),
+        (HostData::F32(v), DataType::BFloat16) => v
+            .iter()
+            .flat_map(|x| half::bf16::from_f32(*x).to_bits().to_le_bytes())
+            .collect(),
         (HostData::F32(v), _) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         (HostData::U32(v), _) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
     }
@@ -197,17 +258,31 @@ fn to_wire(dtype: DataType, data: &HostData) -> Vec<u8> {
 
 fn from_wire(dtype: DataType, bytes: &[u8], out: &mut HostData) {
     match out {
-        HostData::F32(v) if dtype == DataType::BFloat16 => {
-            v.extend(bytes.chunks_exact(2).map(|b| half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()))
-        }
-        HostData::F32(v) => v.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
-        HostData::U32(v) => v.extend(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+        HostData::F32(v) if dtype == DataType::BFloat16 => v.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()),
+        ),
+        HostData::F32(v) => v.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        ),
+        HostData::U32(v) => v.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        ),
     }
 }
 
 /// Splits a shape at `dim`: (outer count, extent of dim, inner block size).
 fn split_dims(shape: &[usize], dim: usize) -> (usize, usize, usize) {
-    (shape[..dim].iter().product(), shape[dim], shape[dim + 1..].iter().product())
+    (
+        shape[..dim].iter().product(),
+        shape[dim],
+        shape[dim + 1..].iter().product(),
+    )
 }
 
 fn all_gather(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipError> {
@@ -223,7 +298,11 @@ fn all_gather(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipError>
         let right = run.right.expect("a ring has a right neighbour");
         for t in 0..n - 1 {
             let c = (pos + n - t) % n;
-            let data = if t == 0 { own.clone() } else { run.read_slot(c, len)? };
+            let data = if t == 0 {
+                own.clone()
+            } else {
+                run.read_slot(c, len)?
+            };
             run.send(right, c, &data)?;
             run.wait_slot((pos + 2 * n - 1 - t) % n)?;
         }
@@ -255,8 +334,16 @@ fn all_gather(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipError>
     let block = extent * inner;
     let shards: Vec<HostData> = (0..n)
         .map(|j| {
-            let bytes = if j == pos { own.clone() } else { run.read_slot(j, len)? };
-            let mut d = if dtype == DataType::UInt32 { HostData::U32(Vec::new()) } else { HostData::F32(Vec::new()) };
+            let bytes = if j == pos {
+                own.clone()
+            } else {
+                run.read_slot(j, len)?
+            };
+            let mut d = if dtype == DataType::UInt32 {
+                HostData::U32(Vec::new())
+            } else {
+                HostData::F32(Vec::new())
+            };
             from_wire(dtype, &bytes, &mut d);
             Ok(d)
         })
@@ -274,7 +361,12 @@ fn all_gather(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipError>
     write_logical(run.ctx, &k.output, addresses[2], &out)
 }
 
-fn concat<T: Copy>(shards: &[HostData], outer: usize, block: usize, get: impl Fn(&HostData) -> &Vec<T>) -> Vec<T> {
+fn concat<T: Copy>(
+    shards: &[HostData],
+    outer: usize,
+    block: usize,
+    get: impl Fn(&HostData) -> &Vec<T>,
+) -> Vec<T> {
     let mut out = Vec::with_capacity(outer * block * shards.len());
     for o in 0..outer {
         for s in shards {

@@ -71,12 +71,22 @@ pub struct CclConfig {
 }
 
 fn invalid(op: &'static str, detail: impl Into<String>) -> CclError {
-    CclError::Invalid { op, detail: detail.into() }
+    CclError::Invalid {
+        op,
+        detail: detail.into(),
+    }
 }
 
 /// Picks the algorithm a line and a config allow.
-pub fn resolve_topology(op: &'static str, line: &CclLine, fabric: &Fabric, cfg: &CclConfig) -> Result<Topology> {
-    let ring_ok = line.is_ring && line.chips.len() > 2 && fabric.config() == ttmesh_fabric::FabricConfig::Fabric1DRing;
+pub fn resolve_topology(
+    op: &'static str,
+    line: &CclLine,
+    fabric: &Fabric,
+    cfg: &CclConfig,
+) -> Result<Topology> {
+    let ring_ok = line.is_ring
+        && line.chips.len() > 2
+        && fabric.config() == ttmesh_fabric::FabricConfig::Fabric1DRing;
     match cfg.topology {
         Some(Topology::Ring) if !ring_ok => Err(invalid(
             op,
@@ -92,29 +102,69 @@ pub fn resolve_topology(op: &'static str, line: &CclLine, fabric: &Fabric, cfg: 
     }
 }
 
-fn check_inputs(op: &'static str, inputs: &[Tensor], line: &CclLine, dim: usize) -> Result<TensorSpec> {
+fn check_inputs(
+    op: &'static str,
+    inputs: &[Tensor],
+    line: &CclLine,
+    dim: usize,
+) -> Result<TensorSpec> {
     if inputs.is_empty() || inputs.len() != line.chips.len() {
-        return Err(invalid(op, format!("{} inputs for a line of {} chips; pass one tensor per chip", inputs.len(), line.chips.len())));
+        return Err(invalid(
+            op,
+            format!(
+                "{} inputs for a line of {} chips; pass one tensor per chip",
+                inputs.len(),
+                line.chips.len()
+            ),
+        ));
     }
     let spec = inputs[0].spec().clone();
     for (t, &chip) in inputs.iter().zip(&line.chips) {
         if t.chip().id() != chip {
-            return Err(invalid(op, format!("{} is on chip {}, but its place in the line is chip {chip}", t.name(), t.chip().id())));
+            return Err(invalid(
+                op,
+                format!(
+                    "{} is on chip {}, but its place in the line is chip {chip}",
+                    t.name(),
+                    t.chip().id()
+                ),
+            ));
         }
         if t.spec() != &spec {
-            return Err(invalid(op, format!("{} differs from {}: every chip's tensor must have the same spec", t.name(), inputs[0].name())));
+            return Err(invalid(
+                op,
+                format!(
+                    "{} differs from {}: every chip's tensor must have the same spec",
+                    t.name(),
+                    inputs[0].name()
+                ),
+            ));
         }
     }
     if dim >= spec.shape.len() {
-        return Err(invalid(op, format!("dim {dim} is out of range for rank {} ({:?})", spec.shape.len(), spec.shape)));
+        return Err(invalid(
+            op,
+            format!(
+                "dim {dim} is out of range for rank {} ({:?})",
+                spec.shape.len(),
+                spec.shape
+            ),
+        ));
     }
     Ok(spec)
 }
 
 /// Allocates one tensor of `spec` per chip and checks they share one address (the lockstep
 /// rule every remote write relies on).
-fn allocate_lockstep(op: &'static str, inputs: &[Tensor], spec: &TensorSpec) -> Result<Vec<Tensor>> {
-    let tensors = inputs.iter().map(|t| Tensor::allocate(t.chip(), spec.clone())).collect::<Result<Vec<_>, _>>()?;
+fn allocate_lockstep(
+    op: &'static str,
+    inputs: &[Tensor],
+    spec: &TensorSpec,
+) -> Result<Vec<Tensor>> {
+    let tensors = inputs
+        .iter()
+        .map(|t| Tensor::allocate(t.chip(), spec.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
     check_same_address(op, &tensors)?;
     Ok(tensors)
 }
@@ -139,7 +189,12 @@ fn check_same_address(op: &'static str, tensors: &[Tensor]) -> Result<()> {
 
 /// Scratch with `slots` rows of `slot_bytes` (rounded to u32s) in DRAM.
 fn scratch_spec(slots: usize, slot_bytes: usize) -> TensorSpec {
-    TensorSpec::new(vec![slots, slot_bytes.div_ceil(4).max(1)], DataType::UInt32, Layout::RowMajor, MemoryConfig::DRAM)
+    TensorSpec::new(
+        vec![slots, slot_bytes.div_ceil(4).max(1)],
+        DataType::UInt32,
+        Layout::RowMajor,
+        MemoryConfig::DRAM,
+    )
 }
 
 struct Plan<'a> {
@@ -151,15 +206,27 @@ struct Plan<'a> {
     outputs: Option<&'a [Tensor]>,
 }
 
-fn launch(plan: Plan<'_>, line: &CclLine, topology: Topology, fabric: &Arc<Fabric>, cfg: &CclConfig) -> Result<Vec<Tensor>> {
+fn launch(
+    plan: Plan<'_>,
+    line: &CclLine,
+    topology: Topology,
+    fabric: &Arc<Fabric>,
+    cfg: &CclConfig,
+) -> Result<Vec<Tensor>> {
     let outputs = match plan.outputs {
         Some(o) => {
             if o.len() != plan.inputs.len() {
-                return Err(invalid(plan.op, format!("{} outputs for {} chips", o.len(), plan.inputs.len())));
+                return Err(invalid(
+                    plan.op,
+                    format!("{} outputs for {} chips", o.len(), plan.inputs.len()),
+                ));
             }
             for t in o {
                 if t.spec() != &plan.output_spec {
-                    return Err(invalid(plan.op, format!("output {} must have spec {}", t.name(), plan.output_spec)));
+                    return Err(invalid(
+                        plan.op,
+                        format!("output {} must have spec {}", t.name(), plan.output_spec),
+                    ));
                 }
             }
             check_same_address(plan.op, o)?;
@@ -171,43 +238,96 @@ fn launch(plan: Plan<'_>, line: &CclLine, topology: Topology, fabric: &Arc<Fabri
     let num_links = cfg.num_links.max(1);
     for (pos, ((input, out), scr)) in plan.inputs.iter().zip(&outputs).zip(&scratch).enumerate() {
         let chip = input.chip();
-        let key = program_key(&(plan.op, plan.kind, pos, &line.chips, topology, num_links, input.spec(), &plan.output_spec));
+        let key = program_key(&(
+            plan.op,
+            plan.kind,
+            pos,
+            &line.chips,
+            topology,
+            num_links,
+            input.spec(),
+            &plan.output_spec,
+        ));
         let kind = plan.kind;
-        let (in_spec, out_spec, scr_spec) = (input.spec().clone(), plan.output_spec.clone(), plan.scratch.clone());
+        let (in_spec, out_spec, scr_spec) = (
+            input.spec().clone(),
+            plan.output_spec.clone(),
+            plan.scratch.clone(),
+        );
         let arch = chip.arch().clone();
         let per_bank = |s: &TensorSpec| -> Result<u64> {
             let req = s.allocation_request(&arch)?;
             Ok(chip.with_allocator(|a| a.per_bank_size(&req))?.0)
         };
         let operands = vec![
-            OperandInfo { buffer_type: in_spec.memory_config.buffer_type, access: Access::Read, per_bank_size: per_bank(&in_spec)? },
-            OperandInfo { buffer_type: BufferType::Dram, access: Access::ReadWrite, per_bank_size: per_bank(&scr_spec)? },
-            OperandInfo { buffer_type: out_spec.memory_config.buffer_type, access: Access::Write, per_bank_size: per_bank(&out_spec)? },
+            OperandInfo {
+                buffer_type: in_spec.memory_config.buffer_type,
+                access: Access::Read,
+                per_bank_size: per_bank(&in_spec)?,
+            },
+            OperandInfo {
+                buffer_type: BufferType::Dram,
+                access: Access::ReadWrite,
+                per_bank_size: per_bank(&scr_spec)?,
+            },
+            OperandInfo {
+                buffer_type: out_spec.memory_config.buffer_type,
+                access: Access::Write,
+                per_bank_size: per_bank(&out_spec)?,
+            },
         ];
         let fabric = fabric.clone();
         let line_for_kernel = line.clone();
         let program = chip.program_cache().get_or_compile(
             key,
             !chip.is_capturing(cfg.cq),
-            || format!("{}(dim, {:?}) at position {pos} of line {:?}", plan.op, kind, line.chips),
+            || {
+                format!(
+                    "{}(dim, {:?}) at position {pos} of line {:?}",
+                    plan.op, kind, line.chips
+                )
+            },
             || {
                 let kernel = kernels::CollectiveKernel::new(
-                    kind, pos, line_for_kernel, topology, num_links, in_spec, out_spec.clone(), scr_spec, fabric,
+                    kind,
+                    pos,
+                    line_for_kernel,
+                    topology,
+                    num_links,
+                    in_spec,
+                    out_spec.clone(),
+                    scr_spec,
+                    fabric,
                 );
                 // A collective runs on the ethernet-facing workers: a few cores, not the grid.
-                let split = CoreSplit { cores: 2 * num_links as u32, units_per_core: out_spec.num_pages() as u32, args_per_core: 8 };
+                let split = CoreSplit {
+                    cores: 2 * num_links as u32,
+                    units_per_core: out_spec.num_pages() as u32,
+                    args_per_core: 8,
+                };
                 Ok(Program::new(Arc::new(kernel), operands, split, Vec::new()))
             },
         )?;
-        let addrs = [input.buffer_address()? as u32, scr.buffer_address()? as u32, out.buffer_address()? as u32];
-        let ids = [input.allocation("read")?.id, scr.allocation("used")?.id, out.allocation("written")?.id];
+        let addrs = [
+            input.buffer_address()? as u32,
+            scr.buffer_address()? as u32,
+            out.buffer_address()? as u32,
+        ];
+        let ids = [
+            input.allocation("read")?.id,
+            scr.allocation("used")?.id,
+            out.allocation("written")?.id,
+        ];
         chip.enqueue_program(cfg.cq, &program, &addrs, &ids)?;
     }
     Ok(outputs)
 }
 
 fn output_memory_config(spec: &TensorSpec, cfg: &CclConfig) -> Result<MemoryConfig> {
-    let mc = cfg.memory_config.clone().unwrap_or_else(|| spec.memory_config.clone());
+    let mc = cfg
+        .memory_config
+        .clone()
+        .unwrap_or_else(|| spec.memory_config.clone());
     if mc.is_sharded() {
         return Err(invalid("ccl", "sharded CCL outputs are not supported yet; use an interleaved DRAM or L1 memory config"));
     }
@@ -261,7 +381,10 @@ pub fn reduce_scatter(
         ));
     }
     if spec.dtype == DataType::UInt32 {
-        return Err(invalid("reduce_scatter", "UINT32 tensors cannot be summed here; typecast to BFLOAT16 or FLOAT32"));
+        return Err(invalid(
+            "reduce_scatter",
+            "UINT32 tensors cannot be summed here; typecast to BFLOAT16 or FLOAT32",
+        ));
     }
     let mut out = spec.clone();
     out.shape[dim] /= n;
@@ -280,18 +403,51 @@ pub fn reduce_scatter(
 
 /// Sum across the line, result on every chip: reduce_scatter then all_gather along the largest
 /// dim that splits evenly (the result does not depend on which).
-pub fn all_reduce(inputs: &[Tensor], line: &CclLine, fabric: &Arc<Fabric>, cfg: &CclConfig, outputs: Option<&[Tensor]>) -> Result<Vec<Tensor>> {
+pub fn all_reduce(
+    inputs: &[Tensor],
+    line: &CclLine,
+    fabric: &Arc<Fabric>,
+    cfg: &CclConfig,
+    outputs: Option<&[Tensor]>,
+) -> Result<Vec<Tensor>> {
     let n = inputs.len();
     let spec = check_inputs("all_reduce", inputs, line, 0)?;
     if n == 1 {
-        return Ok(vec![ttmesh_chip::ops::copy(&inputs[0], &ttmesh_chip::ops::OpOptions { output: outputs.map(|o| o[0].clone()), cq: cfg.cq, ..Default::default() })?]);
+        return Ok(vec![ttmesh_chip::ops::copy(
+            &inputs[0],
+            &ttmesh_chip::ops::OpOptions {
+                output: outputs.map(|o| o[0].clone()),
+                cq: cfg.cq,
+                ..Default::default()
+            },
+        )?]);
     }
     let dim = (0..spec.shape.len())
         .rev()
-        .find(|&d| spec.shape[d] % n == 0 && (d + 2 < spec.shape.len() || spec.layout == Layout::RowMajor || (spec.shape[d] / n) % 32 == 0))
-        .or_else(|| (0..spec.shape.len()).rev().find(|&d| spec.shape[d] % n == 0))
-        .ok_or_else(|| invalid("all_reduce", format!("no dim of {:?} splits into {n} equal chunks; pad one to a multiple of {n}", spec.shape)))?;
-    let mid_cfg = CclConfig { memory_config: None, ..cfg.clone() };
+        .find(|&d| {
+            spec.shape[d] % n == 0
+                && (d + 2 < spec.shape.len()
+                    || spec.layout == Layout::RowMajor
+                    || (spec.shape[d] / n) % 32 == 0)
+        })
+        .or_else(|| {
+            (0..spec.shape.len())
+                .rev()
+                .find(|&d| spec.shape[d] % n == 0)
+        })
+        .ok_or_else(|| {
+            invalid(
+                "all_reduce",
+                format!(
+                    "no dim of {:?} splits into {n} equal chunks; pad one to a multiple of {n}",
+                    spec.shape
+                ),
+            )
+        })?;
+    let mid_cfg = CclConfig {
+        memory_config: None,
+        ..cfg.clone()
+    };
     let partial = reduce_scatter(inputs, dim, line, fabric, &mid_cfg, None)?;
     all_gather(&partial, dim, line, fabric, cfg, outputs)
 }

@@ -25,27 +25,47 @@ fn normalize_dim(t: &MeshTensor, dim: isize, op: &str) -> Result<usize> {
     let rank = t.shape().len() as isize;
     let d = if dim < 0 { rank + dim } else { dim };
     if d < 0 || d >= rank {
-        return Err(invalid(op, format!("dim {dim} is out of range for rank {rank}")));
+        return Err(invalid(
+            op,
+            format!("dim {dim} is out of range for rank {rank}"),
+        ));
     }
     Ok(d as usize)
 }
 
-type LineOp<'a> = dyn Fn(&[Tensor], &CclLine, &CclConfig, Option<&[Tensor]>) -> ttmesh_ccl::Result<Vec<Tensor>> + 'a;
+type LineOp<'a> = dyn Fn(&[Tensor], &CclLine, &CclConfig, Option<&[Tensor]>) -> ttmesh_ccl::Result<Vec<Tensor>>
+    + 'a;
 
-fn run_lines(t: &MeshTensor, op: &'static str, args: &CclArgs, f: &LineOp<'_>) -> Result<MeshTensor> {
+fn run_lines(
+    t: &MeshTensor,
+    op: &'static str,
+    args: &CclArgs,
+    f: &LineOp<'_>,
+) -> Result<MeshTensor> {
     let mesh = t.mesh().clone();
     mesh.require_fabric(op)?;
-    let cfg = CclConfig { topology: args.topology, num_links: args.num_links.max(1), memory_config: args.memory_config.clone(), cq: args.cq };
+    let cfg = CclConfig {
+        topology: args.topology,
+        num_links: args.num_links.max(1),
+        memory_config: args.memory_config.clone(),
+        cq: args.cq,
+    };
     let mut out: Vec<Option<Tensor>> = vec![None; mesh.num_devices()];
     for (line, idx) in mesh.ccl_lines(args.cluster_axis)? {
         let inputs: Vec<Tensor> = idx.iter().map(|&i| t.shards()[i].clone()).collect();
-        let outputs: Option<Vec<Tensor>> = args.output.as_ref().map(|o| idx.iter().map(|&i| o.shards()[i].clone()).collect());
+        let outputs: Option<Vec<Tensor>> = args
+            .output
+            .as_ref()
+            .map(|o| idx.iter().map(|&i| o.shards()[i].clone()).collect());
         let res = f(&inputs, &line, &cfg, outputs.as_deref())?;
         for (i, r) in idx.into_iter().zip(res) {
             out[i] = Some(r);
         }
     }
-    let shards = out.into_iter().collect::<Option<Vec<_>>>().ok_or_else(|| invalid(op, "a chip of the mesh is on no line"))?;
+    let shards = out
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| invalid(op, "a chip of the mesh is on no line"))?;
     MeshTensor::from_shards(&mesh, shards)
 }
 
@@ -53,18 +73,24 @@ fn run_lines(t: &MeshTensor, op: &'static str, args: &CclArgs, f: &LineOp<'_>) -
 pub fn all_gather(t: &MeshTensor, dim: isize, args: &CclArgs) -> Result<MeshTensor> {
     let d = normalize_dim(t, dim, "all_gather")?;
     let fabric = t.mesh().require_fabric("all_gather")?.clone();
-    run_lines(t, "all_gather", args, &|ins, line, cfg, outs| ttmesh_ccl::all_gather(ins, d, line, &fabric, cfg, outs))
+    run_lines(t, "all_gather", args, &|ins, line, cfg, outs| {
+        ttmesh_ccl::all_gather(ins, d, line, &fabric, cfg, outs)
+    })
 }
 
 /// Output `shape[dim] /= n`: chip i of each line holds chunk i of the line's sum.
 pub fn reduce_scatter(t: &MeshTensor, dim: isize, args: &CclArgs) -> Result<MeshTensor> {
     let d = normalize_dim(t, dim, "reduce_scatter")?;
     let fabric = t.mesh().require_fabric("reduce_scatter")?.clone();
-    run_lines(t, "reduce_scatter", args, &|ins, line, cfg, outs| ttmesh_ccl::reduce_scatter(ins, d, line, &fabric, cfg, outs))
+    run_lines(t, "reduce_scatter", args, &|ins, line, cfg, outs| {
+        ttmesh_ccl::reduce_scatter(ins, d, line, &fabric, cfg, outs)
+    })
 }
 
 /// Sum over each line, result on every chip of it.
 pub fn all_reduce(t: &MeshTensor, args: &CclArgs) -> Result<MeshTensor> {
     let fabric = t.mesh().require_fabric("all_reduce")?.clone();
-    run_lines(t, "all_reduce", args, &|ins, line, cfg, outs| ttmesh_ccl::all_reduce(ins, line, &fabric, cfg, outs))
+    run_lines(t, "all_reduce", args, &|ins, line, cfg, outs| {
+        ttmesh_ccl::all_reduce(ins, line, &fabric, cfg, outs)
+    })
 }

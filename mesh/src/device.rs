@@ -7,7 +7,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use ttmesh_ccl::CclLine;
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig, CqId};
-use ttmesh_fabric::{AxisLine, ChipMemory, EthLink, Fabric, FabricConfig, FabricSpec, LinkParams, NocAddr};
+use ttmesh_fabric::{
+    AxisLine, ChipMemory, EthLink, Fabric, FabricConfig, FabricSpec, LinkParams, NocAddr,
+};
 use ttmesh_topologies::{ArchName, ClusterGraph};
 
 use crate::error::{invalid, on_chip, MeshError, Result};
@@ -110,12 +112,17 @@ struct ChipPort(Option<Arc<Chip>>, u32);
 
 impl ChipMemory for ChipPort {
     fn write(&self, dest: NocAddr, data: &[u8]) -> std::result::Result<(), String> {
-        let chip = self.0.as_ref().ok_or_else(|| format!("chip {} is not part of this mesh", self.1))?;
+        let chip = self
+            .0
+            .as_ref()
+            .ok_or_else(|| format!("chip {} is not part of this mesh", self.1))?;
         let space = match dest.space {
             ttmesh_fabric::MemSpace::Dram => ttmesh_chip::allocator::MemSpace::Dram,
             ttmesh_fabric::MemSpace::L1 => ttmesh_chip::allocator::MemSpace::L1,
         };
-        chip.memory().write(space, dest.bank, dest.addr, data).map_err(|e| e.to_string())
+        chip.memory()
+            .write(space, dest.bank, dest.addr, data)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -143,7 +150,9 @@ impl MeshDevice {
         }
         let fabric = match config.fabric_config {
             FabricConfig::Disabled => None,
-            fc => Some(Arc::new(build_fabric(&cluster, shape, &ids, &chips, &arch, fc, &config)?)),
+            fc => Some(Arc::new(build_fabric(
+                &cluster, shape, &ids, &chips, &arch, fc, &config,
+            )?)),
         };
         Ok(MeshDevice {
             inner: Arc::new(MeshInner {
@@ -170,12 +179,21 @@ impl MeshDevice {
     pub fn chip(&self, coord: MeshCoordinate) -> Result<&Arc<Chip>> {
         let s = self.inner.shape;
         if coord.row >= s.rows || coord.col >= s.cols {
-            return Err(invalid("mesh", format!("coordinate ({}, {}) is outside the {s} mesh", coord.row, coord.col)));
+            return Err(invalid(
+                "mesh",
+                format!(
+                    "coordinate ({}, {}) is outside the {s} mesh",
+                    coord.row, coord.col
+                ),
+            ));
         }
         Ok(&self.inner.chips[coord.row * s.cols + coord.col])
     }
     pub fn coord_of_index(&self, i: usize) -> MeshCoordinate {
-        MeshCoordinate { row: i / self.inner.shape.cols, col: i % self.inner.shape.cols }
+        MeshCoordinate {
+            row: i / self.inner.shape.cols,
+            col: i % self.inner.shape.cols,
+        }
     }
     pub fn cluster(&self) -> &ClusterGraph {
         &self.inner.cluster
@@ -206,7 +224,12 @@ impl MeshDevice {
         let id_of = |i: usize| self.inner.chips[i].id();
         let make = |idx: Vec<usize>| {
             let chips: Vec<u32> = idx.iter().map(|&i| id_of(i)).collect();
-            let is_ring = chips.len() > 2 && self.inner.cluster.link_count(chips[0], *chips.last().unwrap()) > 0;
+            let is_ring = chips.len() > 2
+                && self
+                    .inner
+                    .cluster
+                    .link_count(chips[0], *chips.last().unwrap())
+                    > 0;
             (CclLine { chips, is_ring }, idx)
         };
         match cluster_axis {
@@ -235,7 +258,10 @@ impl MeshDevice {
         let mut first = None;
         for c in &self.inner.chips {
             if let Err(e) = c.synchronize() {
-                first.get_or_insert(MeshError::Chip { chip: c.id(), source: e });
+                first.get_or_insert(MeshError::Chip {
+                    chip: c.id(),
+                    source: e,
+                });
             }
         }
         first.map_or(Ok(()), Err)
@@ -256,7 +282,10 @@ impl MeshDevice {
             .map(|(i, c)| {
                 let used = |t: BufferType| {
                     let banks = c.with_allocator(|a| a.num_banks(t)) as u64;
-                    (c.usage().snapshot(t).allocated_per_bank * banks, c.statistics(t).total_allocatable_size_bytes * banks)
+                    (
+                        c.usage().snapshot(t).allocated_per_bank * banks,
+                        c.statistics(t).total_allocatable_size_bytes * banks,
+                    )
                 };
                 let (dram, dram_cap) = used(BufferType::Dram);
                 let (l1, l1_cap) = used(BufferType::L1);
@@ -283,7 +312,11 @@ impl MeshDevice {
 
     /// Timing of the last lockstep replay, once every chip finished it.
     pub fn last_replay(&self) -> Option<ReplayReport> {
-        self.inner.last_replay.lock().as_ref().and_then(|t| t.report())
+        self.inner
+            .last_replay
+            .lock()
+            .as_ref()
+            .and_then(|t| t.report())
     }
 
     /// Stops the fabric and every chip's dispatchers after their queued work.
@@ -320,7 +353,9 @@ fn mesh_chip_ids(cluster: &ClusterGraph, shape: MeshShape) -> Result<Vec<u32>> {
         let mut ids = Vec::new();
         for r in 0..shape.rows {
             for c in 0..shape.cols {
-                ids.push(cluster.chip_at(r, c).ok_or_else(|| MeshError::Config(format!("{} has no chip at ({r}, {c})", cluster.name())))?);
+                ids.push(cluster.chip_at(r, c).ok_or_else(|| {
+                    MeshError::Config(format!("{} has no chip at ({r}, {c})", cluster.name()))
+                })?);
             }
         }
         return Ok(ids);
@@ -373,7 +408,11 @@ fn build_fabric(
             push(line.chips);
         }
     }
-    let params = if arch.arch == ttmesh_chip::Arch::Blackhole { LinkParams::blackhole() } else { LinkParams::wormhole() };
+    let params = if arch.arch == ttmesh_chip::Arch::Blackhole {
+        LinkParams::blackhole()
+    } else {
+        LinkParams::wormhole()
+    };
     let mut spec = FabricSpec::new(cluster.num_chips() as u32, links, axes, params, config);
     if let Some(t) = mesh.operation_timeout {
         spec.timeout = t;

@@ -27,5 +27,8 @@ pub(crate) fn on_chip(chip: u32) -> impl FnOnce(ChipError) -> MeshError {
 }
 
 pub(crate) fn invalid(op: &str, detail: impl Into<String>) -> MeshError {
-    MeshError::Invalid { op: op.into(), detail: detail.into() }
+    MeshError::Invalid {
+        op: op.into(),
+        detail: detail.into(),
+    }
 }

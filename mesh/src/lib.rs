@@ -15,17 +15,17 @@ pub mod ops;
 mod tensor;
 mod trace;
 
-pub use device::{MeshConfig, MeshCoordinate, MeshDevice, MeshShape, ChipReport};
+pub use device::{ChipReport, MeshConfig, MeshCoordinate, MeshDevice, MeshShape};
 pub use error::{MeshError, Result};
 pub use tensor::{
-    ConcatMesh2dToTensor, ConcatMeshToTensor, MeshComposer, MeshMapper, MeshTensor, ReplicateTensorToMesh,
-    ShardTensor2dMesh, ShardTensorToMesh,
+    ConcatMesh2dToTensor, ConcatMeshToTensor, MeshComposer, MeshMapper, MeshTensor,
+    ReplicateTensorToMesh, ShardTensor2dMesh, ShardTensorToMesh,
 };
 pub use trace::{MeshEvent, MeshTraceId, ReplayReport};
 
 pub use ttmesh_ccl::Topology;
 pub use ttmesh_chip::{
-    compute::Activation, ArchSpec, BufferType, CqId, DataType, HostTensor, Layout, MathFidelity, MemoryConfig,
-    TensorSpec,
+    compute::Activation, ArchSpec, BufferType, CqId, DataType, HostTensor, Layout, MathFidelity,
+    MemoryConfig, TensorSpec,
 };
 pub use ttmesh_fabric::FabricConfig;

@@ -35,7 +35,9 @@ pub fn per_chip(
     inputs: &[&MeshTensor],
     f: impl Fn(usize, &[&Tensor]) -> ttmesh_chip::Result<Tensor>,
 ) -> Result<MeshTensor> {
-    let first = inputs.first().ok_or_else(|| invalid("mesh op", "no inputs"))?;
+    let first = inputs
+        .first()
+        .ok_or_else(|| invalid("mesh op", "no inputs"))?;
     let mesh = first.mesh.clone();
     for t in inputs {
         if !std::sync::Arc::ptr_eq(&t.mesh.inner, &mesh.inner) {
@@ -96,45 +98,86 @@ pub fn unary(op: Activation, a: &MeshTensor, opts: &MeshOpOptions) -> Result<Mes
     per_chip(&[a], |i, t| chip_ops::unary(op, t[0], &opts.for_chip(i)))
 }
 
-pub fn rms_norm(a: &MeshTensor, gamma: Option<&MeshTensor>, epsilon: f32, opts: &MeshOpOptions) -> Result<MeshTensor> {
+pub fn rms_norm(
+    a: &MeshTensor,
+    gamma: Option<&MeshTensor>,
+    epsilon: f32,
+    opts: &MeshOpOptions,
+) -> Result<MeshTensor> {
     match gamma {
-        Some(g) => per_chip(&[a, g], |i, t| chip_ops::rms_norm(t[0], Some(t[1]), epsilon, &opts.for_chip(i))),
-        None => per_chip(&[a], |i, t| chip_ops::rms_norm(t[0], None, epsilon, &opts.for_chip(i))),
+        Some(g) => per_chip(&[a, g], |i, t| {
+            chip_ops::rms_norm(t[0], Some(t[1]), epsilon, &opts.for_chip(i))
+        }),
+        None => per_chip(&[a], |i, t| {
+            chip_ops::rms_norm(t[0], None, epsilon, &opts.for_chip(i))
+        }),
     }
 }
 
 pub fn typecast(a: &MeshTensor, dtype: DataType, opts: &MeshOpOptions) -> Result<MeshTensor> {
-    per_chip(&[a], |i, t| chip_ops::typecast(t[0], dtype, &opts.for_chip(i)))
+    per_chip(&[a], |i, t| {
+        chip_ops::typecast(t[0], dtype, &opts.for_chip(i))
+    })
 }
 
-pub fn to_memory_config(a: &MeshTensor, mc: &MemoryConfig, opts: &MeshOpOptions) -> Result<MeshTensor> {
-    per_chip(&[a], |i, t| chip_ops::to_memory_config(t[0], mc, &opts.for_chip(i)))
+pub fn to_memory_config(
+    a: &MeshTensor,
+    mc: &MemoryConfig,
+    opts: &MeshOpOptions,
+) -> Result<MeshTensor> {
+    per_chip(&[a], |i, t| {
+        chip_ops::to_memory_config(t[0], mc, &opts.for_chip(i))
+    })
 }
 
 pub fn to_layout(a: &MeshTensor, layout: Layout, opts: &MeshOpOptions) -> Result<MeshTensor> {
-    per_chip(&[a], |i, t| chip_ops::to_layout(t[0], layout, &opts.for_chip(i)))
+    per_chip(&[a], |i, t| {
+        chip_ops::to_layout(t[0], layout, &opts.for_chip(i))
+    })
 }
 
-pub fn reshard(a: &MeshTensor, mc: &MemoryConfig, output: Option<&MeshTensor>, cq: CqId) -> Result<MeshTensor> {
-    per_chip(&[a], |i, t| chip_ops::reshard(t[0], mc, output.map(|o| &o.shards[i]), cq))
+pub fn reshard(
+    a: &MeshTensor,
+    mc: &MemoryConfig,
+    output: Option<&MeshTensor>,
+    cq: CqId,
+) -> Result<MeshTensor> {
+    per_chip(&[a], |i, t| {
+        chip_ops::reshard(t[0], mc, output.map(|o| &o.shards[i]), cq)
+    })
 }
 
 /// Column-parallel linear: `x` replicated, `w` sharded on its last (output) dim; every chip
 /// computes its slice of the output. With `gather`, the slices are all-gathered on the last dim.
-pub fn column_parallel_matmul(x: &MeshTensor, w: &MeshTensor, cfg: &MeshMatmulConfig, gather: Option<&CclArgs>) -> Result<MeshTensor> {
+pub fn column_parallel_matmul(
+    x: &MeshTensor,
+    w: &MeshTensor,
+    cfg: &MeshMatmulConfig,
+    gather: Option<&CclArgs>,
+) -> Result<MeshTensor> {
     let y = matmul(x, w, cfg)?;
     match gather {
-        Some(args) => {
-            ccl::all_gather(&y, -1, args)
-        }
+        Some(args) => ccl::all_gather(&y, -1, args),
         None => Ok(y),
     }
 }
 
 /// Row-parallel linear: `x` sharded on its last dim, `w` sharded on its rows (input dim); the
 /// per-chip partial products are summed with all_reduce.
-pub fn row_parallel_matmul(x: &MeshTensor, w: &MeshTensor, cfg: &MeshMatmulConfig, reduce: &CclArgs) -> Result<MeshTensor> {
-    let partial = matmul(x, w, &MeshMatmulConfig { bias: None, ..cfg.clone() })?;
+pub fn row_parallel_matmul(
+    x: &MeshTensor,
+    w: &MeshTensor,
+    cfg: &MeshMatmulConfig,
+    reduce: &CclArgs,
+) -> Result<MeshTensor> {
+    let partial = matmul(
+        x,
+        w,
+        &MeshMatmulConfig {
+            bias: None,
+            ..cfg.clone()
+        },
+    )?;
     let reduced = ccl::all_reduce(&partial, reduce)?;
     match &cfg.bias {
         Some(b) => add(&reduced, b, &cfg.options),

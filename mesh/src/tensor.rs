@@ -37,12 +37,18 @@ pub struct ConcatMesh2dToTensor(pub [usize; 2]);
 pub fn split(host: &HostTensor, dim: usize, n: usize) -> Result<Vec<HostTensor>> {
     let shape = &host.shape;
     if dim >= shape.len() {
-        return Err(invalid("ShardTensorToMesh", format!("dim {dim} is out of range for shape {shape:?}")));
+        return Err(invalid(
+            "ShardTensorToMesh",
+            format!("dim {dim} is out of range for shape {shape:?}"),
+        ));
     }
     if shape[dim] % n != 0 {
         return Err(invalid(
             "ShardTensorToMesh",
-            format!("dim {dim} of {shape:?} ({}) does not split evenly over {n} chips", shape[dim]),
+            format!(
+                "dim {dim} of {shape:?} ({}) does not split evenly over {n} chips",
+                shape[dim]
+            ),
         ));
     }
     let outer: usize = shape[..dim].iter().product();
@@ -51,7 +57,14 @@ pub fn split(host: &HostTensor, dim: usize, n: usize) -> Result<Vec<HostTensor>>
     let mut out_shape = shape.clone();
     out_shape[dim] = part;
     let pick = |j: usize| -> HostData {
-        fn take<T: Copy>(v: &[T], outer: usize, extent: usize, part: usize, inner: usize, j: usize) -> Vec<T> {
+        fn take<T: Copy>(
+            v: &[T],
+            outer: usize,
+            extent: usize,
+            part: usize,
+            inner: usize,
+            j: usize,
+        ) -> Vec<T> {
             let mut o = Vec::with_capacity(outer * part * inner);
             for k in 0..outer {
                 let start = (k * extent + j * part) * inner;
@@ -64,14 +77,25 @@ pub fn split(host: &HostTensor, dim: usize, n: usize) -> Result<Vec<HostTensor>>
             HostData::U32(v) => HostData::U32(take(v, outer, shape[dim], part, inner, j)),
         }
     };
-    Ok((0..n).map(|j| HostTensor { shape: out_shape.clone(), dtype: host.dtype, data: pick(j) }).collect())
+    Ok((0..n)
+        .map(|j| HostTensor {
+            shape: out_shape.clone(),
+            dtype: host.dtype,
+            data: pick(j),
+        })
+        .collect())
 }
 
 /// Concatenates host tensors along `dim`.
 pub fn concat(parts: &[HostTensor], dim: usize) -> Result<HostTensor> {
-    let first = parts.first().ok_or_else(|| invalid("ConcatMeshToTensor", "no tensors to concatenate"))?;
+    let first = parts
+        .first()
+        .ok_or_else(|| invalid("ConcatMeshToTensor", "no tensors to concatenate"))?;
     if dim >= first.shape.len() {
-        return Err(invalid("ConcatMeshToTensor", format!("dim {dim} is out of range for shape {:?}", first.shape)));
+        return Err(invalid(
+            "ConcatMeshToTensor",
+            format!("dim {dim} is out of range for shape {:?}", first.shape),
+        ));
     }
     for p in parts {
         let mut a = p.shape.clone();
@@ -79,7 +103,13 @@ pub fn concat(parts: &[HostTensor], dim: usize) -> Result<HostTensor> {
         a[dim] = 0;
         b[dim] = 0;
         if a != b || p.dtype != first.dtype {
-            return Err(invalid("ConcatMeshToTensor", format!("shapes {:?} and {:?} differ outside dim {dim}", p.shape, first.shape)));
+            return Err(invalid(
+                "ConcatMeshToTensor",
+                format!(
+                    "shapes {:?} and {:?} differ outside dim {dim}",
+                    p.shape, first.shape
+                ),
+            ));
         }
     }
     let outer: usize = first.shape[..dim].iter().product();
@@ -102,11 +132,24 @@ pub fn concat(parts: &[HostTensor], dim: usize) -> Result<HostTensor> {
             HostData::F32(join(&v, &extents, outer, inner))
         }
         HostData::U32(_) => {
-            let v: Vec<&[u32]> = parts.iter().map(|p| if let HostData::U32(x) = &p.data { x.as_slice() } else { &[] }).collect();
+            let v: Vec<&[u32]> = parts
+                .iter()
+                .map(|p| {
+                    if let HostData::U32(x) = &p.data {
+                        x.as_slice()
+                    } else {
+                        &[]
+                    }
+                })
+                .collect();
             HostData::U32(join(&v, &extents, outer, inner))
         }
     };
-    Ok(HostTensor { shape, dtype: first.dtype, data })
+    Ok(HostTensor {
+        shape,
+        dtype: first.dtype,
+        data,
+    })
 }
 
 impl MeshMapper for ShardTensorToMesh {
@@ -146,8 +189,10 @@ impl MeshComposer for ConcatMeshToTensor {
 
 impl MeshComposer for ConcatMesh2dToTensor {
     fn compose(&self, shards: Vec<HostTensor>, shape: MeshShape) -> Result<HostTensor> {
-        let rows: Vec<HostTensor> =
-            shards.chunks(shape.cols).map(|row| concat(row, self.0[1])).collect::<Result<_>>()?;
+        let rows: Vec<HostTensor> = shards
+            .chunks(shape.cols)
+            .map(|row| concat(row, self.0[1]))
+            .collect::<Result<_>>()?;
         concat(&rows, self.0[0])
     }
 }
@@ -161,13 +206,20 @@ pub struct MeshTensor {
 
 impl std::fmt::Debug for MeshTensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MeshTensor({} on {} chips)", self.spec(), self.shards.len())
+        write!(
+            f,
+            "MeshTensor({} on {} chips)",
+            self.spec(),
+            self.shards.len()
+        )
     }
 }
 
 impl MeshTensor {
     pub(crate) fn from_shards(mesh: &MeshDevice, shards: Vec<Tensor>) -> Result<MeshTensor> {
-        let first = shards.first().ok_or_else(|| invalid("mesh tensor", "no shards"))?;
+        let first = shards
+            .first()
+            .ok_or_else(|| invalid("mesh tensor", "no shards"))?;
         let addr = first.buffer_address().map_err(on_chip(first.chip().id()))?;
         for s in &shards {
             let a = s.buffer_address().map_err(on_chip(s.chip().id()))?;
@@ -182,7 +234,10 @@ impl MeshTensor {
                 ));
             }
         }
-        Ok(MeshTensor { mesh: mesh.clone(), shards })
+        Ok(MeshTensor {
+            mesh: mesh.clone(),
+            shards,
+        })
     }
 
     /// `allocate_tensor_on_device` on every chip: one spec per chip.
@@ -212,7 +267,12 @@ impl MeshTensor {
     }
 
     /// `copy_host_to_device_tensor` for a mesh tensor.
-    pub fn copy_from_host(&self, host: &HostTensor, mapper: &dyn MeshMapper, cq: CqId) -> Result<()> {
+    pub fn copy_from_host(
+        &self,
+        host: &HostTensor,
+        mapper: &dyn MeshMapper,
+        cq: CqId,
+    ) -> Result<()> {
         let parts = mapper.map(host, self.mesh.shape())?;
         self.write_parts(&parts, cq)
     }
@@ -237,7 +297,10 @@ impl MeshTensor {
 
     /// Enqueues the reads (non-blocking); data is valid once each wait returns.
     pub fn to_host_async(&self, cq: CqId) -> Result<Vec<PendingTensorRead>> {
-        self.shards.iter().map(|s| s.to_host_async(cq).map_err(on_chip(s.chip().id()))).collect()
+        self.shards
+            .iter()
+            .map(|s| s.to_host_async(cq).map_err(on_chip(s.chip().id())))
+            .collect()
     }
 
     /// Every chip's tensor, uncomposed.
@@ -263,7 +326,9 @@ impl MeshTensor {
         self.shards[0].shape()
     }
     pub fn buffer_address(&self) -> Result<u64> {
-        self.shards[0].buffer_address().map_err(on_chip(self.shards[0].chip().id()))
+        self.shards[0]
+            .buffer_address()
+            .map_err(on_chip(self.shards[0].chip().id()))
     }
 
     pub fn deallocate(&self, force: bool) -> Result<()> {

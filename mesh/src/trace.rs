@@ -31,7 +31,11 @@ pub(crate) struct StartBarrier {
 
 impl StartBarrier {
     fn new(parties: usize) -> StartBarrier {
-        StartBarrier { state: Mutex::new((0, false, None)), cv: Condvar::new(), parties }
+        StartBarrier {
+            state: Mutex::new((0, false, None)),
+            cv: Condvar::new(),
+            parties,
+        }
     }
 
     fn wait(&self, chip: u32, timeout: Duration) -> std::result::Result<Instant, ChipError> {
@@ -45,14 +49,19 @@ impl StartBarrier {
         }
         loop {
             if s.1 {
-                return Err(ChipError::Trace(format!("lockstep replay aborted: another chip could not start; chip {chip} skips it")));
+                return Err(ChipError::Trace(format!(
+                    "lockstep replay aborted: another chip could not start; chip {chip} skips it"
+                )));
             }
             if let Some(t) = s.2 {
                 return Ok(t);
             }
             if self.cv.wait_until(&mut s, deadline).timed_out() && s.2.is_none() {
                 return Err(ChipError::Timeout {
-                    what: format!("chip {chip} waits at the lockstep replay barrier ({} of {} chips arrived)", s.0, self.parties),
+                    what: format!(
+                        "chip {chip} waits at the lockstep replay barrier ({} of {} chips arrived)",
+                        s.0, self.parties
+                    ),
                     seconds: timeout.as_secs_f64(),
                 });
             }
@@ -76,10 +85,16 @@ impl ReplayTimes {
         let start = (*self.start.lock())?;
         let finish = self.finish.lock();
         let f: Vec<Instant> = finish.iter().copied().collect::<Option<_>>()?;
-        let per_chip_us = f.iter().map(|t| t.duration_since(start).as_secs_f64() * 1e6).collect();
+        let per_chip_us = f
+            .iter()
+            .map(|t| t.duration_since(start).as_secs_f64() * 1e6)
+            .collect();
         let max = f.iter().max()?;
         let min = f.iter().min()?;
-        Some(ReplayReport { per_chip_us, skew_us: max.duration_since(*min).as_secs_f64() * 1e6 })
+        Some(ReplayReport {
+            per_chip_us,
+            skew_us: max.duration_since(*min).as_secs_f64() * 1e6,
+        })
     }
 }
 
@@ -105,16 +120,28 @@ impl MeshDevice {
         let mut first_err = None;
         for c in self.chips() {
             if let Err(e) = c.end_trace_capture(TraceId(tid.0), cq) {
-                first_err.get_or_insert(MeshError::Chip { chip: c.id(), source: e });
+                first_err.get_or_insert(MeshError::Chip {
+                    chip: c.id(),
+                    source: e,
+                });
             }
         }
         if let Some(e) = first_err {
             return Err(e);
         }
-        let addrs: Vec<(u32, u64)> =
-            self.chips().iter().filter_map(|c| c.trace_info(TraceId(tid.0)).map(|i| (c.id(), i.address))).collect();
+        let addrs: Vec<(u32, u64)> = self
+            .chips()
+            .iter()
+            .filter_map(|c| c.trace_info(TraceId(tid.0)).map(|i| (c.id(), i.address)))
+            .collect();
         if let Some((chip, a)) = addrs.iter().find(|(_, a)| *a != addrs[0].1) {
-            return Err(invalid("end_trace_capture", format!("trace {} is at {a:#x} on chip {chip} but {:#x} on chip {}", tid.0, addrs[0].1, addrs[0].0)));
+            return Err(invalid(
+                "end_trace_capture",
+                format!(
+                    "trace {} is at {a:#x} on chip {chip} but {:#x} on chip {}",
+                    tid.0, addrs[0].1, addrs[0].0
+                ),
+            ));
         }
         Ok(())
     }
@@ -127,33 +154,43 @@ impl MeshDevice {
             if c.trace_info(TraceId(tid.0)).is_none() {
                 return Err(MeshError::Chip {
                     chip: c.id(),
-                    source: ChipError::Trace(format!("no trace tid {} on device {}; capture it first", tid.0, c.id())),
+                    source: ChipError::Trace(format!(
+                        "no trace tid {} on device {}; capture it first",
+                        tid.0,
+                        c.id()
+                    )),
                 });
             }
         }
         let barrier = Arc::new(StartBarrier::new(chips.len()));
-        let times = Arc::new(ReplayTimes { start: Mutex::new(None), finish: Mutex::new(vec![None; chips.len()]) });
+        let times = Arc::new(ReplayTimes {
+            start: Mutex::new(None),
+            finish: Mutex::new(vec![None; chips.len()]),
+        });
         for (i, c) in chips.iter().enumerate() {
             let (b, t) = (barrier.clone(), times.clone());
             let id = c.id();
             let timeout = c.operation_timeout();
-            let enqueue = c
-                .enqueue_host_callback(cq, move || {
+            let t2 = times.clone();
+            let enqueue = c.enqueue_trace_with_callbacks(
+                TraceId(tid.0),
+                cq,
+                Some(Box::new(move || {
                     let start = b.wait(id, timeout)?;
                     t.start.lock().get_or_insert(start);
                     Ok(())
-                })
-                .and_then(|_| c.enqueue_trace(TraceId(tid.0), cq))
-                .and_then(|_| {
-                    let t = times.clone();
-                    c.enqueue_host_callback(cq, move || {
-                        t.finish.lock()[i] = Some(Instant::now());
-                        Ok(())
-                    })
-                });
+                })),
+                Some(Box::new(move || {
+                    t2.finish.lock()[i] = Some(Instant::now());
+                    Ok(())
+                })),
+            );
             if let Err(e) = enqueue {
                 barrier.abort();
-                return Err(MeshError::Chip { chip: id, source: e });
+                return Err(MeshError::Chip {
+                    chip: id,
+                    source: e,
+                });
             }
         }
         *self.inner.last_replay.lock() = Some(times);
@@ -177,7 +214,9 @@ impl MeshDevice {
     }
 
     pub fn create_event(&self) -> MeshEvent {
-        MeshEvent { events: self.chips().iter().map(|c| c.create_event()).collect() }
+        MeshEvent {
+            events: self.chips().iter().map(|c| c.create_event()).collect(),
+        }
     }
 
     pub fn record_event(&self, cq: CqId, event: &MeshEvent) -> Result<()> {

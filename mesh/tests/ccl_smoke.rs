@@ -3,12 +3,22 @@ use ttmesh::*;
 
 fn host(shape: Vec<usize>, seed: u32) -> HostTensor {
     let n: usize = shape.iter().product();
-    let v = (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 16) % 64) as f32 / 16.0 - 2.0).collect();
+    let v = (0..n)
+        .map(|i| {
+            (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 16) % 64) as f32 / 16.0
+                - 2.0
+        })
+        .collect();
     HostTensor::from_f32(shape, DataType::Float32, v).unwrap()
 }
 
 fn open(topo: &str, fabric: FabricConfig) -> MeshDevice {
-    MeshDevice::open(MeshConfig { topology: topo.into(), fabric_config: fabric, ..Default::default() }).unwrap()
+    MeshDevice::open(MeshConfig {
+        topology: topo.into(),
+        fabric_config: fabric,
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 #[test]
@@ -16,7 +26,15 @@ fn all_gather_and_all_reduce_on_t3k() {
     for fabric in [FabricConfig::Fabric1D, FabricConfig::Fabric1DRing] {
         let mesh = open("t3k", fabric);
         let full = host(vec![1, 1, 32, 256], 7);
-        let t = MeshTensor::from_host(&full, &mesh, &ShardTensorToMesh(3), Layout::Tile, MemoryConfig::DRAM, CqId(0)).unwrap();
+        let t = MeshTensor::from_host(
+            &full,
+            &mesh,
+            &ShardTensorToMesh(3),
+            Layout::Tile,
+            MemoryConfig::DRAM,
+            CqId(0),
+        )
+        .unwrap();
         let g = ccl::all_gather(&t, 3, &CclArgs::default()).unwrap();
         // Every chip holds the whole tensor, in linearized (ring) order of the mesh.
         let lines = mesh.ccl_lines(None).unwrap();

@@ -7,7 +7,7 @@ mod trace;
 
 pub use events::Event;
 pub use queue::{default_operation_timeout, CqId};
-pub use trace::{TraceId, TraceInfo, TraceStats};
+pub use trace::{trace_page_size, TraceId, TraceInfo, TraceStats};
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -70,7 +70,8 @@ pub(crate) struct ReadSlot {
     cv: Condvar,
 }
 
-type Callback = Box<dyn FnOnce() -> Result<()> + Send>;
+/// A host function a dispatcher runs at its place in the queue (never traced).
+pub type Callback = Box<dyn FnOnce() -> Result<()> + Send>;
 
 /// State shared by the host API and the dispatcher threads.
 pub(crate) struct ChipShared {
@@ -105,6 +106,12 @@ impl ChipShared {
             *slot.data.lock() = Some(data);
             slot.cv.notify_all();
         }
+    }
+
+    pub(crate) fn register_callback(&self, f: Callback) -> u64 {
+        let id = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.callbacks.lock().insert(id, f);
+        id
     }
 
     pub(crate) fn run_callback(&self, id: u64) -> Result<()> {
@@ -388,8 +395,7 @@ impl Chip {
     /// Enqueues a host callback (not traceable): used by the mesh for barriers and mesh events.
     pub fn enqueue_host_callback(&self, cq: CqId, f: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
         self.forbid_capture(cq, "Events")?;
-        let id = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
-        self.shared.callbacks.lock().insert(id, Box::new(f));
+        let id = self.shared.register_callback(Box::new(f));
         let mut e = Encoder::with_capacity(16);
         e.simple(Opcode::HostCallback, 0, id);
         self.submit(cq, e.bytes, &[])

@@ -267,6 +267,18 @@ impl Chip {
 
     /// Checks the trace (sanitizer) and enqueues its replay; the mesh calls this per chip.
     pub fn enqueue_trace(&self, tid: TraceId, cq: CqId) -> Result<()> {
+        self.enqueue_trace_with_callbacks(tid, cq, None, None)
+    }
+
+    /// Like `enqueue_trace`, with host callbacks run by the dispatcher right before and right
+    /// after the replay, all in one submission (the mesh's lockstep barrier and finish stamp).
+    pub fn enqueue_trace_with_callbacks(
+        &self,
+        tid: TraceId,
+        cq: CqId,
+        before: Option<super::Callback>,
+        after: Option<super::Callback>,
+    ) -> Result<()> {
         self.queue(cq)?;
         if self.is_capturing(cq) {
             return Err(ChipError::Trace(format!(
@@ -274,7 +286,7 @@ impl Chip {
                 tid.0, cq.0
             )));
         }
-        let mut e = Encoder::with_capacity(64);
+        let mut e = Encoder::with_capacity(96);
         {
             let mut table = self.shared.traces.lock();
             let t = table.traces.get_mut(&tid.0).ok_or_else(|| self.unknown_trace(tid, "execute"))?;
@@ -282,9 +294,15 @@ impl Chip {
                 self.sanitize(tid, t)?;
             }
             t.replays += 1;
+            if let Some(f) = before {
+                e.simple(Opcode::HostCallback, 0, self.shared.register_callback(f));
+            }
             e.simple(Opcode::ResetGo, 0, 0);
             e.simple(Opcode::Stall, 0, 0);
             e.exec_buf(tid.0, t.alloc.address as u32, t.page_size.trailing_zeros() as u16, t.num_pages as u32, t.size);
+            if let Some(f) = after {
+                e.simple(Opcode::HostCallback, 0, self.shared.register_callback(f));
+            }
         }
         self.submit(cq, e.bytes, &[])
     }

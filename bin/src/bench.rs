@@ -1,0 +1,32 @@
+//! `ttmesh bench`: every benchmark prints its own side-by-side figures and ratios.
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Which benchmark: fabric, monitor, ccl, or all.
+    #[arg(default_value = "all")]
+    pub which: String,
+    /// Short runs (CI smoke test).
+    #[arg(long)]
+    pub quick: bool,
+}
+
+pub fn run(args: &BenchArgs) -> Result<(), String> {
+    let all = args.which == "all";
+    let mut ran = false;
+    let mut section = |name: &str, f: &dyn Fn() -> String| {
+        if all || args.which == name {
+            println!("== bench {name} ==\n{}", f());
+            ran = true;
+        }
+    };
+    let q = args.quick;
+    section("fabric", &|| ttmesh_fabric::bench::run(q));
+    section("monitor", &|| ttmesh_monitor::bench::publish_cost(q));
+    if !ran {
+        return Err(format!(
+            "unknown benchmark '{}': use fabric, monitor or all",
+            args.which
+        ));
+    }
+    Ok(())
+}

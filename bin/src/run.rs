@@ -1,0 +1,369 @@
+//! `ttmesh run`: a tensor-parallel MLP block (column-parallel up projection, activation,
+//! row-parallel down projection + all_reduce, bf16) across every chip of a mesh; run untraced,
+//! captured, replayed in lockstep; every output checked against the host reference.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use ttmesh::ccl::CclArgs;
+use ttmesh::ops::{self, MeshMatmulConfig};
+use ttmesh::{
+    Activation, CqId, DataType, FabricConfig, HostTensor, Layout, MemoryConfig, MeshConfig,
+    MeshDevice, MeshTensor, ReplicateTensorToMesh, ShardTensorToMesh,
+};
+use ttmesh_chip::compute::reference;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// n150, n300, t3k, galaxy, p150, p300, line-N, ring-N, or a topology TOML file.
+    #[arg(long, default_value = "t3k")]
+    pub mesh: String,
+    /// 1d or 1d-ring.
+    #[arg(long, default_value = "1d")]
+    pub fabric: String,
+    /// Bytes per chip reserved for traces.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub trace_region_size: u64,
+    /// Replays of the captured block.
+    #[arg(long, default_value_t = 20)]
+    pub iters: usize,
+    /// Run the block untraced only.
+    #[arg(long)]
+    pub no_trace: bool,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the mesh open this many seconds after the run (for `ttmesh monitor`).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
+    pub hold: f64,
+    /// Hidden size (rows of the up projection).
+    #[arg(long, default_value_t = 512)]
+    pub hidden: usize,
+    /// FFN size; must split into tile-aligned slices over the chips.
+    #[arg(long, default_value_t = 2048)]
+    pub ffn: usize,
+    /// Tokens per step (rows of the activation).
+    #[arg(long, default_value_t = 32)]
+    pub tokens: usize,
+}
+
+struct Weights {
+    w1: MeshTensor,
+    w2: MeshTensor,
+}
+
+/// The block, as a user writes it: every op enqueued on every chip, nothing waits.
+fn mlp_block(x: &MeshTensor, w: &Weights) -> ttmesh::Result<MeshTensor> {
+    let up = MeshMatmulConfig {
+        activation: Some(Activation::Gelu { approximate: false }),
+        ..Default::default()
+    };
+    let h = ops::column_parallel_matmul(x, &w.w1, &up, None)?;
+    ops::row_parallel_matmul(&h, &w.w2, &MeshMatmulConfig::default(), &CclArgs::default())
+}
+
+fn random(shape: Vec<usize>, seed: u64, scale: f32) -> Result<HostTensor, String> {
+    let n: usize = shape.iter().product();
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let v = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect();
+    HostTensor::from_f32(shape, DataType::BFloat16, v).map_err(|e| e.to_string())
+}
+
+/// gelu(x W1) W2 on the host, in f64, from the same bf16 values the device holds.
+fn host_reference(
+    x: &HostTensor,
+    w1: &HostTensor,
+    w2: &HostTensor,
+    t: usize,
+    h: usize,
+    f: usize,
+) -> Result<Vec<f32>, String> {
+    let e = |e: ttmesh_chip::compute::ComputeError| e.to_string();
+    let up = reference::matmul(
+        x.as_f32().unwrap_or(&[]),
+        w1.as_f32().unwrap_or(&[]),
+        1,
+        1,
+        t,
+        h,
+        f,
+    )
+    .map_err(e)?;
+    let act = reference::unary(Activation::Gelu { approximate: false }, &up);
+    reference::matmul(&act, w2.as_f32().unwrap_or(&[]), 1, 1, t, f, h).map_err(e)
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+pub fn run(args: &RunArgs) -> Result<(), String> {
+    let fabric_config = match args.fabric.as_str() {
+        "1d" => FabricConfig::Fabric1D,
+        "1d-ring" => FabricConfig::Fabric1DRing,
+        other => return Err(format!("unknown --fabric '{other}': use 1d or 1d-ring")),
+    };
+    let config = MeshConfig {
+        topology: args.mesh.clone(),
+        trace_region_size: args.trace_region_size,
+        fabric_config,
+        ..Default::default()
+    };
+    let mesh = MeshDevice::open(config).map_err(|e| e.to_string())?;
+    let n = mesh.num_devices();
+    let (t, h, f) = (args.tokens, args.hidden, args.ffn);
+    if f % (32 * n) != 0 || h % 32 != 0 || t == 0 {
+        return Err(format!(
+            "--ffn {f} must split into slices of a multiple of 32 over {n} chips (a multiple of {}), and --hidden {h} must be a multiple of 32",
+            32 * n
+        ));
+    }
+    let result = run_on(&mesh, args, t, h, f);
+    let closed = mesh.close().map_err(|e| e.to_string());
+    let report = result?;
+    closed?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    }
+    if report["correct"] == json!(true) {
+        Ok(())
+    } else {
+        Err(format!(
+            "outputs differ from the host reference (max abs error {})",
+            report["max_abs_error"]
+        ))
+    }
+}
+
+fn run_on(
+    mesh: &MeshDevice,
+    args: &RunArgs,
+    t: usize,
+    h: usize,
+    f: usize,
+) -> Result<serde_json::Value, String> {
+    let err = |e: ttmesh::MeshError| e.to_string();
+    let cq = CqId(0);
+    let inputs = [
+        random(vec![1, 1, t, h], 1, 1.0)?,
+        random(vec![1, 1, t, h], 2, 1.0)?,
+    ];
+    let w1_host = random(vec![h, f], 3, 1.0 / (h as f32).sqrt())?;
+    let w2_host = random(vec![f, h], 4, 1.0 / (f as f32).sqrt())?;
+    let references: Vec<Vec<f32>> = inputs
+        .iter()
+        .map(|x| host_reference(x, &w1_host, &w2_host, t, h, f))
+        .collect::<Result<_, _>>()?;
+    let scale = references
+        .iter()
+        .flatten()
+        .fold(0f32, |m, v| m.max(v.abs()));
+    let tolerance = 0.03 * scale + 1e-3;
+
+    let w = Weights {
+        w1: MeshTensor::from_host(
+            &w1_host,
+            mesh,
+            &ShardTensorToMesh(1),
+            Layout::Tile,
+            MemoryConfig::DRAM,
+            cq,
+        )
+        .map_err(err)?,
+        w2: MeshTensor::from_host(
+            &w2_host,
+            mesh,
+            &ShardTensorToMesh(0),
+            Layout::Tile,
+            MemoryConfig::DRAM,
+            cq,
+        )
+        .map_err(err)?,
+    };
+    let x = MeshTensor::from_host(
+        &inputs[0],
+        mesh,
+        &ReplicateTensorToMesh,
+        Layout::Tile,
+        MemoryConfig::DRAM,
+        cq,
+    )
+    .map_err(err)?;
+
+    let mut max_err = 0f32;
+    let mut check = |y: &MeshTensor, which: usize| -> Result<(), String> {
+        for shard in y.to_host_shards(cq).map_err(err)? {
+            max_err = max_err.max(max_abs_diff(
+                shard.as_f32().unwrap_or(&[]),
+                &references[which],
+            ));
+        }
+        Ok(())
+    };
+
+    // Untraced: the first iteration compiles every program; later ones hit the program cache.
+    let iters = args.iters.max(1);
+    let mut untraced_host = Duration::ZERO;
+    let wall = Instant::now();
+    for i in 0..iters {
+        x.copy_from_host(&inputs[i % 2], &ReplicateTensorToMesh, cq)
+            .map_err(err)?;
+        let started = Instant::now();
+        let y = mlp_block(&x, &w).map_err(err)?;
+        if i > 0 {
+            untraced_host += started.elapsed();
+        }
+        check(&y, i % 2)?;
+    }
+    let untraced_wall = wall.elapsed() / iters as u32;
+    let untraced_us = untraced_host.as_secs_f64() * 1e6 / (iters.max(2) - 1) as f64;
+
+    let mut traced_us = None;
+    let mut traced_wall_us = None;
+    let mut skew_us = None;
+    let mut trace_bytes = vec![0u64; mesh.num_devices()];
+    if !args.no_trace {
+        let tid = mesh.begin_trace_capture(cq).map_err(err)?;
+        let y = mlp_block(&x, &w);
+        let end = mesh.end_trace_capture(tid, cq);
+        let y = y.map_err(err)?;
+        end.map_err(err)?;
+        for (i, c) in mesh.chips().iter().enumerate() {
+            trace_bytes[i] = c
+                .trace_info(ttmesh_chip::TraceId(tid.0))
+                .map(|t| t.command_bytes)
+                .unwrap_or(0);
+        }
+        let mut host = Duration::ZERO;
+        let wall = Instant::now();
+        let mut skews = Vec::new();
+        for i in 0..iters {
+            x.copy_from_host(&inputs[i % 2], &ReplicateTensorToMesh, cq)
+                .map_err(err)?;
+            let started = Instant::now();
+            mesh.execute_trace(tid, cq, false).map_err(err)?;
+            host += started.elapsed();
+            check(&y, i % 2)?;
+            if let Some(r) = mesh.last_replay() {
+                skews.push(r.skew_us);
+            }
+        }
+        traced_wall_us = Some((wall.elapsed() / iters as u32).as_secs_f64() * 1e6);
+        traced_us = Some(host.as_secs_f64() * 1e6 / iters as f64);
+        skew_us = skews
+            .iter()
+            .copied()
+            .fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s))));
+        if args.hold > 0.0 {
+            std::thread::sleep(Duration::from_secs_f64(args.hold));
+        }
+    } else if args.hold > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(args.hold));
+    }
+
+    let reports = mesh.reports();
+    let correct = max_err <= tolerance && max_err.is_finite();
+    let chips: Vec<serde_json::Value> = reports
+        .iter()
+        .zip(&trace_bytes)
+        .map(|(r, tb)| {
+            json!({
+                "id": r.id, "coord": [r.coord.row, r.coord.col],
+                "dram_allocated": r.dram_allocated, "l1_allocated": r.l1_allocated,
+                "l1_small_allocated": r.l1_small_allocated, "trace_allocated": r.trace_allocated,
+                "trace_bytes": tb, "trace_region_size": r.trace_region_size, "trace_replays": r.trace_replays,
+            })
+        })
+        .collect();
+    let shape = mesh.shape();
+    let value = json!({
+        "mesh": {"topology": mesh.cluster().name(), "shape": [shape.rows, shape.cols], "arch": mesh.arch().name,
+                 "fabric": mesh.fabric_config().tt_metal_name()},
+        "model": {"block": "tensor-parallel MLP (column-parallel up + gelu, row-parallel down + all_reduce)",
+                  "tokens": t, "hidden": h, "ffn": f, "dtype": "BFLOAT16"},
+        "chips": chips,
+        "correct": correct,
+        "max_abs_error": max_err,
+        "tolerance": tolerance,
+        "iterations": iters,
+        "host_us_per_iter": {"untraced": untraced_us, "traced": traced_us},
+        "wall_us_per_iter": {"untraced": untraced_wall.as_secs_f64() * 1e6, "traced": traced_wall_us},
+        "replay": {"skew_us": skew_us},
+    });
+    if !args.json {
+        print_tables(mesh, &value, &reports, &trace_bytes);
+    }
+    Ok(value)
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.2} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+fn print_tables(
+    mesh: &MeshDevice,
+    v: &serde_json::Value,
+    reports: &[ttmesh::ChipReport],
+    trace_bytes: &[u64],
+) {
+    let s = mesh.shape();
+    println!(
+        "ttmesh run: {} ({}x{} {}, {}), {} on every chip",
+        mesh.cluster().name(),
+        s.rows,
+        s.cols,
+        mesh.arch().name,
+        mesh.fabric_config().tt_metal_name(),
+        v["model"]["block"].as_str().unwrap_or("")
+    );
+    println!(
+        "{:>5} {:>7} {:>12} {:>12} {:>10} {:>12} {:>11} {:>13}",
+        "chip", "coord", "DRAM", "L1", "L1_SMALL", "TRACE", "trace B", "trace region"
+    );
+    for (r, tb) in reports.iter().zip(trace_bytes) {
+        println!(
+            "{:>5} {:>7} {:>12} {:>12} {:>10} {:>12} {:>11} {:>13}",
+            r.id,
+            format!("({},{})", r.coord.row, r.coord.col),
+            mib(r.dram_allocated),
+            mib(r.l1_allocated),
+            mib(r.l1_small_allocated),
+            mib(r.trace_allocated),
+            tb,
+            r.trace_region_size
+        );
+    }
+    let untraced = v["host_us_per_iter"]["untraced"].as_f64().unwrap_or(0.0);
+    match v["host_us_per_iter"]["traced"].as_f64() {
+        Some(traced) => println!(
+            "host time per iteration: untraced {untraced:.1} us, traced {traced:.1} us ({:.1}x less); replay skew {:.1} us",
+            untraced / traced.max(1e-9),
+            v["replay"]["skew_us"].as_f64().unwrap_or(0.0)
+        ),
+        None => println!("host time per iteration: untraced {untraced:.1} us (trace off)"),
+    }
+    println!(
+        "{} iterations, max abs error {:.5} (tolerance {:.5}): {}",
+        v["iterations"],
+        v["max_abs_error"].as_f64().unwrap_or(f64::NAN),
+        v["tolerance"].as_f64().unwrap_or(f64::NAN),
+        if v["correct"] == json!(true) {
+            "correct"
+        } else {
+            "WRONG"
+        }
+    );
+}
