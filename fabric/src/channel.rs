@@ -6,14 +6,15 @@
 //!
 //! Waking: the consumer thread is unparked on publish; when it is running that is a single
 //! atomic, so a busy channel costs no thread wake per packet. Producers that find no credit
-//! spin briefly, then register and park; the consumer unparks them when it frees a slot.
+//! help the consumer (see `Inner::wait_with_help`), spin briefly, then register and park;
+//! the consumer unparks them when it frees a slot.
 
 use crate::packet::HEADER_BYTES;
+use crate::router::Router;
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::thread::{self, Thread};
-use std::time::{Duration, Instant};
 
 /// Completion tracking of one sender handle (emulator side band, not on the wire): the
 /// number of deliveries still due and the errors met on the way.
@@ -99,6 +100,24 @@ impl ExtRef {
     }
 }
 
+/// How producers wake a router: unpark its thread, but only when it said it sleeps, so a
+/// busy router's wake line is only read, not bounced between cores per packet.
+#[derive(Default)]
+pub(crate) struct Wake {
+    pub thread: OnceLock<Thread>,
+    pub sleeping: AtomicBool,
+}
+
+impl Wake {
+    pub fn wake(&self) {
+        if self.sleeping.load(SeqCst) {
+            if let Some(t) = self.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+}
+
 pub(crate) struct Slot {
     pub full: bool,
     pub hdr: [u8; HEADER_BYTES],
@@ -135,7 +154,9 @@ pub(crate) struct Channel {
     head: AtomicU64,
     /// Slots reserved so far (producers race with CAS).
     tail: AtomicU64,
-    pub consumer: OnceLock<Thread>,
+    /// The draining router's wake, shared by all its inbound channels.
+    pub consumer: Arc<Wake>,
+    pub router: OnceLock<Weak<Router>>,
     waiters: Mutex<Vec<Thread>>,
     n_waiters: AtomicUsize,
     /// Index into the spec's links, and whether this channel runs from its `a` end to `b`.
@@ -151,7 +172,14 @@ pub(crate) const SPIN_TRIES: u32 = 64;
 pub(crate) const YIELD_TRIES: u32 = 16;
 
 impl Channel {
-    pub fn new(slots: usize, slot_bytes: usize, link: usize, a_to_b: bool, to: u32) -> Self {
+    pub fn new(
+        slots: usize,
+        slot_bytes: usize,
+        link: usize,
+        a_to_b: bool,
+        to: u32,
+        consumer: Arc<Wake>,
+    ) -> Self {
         let slots: Vec<Mutex<Slot>> = (0..slots)
             .map(|_| {
                 Mutex::new(Slot {
@@ -168,7 +196,8 @@ impl Channel {
             slots: slots.into_boxed_slice(),
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
-            consumer: OnceLock::new(),
+            consumer,
+            router: OnceLock::new(),
             waiters: Mutex::new(Vec::new()),
             n_waiters: AtomicUsize::new(0),
             link,
@@ -196,49 +225,14 @@ impl Channel {
         }
     }
 
-    /// Reserves a slot, waiting up to `timeout`. `Err(true)` on shutdown, `Err(false)` on
-    /// timeout. `stalled` is called once if no credit was free at first.
-    pub fn reserve_blocking(
-        &self,
-        timeout: Duration,
-        shutdown: &AtomicBool,
-        stalled: impl FnOnce(),
-    ) -> Result<u64, bool> {
-        if let Some(i) = self.try_reserve() {
-            return Ok(i);
-        }
-        stalled();
-        for i in 0..SPIN_TRIES + YIELD_TRIES {
-            if i < SPIN_TRIES {
-                std::hint::spin_loop();
-            } else {
-                thread::yield_now();
-            }
-            if let Some(i) = self.try_reserve() {
-                return Ok(i);
-            }
-        }
-        let deadline = Instant::now() + timeout;
-        loop {
-            self.add_waiter();
-            if let Some(i) = self.try_reserve() {
-                return Ok(i);
-            }
-            if shutdown.load(SeqCst) {
-                return Err(true);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(false);
-            }
-            thread::park_timeout((deadline - now).min(Duration::from_millis(50)));
-        }
-    }
-
-    /// Registers the calling thread to be unparked when a credit returns.
+    /// Registers the calling thread to be unparked when a credit returns (once: a router
+    /// retrying the same blocked packet must not grow the list).
     pub fn add_waiter(&self) {
+        let me = thread::current();
         let mut w = self.waiters.lock();
-        w.push(thread::current());
+        if !w.iter().any(|t| t.id() == me.id()) {
+            w.push(me);
+        }
         self.n_waiters.store(w.len(), SeqCst);
     }
 
@@ -264,9 +258,7 @@ impl Channel {
     pub fn publish(&self, mut slot: MutexGuard<'_, Slot>) {
         slot.full = true;
         drop(slot);
-        if let Some(t) = self.consumer.get() {
-            t.unpark();
-        }
+        self.consumer.wake();
     }
 
     /// The oldest slot if it holds a packet.
@@ -289,5 +281,16 @@ impl Channel {
     /// Index of the oldest slot (to tell one head-of-line packet from the next).
     pub fn head(&self) -> u64 {
         self.head.load(SeqCst)
+    }
+
+    /// Slots reserved or filled right now.
+    pub fn len(&self) -> u64 {
+        let h = self.head.load(SeqCst);
+        self.tail.load(SeqCst) - h
+    }
+
+    /// The router that drains this channel, for senders that help it.
+    pub fn router(&self) -> Option<Arc<Router>> {
+        self.router.get().and_then(Weak::upgrade)
     }
 }

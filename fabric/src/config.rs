@@ -98,7 +98,7 @@ impl LinkParams {
     pub fn packet_ps(&self, payload: usize, slow_factor: f64) -> u64 {
         let wire = (self.header_bytes + payload) as f64;
         let serial_ps = wire / (self.bandwidth_bytes_per_s * self.efficiency) * 1e12;
-        (serial_ps * slow_factor + self.hop_latency_ns * 1e3).round() as u64
+        (serial_ps * slow_factor + self.hop_latency_ns * 1e3 + 0.5) as u64
     }
 
     /// Modeled nanoseconds to move `bytes` over `hops` links in packets of `payload` bytes:

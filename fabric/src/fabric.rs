@@ -1,7 +1,7 @@
 //! `Fabric`: builds the lines, channels and routers from a `FabricSpec`, and offers
 //! semaphores, link statistics, fault injection and shutdown.
 
-use crate::channel::Channel;
+use crate::channel::{Channel, Wake};
 use crate::config::*;
 use crate::inner::{Hop, Inner, LineRt};
 use crate::packet::MAX_HOPS;
@@ -152,6 +152,7 @@ fn build_hop(
         .filter(|&i| spec.links[i].joins(from, to))
         .collect();
     let vcs = if ring { 2 } else { 1 };
+    let wake = Arc::new(Wake::default());
     let chans = links
         .iter()
         .map(|&l| {
@@ -164,6 +165,7 @@ fn build_hop(
                         l,
                         a_to_b,
                         to,
+                        wake.clone(),
                     ));
                     all.push(ch.clone());
                     ch
@@ -173,6 +175,7 @@ fn build_hop(
         .collect();
     let dateline = ring && ((forward && p == n - 1) || (!forward && p == 0));
     Some(Arc::new(Hop {
+        wake,
         links,
         chans,
         dateline,
@@ -218,20 +221,21 @@ impl Fabric {
                     let Some(inb) = line.hop_from(prev, forward) else {
                         continue;
                     };
-                    let inbound = inb
+                    let inbound: Vec<(Arc<Channel>, usize)> = inb
                         .chans
                         .iter()
                         .flat_map(|vcs| vcs.iter().enumerate().map(|(vc, c)| (c.clone(), vc)))
                         .collect();
                     let outbound = line.hop_from(pos, forward).cloned();
-                    routers.push(Router {
-                        chip: line.chips[pos],
-                        line: li,
-                        forward,
-                        pos,
-                        inbound,
-                        outbound,
-                    });
+                    let chip = line.chips[pos];
+                    let wake = inb.wake.clone();
+                    let r = Arc::new(Router::new(
+                        chip, li, forward, pos, prev, inbound, outbound, wake,
+                    ));
+                    for (c, _) in &r.inbound {
+                        let _ = c.router.set(Arc::downgrade(&r));
+                    }
+                    routers.push(r);
                 }
             }
         }
@@ -247,17 +251,15 @@ impl Fabric {
                 r.line,
                 if r.forward { '+' } else { '-' }
             );
-            let inbound: Vec<Arc<Channel>> = r.inbound.iter().map(|(c, _)| c.clone()).collect();
             let inn = inner.clone();
+            let r2 = r.clone();
             let h = thread::Builder::new()
                 .name(name.clone())
                 .stack_size(ROUTER_STACK)
-                .spawn(move || r.run(inn))
+                .spawn(move || r2.run(inn))
                 .map_err(|e| invalid(format!("cannot start router thread {name}: {e}")))?;
             // Set before `new` returns, so no packet can be published to an unknown consumer.
-            for c in inbound {
-                let _ = c.consumer.set(h.thread().clone());
-            }
+            let _ = r.wake.thread.set(h.thread().clone());
             inner.router_threads.lock().push(h.thread().clone());
             fabric.threads.lock().push(h);
         }

@@ -2,7 +2,7 @@
 //! channels, link counters and faults, semaphore tables, and the record of lost packets that
 //! lets a failing wait name the link that lost them.
 
-use crate::channel::{Channel, Slot, Tracker};
+use crate::channel::{Channel, Slot, Tracker, Wake, SPIN_TRIES, YIELD_TRIES};
 use crate::config::{ChipMemory, FabricSpec, Fault};
 use crate::packet::{self, Header, Kind, VOID_HEADER};
 use crate::FabricError;
@@ -10,11 +10,17 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::*};
 use std::sync::Arc;
-use std::thread::Thread;
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+/// Spins a waiting sender makes before it helps the router it waits on.
+const HELP_AFTER_SPINS: u32 = 16;
 
 /// The channels from one chip to its neighbour along a line direction: one per parallel link
 /// (index `link % links.len()`) and virtual channel (2 on rings: VC1 after the dateline).
 pub(crate) struct Hop {
+    /// Wakes the router at the far end (shared by all channels of the hop).
+    pub wake: Arc<Wake>,
     pub links: Vec<usize>,
     pub chans: Vec<Vec<Arc<Channel>>>,
     /// The ring's wrap-around hop: packets crossing it move to VC1.
@@ -125,6 +131,9 @@ pub(crate) struct FaultState {
     kind: AtomicU8,
     param: AtomicU64,
     count: AtomicU64,
+    /// Set once a Corrupt fault is injected; damaged packets may still be in flight after
+    /// the fault is cleared, so receivers keep checking this link.
+    corrupt_seen: AtomicBool,
 }
 
 impl FaultState {
@@ -149,10 +158,16 @@ impl FaultState {
             Some(Fault::Drop { every_nth }) => (3, every_nth),
             Some(Fault::Corrupt { every_nth }) => (4, every_nth),
         };
+        if k == 4 {
+            self.corrupt_seen.store(true, Release);
+        }
         self.kind.store(0, Release);
         self.count.store(0, Release);
         self.param.store(p, Release);
         self.kind.store(k, Release);
+    }
+    pub fn ever_corrupt(&self) -> bool {
+        self.corrupt_seen.load(Relaxed)
     }
     /// True for every n-th call.
     fn hit(&self, every_nth: u64) -> bool {
@@ -487,6 +502,85 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// Takes a credit on `ch`, helping its consumer while none is free. `Err(true)` on
+    /// shutdown, `Err(false)` after `timeout`.
+    pub fn reserve(&self, ch: &Channel, timeout: Duration) -> Result<u64, bool> {
+        if let Some(i) = ch.try_reserve() {
+            return Ok(i);
+        }
+        self.counters[ch.link][dir_index(ch)]
+            .credit_stalls
+            .fetch_add(1, Relaxed);
+        let mut idx = 0;
+        self.wait_with_help(ch, timeout, || match ch.try_reserve() {
+            Some(i) => {
+                idx = i;
+                true
+            }
+            None => false,
+        })?;
+        Ok(idx)
+    }
+
+    /// Waits until `ready()` holds. Meanwhile runs passes of the router that drains `ch`
+    /// (and of the routers it is blocked on) when they are not running, then spins
+    /// briefly, then parks until a slot of `ch` is freed. `Err(true)` on shutdown,
+    /// `Err(false)` after `timeout`.
+    pub fn wait_with_help(
+        &self,
+        ch: &Channel,
+        timeout: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<(), bool> {
+        if ready() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + timeout;
+        let mut idle = 0u32;
+        loop {
+            if self.shutdown.load(SeqCst) {
+                return Err(true);
+            }
+            idle = idle.saturating_add(1);
+            // First give a running router the moment it needs to free a slot, so sender and
+            // router work in parallel; only a router that does not answer gets helped.
+            if idle <= HELP_AFTER_SPINS {
+                std::hint::spin_loop();
+            } else if self.help_chain(ch) {
+                idle = HELP_AFTER_SPINS;
+            } else if idle <= SPIN_TRIES + YIELD_TRIES {
+                thread::yield_now();
+            } else {
+                ch.add_waiter();
+                if ready() {
+                    return Ok(());
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(false);
+                }
+                thread::park_timeout((deadline - now).min(Duration::from_millis(50)));
+            }
+            if ready() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Helps the consumer of `ch`, then whichever router that one is blocked on. True if
+    /// any packet moved.
+    fn help_chain(&self, ch: &Channel) -> bool {
+        let mut progress = false;
+        let mut next = ch.router();
+        for _ in 0..=packet::MAX_HOPS {
+            let Some(r) = next.take() else { break };
+            let Some(pass) = r.try_help(self) else { break };
+            progress |= pass.progress;
+            next = pass.blocked.and_then(|c| c.router());
+        }
+        progress
     }
 
     /// Wakes every thread that might be waiting, so shutdown is seen promptly.

@@ -20,19 +20,28 @@
 //! channel per parallel link and virtual channel. A channel is a ring of `channel_slots`
 //! equal slots, each holding one packet (32-byte header + up to `max_payload_bytes`).
 //! A free slot is a credit: a producer reserves one (CAS on the tail), fills it and publishes
-//! it; the consumer frees slots in order, which returns the credits. A sender that finds no
-//! credit counts a credit stall, spins briefly, then parks until the consumer frees a slot
-//! (bounded by the operation timeout). Slot buffers are allocated once; a router forwards a
-//! packet by swapping buffers between its inbound and outbound slot, so multi-hop traffic is
-//! copied only by the sender (into the first slot) and by the final write.
+//! it; the consumer frees slots in order, which returns the credits. A producer that finds no
+//! credit counts a credit stall and waits (bounded by the operation timeout). Slot buffers
+//! are allocated once. A router forwards a packet by swapping buffers between its inbound
+//! and outbound slot, so intermediate hops copy nothing. A message longer than the channel
+//! (more packets than slots) lends its payload to the first hop instead of copying it into
+//! the slots: the send returns once the first router has taken every packet, and on timeout
+//! or shutdown it voids, under the slot lock, any packet not yet taken, so no slot ever
+//! outlives the caller's buffer. Large neighbour writes are thus copied once, by the final
+//! `ChipMemory::write`.
 //!
 //! **Threads.** One router thread per chip, line and direction that has an inbound hop. It
-//! drains all inbound channels of that hop (links x VCs), checks each packet's checksum, and
-//! per the route's 2 bits for this hop writes locally (`ChipMemory::write`, semaphore
-//! increment), forwards, or both. It never blocks on one channel: a packet waiting for an
-//! outbound credit stays at its channel's head while the router serves the others. An idle
-//! router spins ~64 times, yields ~16 times, then parks; publishers unpark it, which is a
-//! single atomic while it is running, so a busy channel costs no wake per packet.
+//! drains all inbound channels of that hop (links x VCs) and, per the route's 2 bits for this
+//! hop, writes locally (`ChipMemory::write`, semaphore increment), forwards, or both. It
+//! never blocks on one channel: a packet waiting for an outbound credit stays at its
+//! channel's head while the router serves the others. An idle router spins ~64 times, yields
+//! ~16 times, then parks; producers unpark it only if it announced that it sleeps, so a busy
+//! channel costs no wake per packet. A router's passes run under a token: a sender waiting
+//! for a credit first spins briefly (a running router frees one within a packet's time, and
+//! the two then work in parallel), then runs a pass of the router it waits on (and of the
+//! router that one is blocked on) itself if that router is not running. On a host with fewer
+//! free cores than busy routers the work then moves to the thread that has the CPU instead of
+//! waiting for the scheduler.
 //!
 //! **Deadlock avoidance.** Lines: channel dependencies run one way along the line and end at
 //! the line's end, so there is no cycle. Rings: two virtual channels per link and a dateline
@@ -58,7 +67,10 @@
 //! delivered`, and packets already in flight that reach it are lost. `Drop { every_nth }`:
 //! every n-th crossing is lost (the emulated link knows and reports it, like a sequence gap
 //! would). `Corrupt { every_nth }`: every n-th crossing has a byte flipped; the receiving
-//! router's checksum catches it and discards the packet. Every loss is counted on the link,
+//! router's checksum catches it and discards the packet. (Every packet carries a checksum; it
+//! is verified at the receiving end of every link on which corruption has ever been injected,
+//! the only thing that damages packets here: verifying clean links would re-read every
+//! payload at every hop and find nothing.) Every loss is counted on the link,
 //! reported to the sending handle (its next `flush` fails naming the link) and recorded for
 //! each chip the packet was meant for: a `wait_semaphore` whose increment was lost fails at
 //! once, and any timed-out wait lists the losses (`semaphore 7 on chip 3 waited for 4, saw 2

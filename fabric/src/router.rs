@@ -1,14 +1,16 @@
 //! One router: the thread that drains the inbound channels of one chip along one line
 //! direction (every parallel link and virtual channel of the hop that arrives there),
-//! checks each packet's checksum, writes it locally and/or forwards it one hop on.
+//! checks the checksum where the inbound link may corrupt, writes the packet locally and/or
+//! forwards it one hop on. Its passes may also run on a waiting sender's thread (`try_help`).
 //!
 //! The router never blocks on one channel: if a packet cannot be forwarded for want of a
 //! credit, it registers for that credit and serves its other channels. Each virtual channel
 //! therefore progresses on its own, which the ring's dateline needs.
 
-use crate::channel::{Channel, SPIN_TRIES, YIELD_TRIES};
+use crate::channel::{Channel, Wake, SPIN_TRIES, YIELD_TRIES};
 use crate::inner::{dir_index, Ctx, Hop, Inner, LinkLoss};
 use crate::packet::{self, Header, Kind, HOP_FORWARD, HOP_WRITE};
+use parking_lot::Mutex;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
 use std::thread;
@@ -25,31 +27,57 @@ pub(crate) struct Router {
     pub line: usize,
     pub forward: bool,
     pub pos: usize,
+    /// Position of the chip that puts packets on our inbound links.
+    pub prev: usize,
     /// Inbound channels and their virtual channel number.
     pub inbound: Vec<(Arc<Channel>, usize)>,
     pub outbound: Option<Arc<Hop>>,
+    /// The right to run this router's passes (its thread, or a helper), and per inbound
+    /// channel the head index at which a credit stall was last counted.
+    token: Mutex<Vec<u64>>,
+    pub wake: Arc<Wake>,
+}
+
+/// What one pass over the inbound channels did.
+pub(crate) struct Pass {
+    pub progress: bool,
+    /// An outbound channel a packet is waiting on for a credit.
+    pub blocked: Option<Arc<Channel>>,
 }
 
 impl Router {
-    pub fn run(self, inner: Arc<Inner>) {
-        let line = &inner.lines[self.line];
-        // The chip that puts packets on our inbound links.
-        let prev = line
-            .step(self.pos, !self.forward, 1)
-            .expect("a router exists only where an inbound hop does");
-        // Head index at which a credit stall was last counted, per inbound channel.
-        let mut stalled_at = vec![u64::MAX; self.inbound.len()];
+    pub fn new(
+        chip: u32,
+        line: usize,
+        forward: bool,
+        pos: usize,
+        prev: usize,
+        inbound: Vec<(Arc<Channel>, usize)>,
+        outbound: Option<Arc<Hop>>,
+        wake: Arc<Wake>,
+    ) -> Self {
+        let token = Mutex::new(vec![u64::MAX; inbound.len()]);
+        Self {
+            chip,
+            line,
+            forward,
+            pos,
+            prev,
+            inbound,
+            outbound,
+            token,
+            wake,
+        }
+    }
+
+    pub fn run(self: Arc<Self>, inner: Arc<Inner>) {
         let mut idle = 0u32;
         while !inner.shutdown.load(Relaxed) {
-            let mut progress = false;
-            for (i, (ch, vc)) in self.inbound.iter().enumerate() {
-                for _ in 0..BUDGET {
-                    if !self.step(&inner, prev, ch, *vc, &mut stalled_at[i]) {
-                        break;
-                    }
-                    progress = true;
-                }
-            }
+            // A helper holding the token is doing this router's work: count it as idle.
+            let progress = match self.token.try_lock() {
+                Some(mut stalled) => self.pass(&inner, &mut stalled).progress,
+                None => false,
+            };
             if progress {
                 idle = 0;
                 continue;
@@ -60,22 +88,68 @@ impl Router {
             } else if idle <= SPIN_TRIES + YIELD_TRIES {
                 thread::yield_now();
             } else {
-                thread::park_timeout(IDLE_PARK);
+                // Announce the sleep, then look once more: a producer either sees the flag
+                // or its reservation is seen here (both sides use SeqCst). A helper holding
+                // the token checks for leftover work after it lets go, and wakes us.
+                self.wake.sleeping.store(true, SeqCst);
+                let work = self.token.try_lock().is_some_and(|st| self.has_work(&st));
+                if !work {
+                    thread::park_timeout(IDLE_PARK);
+                }
+                self.wake.sleeping.store(false, SeqCst);
             }
         }
     }
 
-    /// Handles the oldest packet of `ch`. False if there is none or it must wait for a credit.
-    fn step(
-        &self,
-        inner: &Inner,
-        prev: usize,
-        ch: &Channel,
-        vc: usize,
-        stalled_at: &mut u64,
-    ) -> bool {
+    /// True if an inbound channel holds a packet (or a reservation about to become one) that
+    /// is not the head already known to wait for an outbound credit: the credit's return
+    /// unparks us directly.
+    fn has_work(&self, stalled_at: &[u64]) -> bool {
+        self.inbound
+            .iter()
+            .zip(stalled_at)
+            .any(|((c, _), &blocked)| c.len() > 0 && c.head() != blocked)
+    }
+
+    /// Runs one pass on the caller's thread if the router is not running one already: a
+    /// sender waiting for a credit does the work it waits for instead of spinning, which
+    /// keeps the fabric moving when the host has fewer cores than busy routers.
+    pub fn try_help(&self, inner: &Inner) -> Option<Pass> {
+        let mut stalled = self.token.try_lock()?;
+        let pass = self.pass(inner, &mut stalled);
+        let left = self.has_work(&stalled);
+        drop(stalled);
+        if left {
+            self.wake.wake();
+        }
+        Some(pass)
+    }
+
+    fn pass(&self, inner: &Inner, stalled_at: &mut [u64]) -> Pass {
+        let mut pass = Pass {
+            progress: false,
+            blocked: None,
+        };
+        for (i, (ch, vc)) in self.inbound.iter().enumerate() {
+            for _ in 0..BUDGET {
+                match self.step(inner, ch, *vc, &mut stalled_at[i]) {
+                    Step::Done => pass.progress = true,
+                    Step::Empty => break,
+                    Step::Blocked(out) => {
+                        pass.blocked = Some(out);
+                        break;
+                    }
+                }
+            }
+        }
+        pass
+    }
+
+    /// Handles the oldest packet of `ch`.
+    fn step(&self, inner: &Inner, ch: &Channel, vc: usize, stalled_at: &mut u64) -> Step {
+        let prev = self.prev;
         let Some(mut slot) = ch.peek() else {
-            return false;
+            return Step::Empty;
         };
         let hdr = slot.hdr;
         let decoded = Header::decode(&hdr);
@@ -84,7 +158,7 @@ impl Router {
         }) = decoded
         {
             ch.release(slot);
-            return true;
+            return Step::Done;
         }
         let line = &inner.lines[self.line];
         let (route, src, seq, sem) = match &decoded {
@@ -107,10 +181,15 @@ impl Router {
         };
         let code = route & 0b11;
         let len = decoded.map_or(0, |h| h.len as usize);
+        // Every packet carries a checksum; it is verified at the receiving end of every link
+        // that has ever been set to corrupt. Injected faults are the only thing that damages
+        // a packet here, so verifying clean links would find nothing and would cost a read
+        // of every payload at every hop.
+        let check = inner.faults[ch.link].ever_corrupt();
         let intact = decoded.is_some()
             && code != 0
             && len <= slot.buf.len()
-            && packet::verify(&hdr, slot.payload(len))
+            && (!check || packet::verify(&hdr, slot.payload(len)))
             && (code & HOP_FORWARD == 0 || self.outbound.is_some());
         let Some(h) = decoded.filter(|_| intact) else {
             // The link damaged it: count it on the link it arrived by and tell the sender.
@@ -123,7 +202,7 @@ impl Router {
                 t.fail(err, packet::writes_in(route));
             }
             ch.release(slot);
-            return true;
+            return Step::Done;
         };
         let write = code & HOP_WRITE != 0;
         if code & HOP_FORWARD != 0 {
@@ -142,7 +221,7 @@ impl Router {
                                     .credit_stalls
                                     .fetch_add(1, Relaxed);
                             }
-                            return false;
+                            return Step::Blocked(out.clone());
                         }
                     }
                 }
@@ -175,6 +254,12 @@ impl Router {
             inner.deliver(self.chip, &h, slot.payload(len), slot.tracker.as_ref());
         }
         ch.release(slot);
-        true
+        Step::Done
     }
+}
+
+enum Step {
+    Done,
+    Empty,
+    Blocked(Arc<Channel>),
 }

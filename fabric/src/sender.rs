@@ -2,9 +2,9 @@
 //! into packets of the payload size; the last packet of a message carries its semaphore
 //! increment, so the increment lands after all the data on the same path.
 
-use crate::channel::{Channel, ExtRef, Tracker, SPIN_TRIES, YIELD_TRIES};
+use crate::channel::{Channel, ExtRef, Tracker};
 use crate::config::{Dir, FabricConfig, LineDir, NocAddr};
-use crate::inner::{dir_index, Ctx, Inner, LinkLoss};
+use crate::inner::{Ctx, Inner, LinkLoss};
 use crate::packet::{self, Header, Kind};
 use crate::FabricError;
 use std::sync::atomic::Ordering::*;
@@ -388,25 +388,19 @@ impl FabricSender {
         };
         for (sent, (kind, off, len)) in plan.into_iter().enumerate() {
             let unsent = writes * (total - sent as u64);
-            let idx = ch
-                .reserve_blocking(inner.spec.timeout, &inner.shutdown, || {
-                    inner.counters[ch.link][dir_index(ch)]
-                        .credit_stalls
-                        .fetch_add(1, Relaxed);
-                })
-                .map_err(|shut| {
-                    self.tracker.done(unsent);
-                    if shut {
-                        FabricError::ShutDown
-                    } else {
-                        FabricError::SendTimeout {
-                            link: inner.link_name(ch.link),
-                            src: self.chip,
-                            dst,
-                            waited: inner.spec.timeout,
-                        }
+            let idx = inner.reserve(ch, inner.spec.timeout).map_err(|shut| {
+                self.tracker.done(unsent);
+                if shut {
+                    FabricError::ShutDown
+                } else {
+                    FabricError::SendTimeout {
+                        link: inner.link_name(ch.link),
+                        src: self.chip,
+                        dst,
+                        waited: inner.spec.timeout,
                     }
-                })?;
+                }
+            })?;
             ctx.seq = inner.next_seq(self.chip, dst);
             let h = Header {
                 route: path.route,
@@ -462,27 +456,15 @@ impl RefGuard<'_> {
             return Ok(());
         };
         let timeout = self.inner.spec.timeout;
-        let deadline = Instant::now() + timeout;
-        let mut tries = 0u32;
-        while self.ch.head() <= self.last {
-            tries += 1;
-            if tries <= SPIN_TRIES {
-                std::hint::spin_loop();
-                continue;
-            }
-            if tries <= SPIN_TRIES + YIELD_TRIES {
-                thread::yield_now();
-                continue;
-            }
-            self.ch.add_waiter();
-            if self.ch.head() > self.last {
-                break;
-            }
-            let now = Instant::now();
-            let shut = self.inner.shutdown.load(SeqCst);
-            if shut || now >= deadline {
+        let last = self.last;
+        match self
+            .inner
+            .wait_with_help(self.ch, timeout, || self.ch.head() > last)
+        {
+            Ok(()) => Ok(()),
+            Err(shut) => {
                 self.revoke(first);
-                return Err(if shut {
+                Err(if shut {
                     FabricError::ShutDown
                 } else {
                     FabricError::SendTimeout {
@@ -491,11 +473,9 @@ impl RefGuard<'_> {
                         dst: self.ch.to,
                         waited: timeout,
                     }
-                });
+                })
             }
-            thread::park_timeout((deadline - now).min(Duration::from_millis(50)));
         }
-        Ok(())
     }
 
     fn revoke(&self, first: u64) {

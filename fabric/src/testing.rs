@@ -4,10 +4,44 @@
 use crate::config::{ChipMemory, MemSpace, NocAddr};
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Banks are few and keys tiny: a multiply-xor hash instead of SipHash keeps the lookup
+/// out of the way of the copy.
+#[derive(Default)]
+struct BankHasher(u64);
+
+impl Hasher for BankHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(v as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn write_isize(&mut self, v: isize) {
+        self.write_u64(v as u64);
+    }
+}
+
+type Banks = HashMap<(MemSpace, u32), Vec<u8>, BuildHasherDefault<BankHasher>>;
 
 /// Refuses writes that end above `limit` bytes in a bank (default 1 GiB), like a bank's size.
 pub struct MapMemory {
-    banks: Mutex<HashMap<(MemSpace, u32), Vec<u8>>>,
+    banks: Mutex<Banks>,
     limit: u64,
 }
 
@@ -24,7 +58,7 @@ impl MapMemory {
 
     pub fn with_limit(limit: u64) -> Self {
         Self {
-            banks: Mutex::new(HashMap::new()),
+            banks: Mutex::new(Banks::default()),
             limit,
         }
     }
@@ -52,9 +86,12 @@ impl ChipMemory for MapMemory {
                 self.limit
             ));
         }
-        let mut banks = self.banks.lock();
-        let b = banks.entry((dest.space, dest.bank)).or_default();
         let (start, end) = (dest.addr as usize, end as usize);
+        let mut banks = self.banks.lock();
+        let b = match banks.get_mut(&(dest.space, dest.bank)) {
+            Some(b) => b,
+            None => banks.entry((dest.space, dest.bank)).or_default(),
+        };
         if b.len() < end {
             b.resize(end, 0);
         }
