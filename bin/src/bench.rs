@@ -2,7 +2,7 @@
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// Which benchmark: fabric, monitor, ccl, or all.
+    /// Which benchmark: chip, trace, fabric, monitor, or all.
     #[arg(default_value = "all")]
     pub which: String,
     /// Short runs (CI smoke test).
@@ -20,11 +20,13 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         }
     };
     let q = args.quick;
+    section("chip", &|| ttmesh_chip::bench::chip_bench(q));
+    section("trace", &|| ttmesh_chip::bench::trace_bench(q));
     section("fabric", &|| ttmesh_fabric::bench::run(q));
     section("monitor", &|| ttmesh_monitor::bench::publish_cost(q));
     if !ran {
         return Err(format!(
-            "unknown benchmark '{}': use fabric, monitor or all",
+            "unknown benchmark '{}': use chip, trace, fabric, monitor or all",
             args.which
         ));
     }
