@@ -272,7 +272,6 @@ impl Channel {
     pub fn release(&self, mut slot: MutexGuard<'_, Slot>) {
         slot.full = false;
         slot.ext = None;
-        slot.tracker = None;
         drop(slot);
         self.head.fetch_add(1, SeqCst);
         self.wake_waiters();

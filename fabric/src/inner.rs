@@ -275,7 +275,7 @@ impl Inner {
         idx: u64,
         ctx: &Ctx<'_>,
         len: usize,
-        tracker: Option<Arc<Tracker>>,
+        tracker: Option<&Arc<Tracker>>,
         add: u64,
         fill: impl FnOnce(&mut Slot),
     ) -> Result<(), FabricError> {
@@ -309,10 +309,19 @@ impl Inner {
                 slot.hdr[24] ^= 0x01;
             }
         }
-        if let Some(t) = &tracker {
+        if let Some(t) = tracker {
             t.add(add);
         }
-        slot.tracker = tracker;
+        // Slots keep their last tracker: a stream from one sender then costs no reference
+        // count traffic between the sender's and the router's cores.
+        let same = match (&slot.tracker, tracker) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            slot.tracker = tracker.cloned();
+        }
         c.packets.fetch_add(1, Relaxed);
         c.bytes
             .fetch_add((packet::HEADER_BYTES + len) as u64, Relaxed);
@@ -506,7 +515,7 @@ impl Inner {
 
     /// Takes a credit on `ch`, helping its consumer while none is free. `Err(true)` on
     /// shutdown, `Err(false)` after `timeout`.
-    pub fn reserve(&self, ch: &Channel, timeout: Duration) -> Result<u64, bool> {
+    pub fn reserve(&self, ch: &Channel, timeout: Duration, me: u32) -> Result<u64, bool> {
         if let Some(i) = ch.try_reserve() {
             return Ok(i);
         }
@@ -514,7 +523,7 @@ impl Inner {
             .credit_stalls
             .fetch_add(1, Relaxed);
         let mut idx = 0;
-        self.wait_with_help(ch, timeout, || match ch.try_reserve() {
+        self.wait_with_help(ch, timeout, me, || match ch.try_reserve() {
             Some(i) => {
                 idx = i;
                 true
@@ -524,14 +533,15 @@ impl Inner {
         Ok(idx)
     }
 
-    /// Waits until `ready()` holds. Meanwhile runs passes of the router that drains `ch`
-    /// (and of the routers it is blocked on) when they are not running, then spins
-    /// briefly, then parks until a slot of `ch` is freed. `Err(true)` on shutdown,
+    /// Waits until `ready()` holds. Spins briefly, then runs passes of the router that
+    /// drains `ch` (and of the routers it is blocked on) when they are not running, then
+    /// parks until a slot of `ch` is freed. `Err(true)` on shutdown,
     /// `Err(false)` after `timeout`.
     pub fn wait_with_help(
         &self,
         ch: &Channel,
         timeout: Duration,
+        me: u32,
         mut ready: impl FnMut() -> bool,
     ) -> Result<(), bool> {
         if ready() {
@@ -548,7 +558,7 @@ impl Inner {
             // router work in parallel; only a router that does not answer gets helped.
             if idle <= HELP_AFTER_SPINS {
                 std::hint::spin_loop();
-            } else if self.help_chain(ch) {
+            } else if self.help_chain(ch, me) {
                 idle = HELP_AFTER_SPINS;
             } else if idle <= SPIN_TRIES + YIELD_TRIES {
                 thread::yield_now();
@@ -570,12 +580,16 @@ impl Inner {
     }
 
     /// Helps the consumer of `ch`, then whichever router that one is blocked on. True if
-    /// any packet moved.
-    fn help_chain(&self, ch: &Channel) -> bool {
+    /// any packet moved. Routers of the helper's own chip (`me`) are left to their threads:
+    /// a kernel may hold its chip's memory while it sends, and a write into that memory from
+    /// the same thread could deadlock.
+    fn help_chain(&self, ch: &Channel, me: u32) -> bool {
         let mut progress = false;
         let mut next = ch.router();
         for _ in 0..=packet::MAX_HOPS {
-            let Some(r) = next.take() else { break };
+            let Some(r) = next.take().filter(|r| r.chip != me) else {
+                break;
+            };
             let Some(pass) = r.try_help(self) else { break };
             progress |= pass.progress;
             next = pass.blocked.and_then(|c| c.router());

@@ -198,7 +198,7 @@ impl Router {
                 .fetch_add(1, Relaxed);
             inner.record_link_loss(&ctx, ch.link, LinkLoss::Corrupted);
             let err = inner.loss_error(&ctx, ch.link, LinkLoss::Corrupted, self.chip);
-            if let Some(t) = slot.tracker.take() {
+            if let Some(t) = slot.tracker.as_ref() {
                 t.fail(err, packet::writes_in(route));
             }
             ch.release(slot);
@@ -235,8 +235,9 @@ impl Router {
                 route: rest,
                 ..ctx
             };
+            // Moved out for the call (the closure borrows the slot), moved back after.
             let tracker = slot.tracker.take();
-            let res = inner.transmit(out, idx, &next, len, tracker.clone(), 0, |o| {
+            let res = inner.transmit(out, idx, &next, len, tracker.as_ref(), 0, |o| {
                 if slot.ext.is_some() {
                     // The sender's buffer is only lent to the first hop: copy it here.
                     o.buf[..len].copy_from_slice(slot.payload(len));
@@ -247,9 +248,10 @@ impl Router {
                 o.hdr = hdr;
                 packet::set_route(&mut o.hdr, rest);
             });
-            if let (Err(e), Some(t)) = (res, tracker) {
+            if let (Err(e), Some(t)) = (res, &tracker) {
                 t.fail(e, packet::writes_in(rest));
             }
+            slot.tracker = tracker;
         } else if write {
             inner.deliver(self.chip, &h, slot.payload(len), slot.tracker.as_ref());
         }

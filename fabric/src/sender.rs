@@ -388,19 +388,21 @@ impl FabricSender {
         };
         for (sent, (kind, off, len)) in plan.into_iter().enumerate() {
             let unsent = writes * (total - sent as u64);
-            let idx = inner.reserve(ch, inner.spec.timeout).map_err(|shut| {
-                self.tracker.done(unsent);
-                if shut {
-                    FabricError::ShutDown
-                } else {
-                    FabricError::SendTimeout {
-                        link: inner.link_name(ch.link),
-                        src: self.chip,
-                        dst,
-                        waited: inner.spec.timeout,
+            let idx = inner
+                .reserve(ch, inner.spec.timeout, self.chip)
+                .map_err(|shut| {
+                    self.tracker.done(unsent);
+                    if shut {
+                        FabricError::ShutDown
+                    } else {
+                        FabricError::SendTimeout {
+                            link: inner.link_name(ch.link),
+                            src: self.chip,
+                            dst,
+                            waited: inner.spec.timeout,
+                        }
                     }
-                }
-            })?;
+                })?;
             ctx.seq = inner.next_seq(self.chip, dst);
             let h = Header {
                 route: path.route,
@@ -414,7 +416,7 @@ impl FabricSender {
                 arg1,
             };
             let chunk = &data[off..off + len];
-            let res = inner.transmit(ch, idx, &ctx, len, Some(self.tracker.clone()), 0, |slot| {
+            let res = inner.transmit(ch, idx, &ctx, len, Some(&self.tracker), 0, |slot| {
                 if by_ref {
                     slot.ext = Some(ExtRef::new(chunk));
                 } else {
@@ -459,7 +461,7 @@ impl RefGuard<'_> {
         let last = self.last;
         match self
             .inner
-            .wait_with_help(self.ch, timeout, || self.ch.head() > last)
+            .wait_with_help(self.ch, timeout, self.src, || self.ch.head() > last)
         {
             Ok(()) => Ok(()),
             Err(shut) => {
