@@ -297,7 +297,7 @@ impl Chip {
         if !self.closed.load(Ordering::Acquire) {
             let mut e = Encoder::with_capacity(32);
             e.discard(alloc.buffer_type.space(), alloc.address, alloc.per_bank_size);
-            let _ = self.queues[0].sender.send(e.bytes);
+            self.queues[0].ring.push(e.bytes, true);
         }
         Ok(())
     }
@@ -322,6 +322,10 @@ impl Chip {
 
     /// Sends encoded records to a queue, or into the trace being captured on it.
     pub(crate) fn submit(&self, cq: CqId, bytes: Vec<u8>, refs: &[trace::BufferRef]) -> Result<()> {
+        self.submit_with_wake(cq, bytes, refs, true)
+    }
+
+    fn submit_with_wake(&self, cq: CqId, bytes: Vec<u8>, refs: &[trace::BufferRef], wake: bool) -> Result<()> {
         let q = self.queue(cq)?;
         {
             let mut cap = self.captures[cq.0 as usize].lock();
@@ -330,7 +334,16 @@ impl Chip {
                 return Ok(());
             }
         }
-        q.sender.send(bytes).map_err(|_| ChipError::Closed(self.shared.id))
+        q.ring.push(bytes, wake);
+        Ok(())
+    }
+
+    /// Wakes `cq`'s dispatcher if it sleeps with work queued (after submissions made with
+    /// `wake = false`, e.g. a mesh's lockstep replay).
+    pub fn wake(&self, cq: CqId) {
+        if let Some(q) = self.queues.get(cq.0 as usize) {
+            q.ring.wake();
+        }
     }
 
     /// Enqueues a program launch: the op layer's single entry point into the queues.
@@ -409,7 +422,7 @@ impl Chip {
         let id = q.allocate_event_id();
         let mut e = Encoder::with_capacity(16);
         e.simple(Opcode::RecordEvent, 0, id);
-        q.sender.send(e.bytes).map_err(|_| ChipError::Closed(self.shared.id))?;
+        q.ring.push(e.bytes, true);
         let state = &self.shared.cq_states[cq.0 as usize];
         let timeout = self.shared.config.operation_timeout;
         if !state.wait_for(id, Instant::now() + timeout) {
@@ -447,7 +460,7 @@ impl Chip {
             return Ok(());
         }
         for q in &self.queues {
-            let _ = q.sender.send(queue::terminate_bytes());
+            q.ring.push(queue::terminate_bytes(), true);
         }
         Ok(())
     }

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use std::collections::VecDeque;
+
 use parking_lot::{Condvar, Mutex};
 
 use super::ChipShared;
@@ -68,9 +69,59 @@ impl CqState {
     }
 }
 
+/// The host-to-dispatcher ring of one queue. A push can leave a parked dispatcher asleep
+/// (`wake = false`) so that a mesh can fill every chip's queue first and hand the wake-ups to
+/// another thread: the host then pays one wake for a whole mesh instead of one per chip.
+pub(crate) struct HostRing {
+    state: Mutex<RingState>,
+    cv: Condvar,
+}
+
+struct RingState {
+    items: VecDeque<Vec<u8>>,
+    sleeping: bool,
+}
+
+impl HostRing {
+    fn new() -> HostRing {
+        HostRing { state: Mutex::new(RingState { items: VecDeque::new(), sleeping: false }), cv: Condvar::new() }
+    }
+
+    pub(crate) fn push(&self, bytes: Vec<u8>, wake: bool) {
+        let mut s = self.state.lock();
+        s.items.push_back(bytes);
+        let notify = wake && s.sleeping;
+        drop(s);
+        if notify {
+            self.cv.notify_one();
+        }
+    }
+
+    /// Wakes the dispatcher if it sleeps with work queued.
+    pub(crate) fn wake(&self) {
+        let s = self.state.lock();
+        let notify = s.sleeping && !s.items.is_empty();
+        drop(s);
+        if notify {
+            self.cv.notify_one();
+        }
+    }
+
+    /// Blocks (parked, no spinning) until there is work; takes all of it.
+    fn pop_all(&self, out: &mut VecDeque<Vec<u8>>) {
+        let mut s = self.state.lock();
+        while s.items.is_empty() {
+            s.sleeping = true;
+            self.cv.wait(&mut s);
+            s.sleeping = false;
+        }
+        std::mem::swap(out, &mut s.items);
+    }
+}
+
 /// The host's end of one queue.
 pub(crate) struct QueueHandle {
-    pub(crate) sender: Sender<Vec<u8>>,
+    pub(crate) ring: Arc<HostRing>,
     /// Next event id to hand out on this queue (ids start at 1; 0 means "nothing yet").
     pub(crate) next_event: AtomicU64,
     pub(crate) thread: Option<std::thread::JoinHandle<()>>,
@@ -83,13 +134,14 @@ impl QueueHandle {
 }
 
 pub(crate) fn spawn_dispatcher(shared: Arc<ChipShared>, cq: CqId) -> Result<QueueHandle> {
-    let (tx, rx) = crossbeam_channel::bounded::<Vec<u8>>(4096);
+    let ring = Arc::new(HostRing::new());
+    let rx = ring.clone();
     let name = format!("ttmesh-chip{}-cq{}", shared.id, cq.0);
     let thread = std::thread::Builder::new()
         .name(name)
-        .spawn(move || Dispatcher::new(shared, cq).run(rx))
+        .spawn(move || Dispatcher::new(shared, cq).run(&rx))
         .map_err(|e| ChipError::Queue(format!("cannot start the dispatcher thread: {e}")))?;
-    Ok(QueueHandle { sender: tx, next_event: AtomicU64::new(1), thread: Some(thread) })
+    Ok(QueueHandle { ring, next_event: AtomicU64::new(1), thread: Some(thread) })
 }
 
 struct PendingLaunch {
@@ -126,26 +178,37 @@ impl Dispatcher {
         &self.shared.cq_states[self.cq.0 as usize]
     }
 
-    fn run(mut self, rx: Receiver<Vec<u8>>) {
-        while let Ok(bytes) = rx.recv() {
-            let mut offset = 0;
-            while offset < bytes.len() {
-                match decode(&bytes, offset) {
-                    Ok((rec, next)) => {
-                        offset = next;
-                        match self.execute(rec, false) {
-                            Ok(Flow::Continue) => {}
-                            Ok(Flow::Stop) => return,
-                            Err(e) => self.state().set_error(e),
-                        }
-                    }
-                    Err(e) => {
-                        self.state().set_error(e);
-                        break;
-                    }
+    fn run(mut self, ring: &HostRing) {
+        let mut batch = VecDeque::new();
+        loop {
+            ring.pop_all(&mut batch);
+            while let Some(bytes) = batch.pop_front() {
+                if let Flow::Stop = self.run_bytes(&bytes) {
+                    return;
                 }
             }
         }
+    }
+
+    fn run_bytes(&mut self, bytes: &[u8]) -> Flow {
+        let mut offset = 0;
+        while offset < bytes.len() {
+            match decode(bytes, offset) {
+                Ok((rec, next)) => {
+                    offset = next;
+                    match self.execute(rec, false) {
+                        Ok(Flow::Continue) => {}
+                        Ok(Flow::Stop) => return Flow::Stop,
+                        Err(e) => self.state().set_error(e),
+                    }
+                }
+                Err(e) => {
+                    self.state().set_error(e);
+                    break;
+                }
+            }
+        }
+        Flow::Continue
     }
 
     fn program(&mut self, id: u32) -> Result<Arc<Program>> {

@@ -267,17 +267,19 @@ impl Chip {
 
     /// Checks the trace (sanitizer) and enqueues its replay; the mesh calls this per chip.
     pub fn enqueue_trace(&self, tid: TraceId, cq: CqId) -> Result<()> {
-        self.enqueue_trace_with_callbacks(tid, cq, None, None)
+        self.enqueue_trace_with_callbacks(tid, cq, None, None, true)
     }
 
     /// Like `enqueue_trace`, with host callbacks run by the dispatcher right before and right
     /// after the replay, all in one submission (the mesh's lockstep barrier and finish stamp).
+    /// With `wake = false` a sleeping dispatcher stays asleep until [`Chip::wake`].
     pub fn enqueue_trace_with_callbacks(
         &self,
         tid: TraceId,
         cq: CqId,
         before: Option<super::Callback>,
         after: Option<super::Callback>,
+        wake: bool,
     ) -> Result<()> {
         self.queue(cq)?;
         if self.is_capturing(cq) {
@@ -304,7 +306,7 @@ impl Chip {
                 e.simple(Opcode::HostCallback, 0, self.shared.register_callback(f));
             }
         }
-        self.submit(cq, e.bytes, &[])
+        self.submit_with_wake(cq, e.bytes, &[], wake)
     }
 
     fn unknown_trace(&self, tid: TraceId, what: &str) -> ChipError {
