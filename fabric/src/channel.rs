@@ -228,7 +228,10 @@ impl Channel {
     /// Registers the calling thread to be unparked when a credit returns (once: a router
     /// retrying the same blocked packet must not grow the list).
     pub fn add_waiter(&self) {
-        let me = thread::current();
+        self.add_waiter_thread(thread::current());
+    }
+
+    pub fn add_waiter_thread(&self, me: Thread) {
         let mut w = self.waiters.lock();
         if !w.iter().any(|t| t.id() == me.id()) {
             w.push(me);

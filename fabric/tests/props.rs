@@ -224,7 +224,11 @@ fn check(f: &Fabric, mems: &[Arc<LogMemory>], ops: &[Op], n: u32, lpp: usize, pa
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+    // 40 cases by default; PROPTEST_CASES raises it for a longer soak.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(40),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn random_traffic_arrives_once_intact_in_order(
