@@ -11,6 +11,7 @@
 
 pub mod allocator;
 pub mod arch;
+pub mod bench;
 pub mod command;
 pub mod compute;
 pub mod device;

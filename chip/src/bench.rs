@@ -1,0 +1,391 @@
+//! Benchmarks of one chip, printed side by side with their goals (issues 2 and 3). They measure
+//! host wall time, so figures are noisy: nothing here asserts on speed. `quick` keeps each run
+//! to a few seconds (the CI smoke test); the full run uses the issue's sizes.
+//!
+//! `chip_bench`: matmul on device tensors vs a bare `matrixmultiply::sgemm`, and allocator
+//! allocate+free pairs with 1,000 live buffers.
+//! `trace_bench`: untraced dispatch vs `execute_trace`, replay cost per command, the
+//! sanitizer's cost.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::allocator::{AllocationRequest, Allocator, AllocatorConfig, BufferType, Placement};
+use crate::arch::ArchSpec;
+use crate::device::{Chip, ChipConfig, CqId, TraceId};
+use crate::error::Result;
+use crate::ops::{self, MatmulConfig, OpOptions};
+use crate::program::{program_key, Access, CoreSplit, Kernel, KernelContext, OperandInfo, Program};
+use crate::tensor::{DataType, HostTensor, Layout, MemoryConfig, Tensor};
+
+/// Deterministic pseudo-random numbers (xorshift64*), so runs compare.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+fn goal(met: bool) -> &'static str {
+    if met {
+        "goal met"
+    } else {
+        "GOAL MISSED"
+    }
+}
+
+fn open(trace_region_size: u64) -> Result<Arc<Chip>> {
+    let mut cfg = ChipConfig::new(0, ArchSpec::wormhole_b0());
+    cfg.trace_region_size = trace_region_size;
+    Chip::open(cfg)
+}
+
+/// Chip matmul vs sgemm, and allocator throughput.
+pub fn chip_bench(quick: bool) -> String {
+    let mut out = String::new();
+    if let Err(e) = chip_bench_into(quick, &mut out) {
+        let _ = writeln!(out, "chip_bench failed: {e}");
+    }
+    out
+}
+
+fn chip_bench_into(quick: bool, out: &mut String) -> Result<()> {
+    let chip = open(0)?;
+    let sizes: &[(usize, usize)] = if quick {
+        &[(256, 3), (512, 2)]
+    } else {
+        &[(512, 20), (2048, 3)]
+    };
+    let _ = writeln!(out, "matmul n x n x n, device tensors in DRAM (enqueue + finish) vs matrixmultiply::sgemm (goal >= 0.8x):");
+    for &(n, reps) in sizes {
+        for dtype in [DataType::BFloat16, DataType::Float32] {
+            let (chip_gf, sgemm_gf) = bench_matmul(&chip, n, reps, dtype)?;
+            let ratio = chip_gf / sgemm_gf;
+            let _ = writeln!(
+                out,
+                "  n={n:<5} {:<9} chip {chip_gf:>7.1} GFLOP/s | sgemm f32 {sgemm_gf:>7.1} GFLOP/s | ratio {ratio:.2}x  {}",
+                dtype.as_str(),
+                goal(ratio >= 0.8)
+            );
+        }
+    }
+    let pairs = if quick { 200_000 } else { 2_000_000 };
+    let (alloc_rate, chip_rate) = bench_alloc(&chip, pairs)?;
+    let _ = writeln!(
+        out,
+        "allocate+free pairs with 1,000 live DRAM buffers (goal >= 1M/s):"
+    );
+    let _ = writeln!(
+        out,
+        "  allocator       {:>6.2} M pairs/s  {}",
+        alloc_rate / 1e6,
+        goal(alloc_rate >= 1e6)
+    );
+    let _ = writeln!(
+        out,
+        "  Chip (+events)  {:>6.2} M pairs/s  {}",
+        chip_rate / 1e6,
+        goal(chip_rate >= 1e6)
+    );
+    Ok(())
+}
+
+fn bench_matmul(chip: &Arc<Chip>, n: usize, reps: usize, dtype: DataType) -> Result<(f64, f64)> {
+    let mut rng = Rng(0x1234_5678 ^ n as u64);
+    let a: Vec<f32> = (0..n * n).map(|_| rng.unit()).collect();
+    let b: Vec<f32> = (0..n * n).map(|_| rng.unit()).collect();
+    let ha = HostTensor::from_f32(vec![n, n], dtype, a.clone())?;
+    let hb = HostTensor::from_f32(vec![n, n], dtype, b.clone())?;
+    let cq = CqId(0);
+    let ta = Tensor::from_host(&ha, chip, Layout::Tile, MemoryConfig::DRAM, cq)?;
+    let tb = Tensor::from_host(&hb, chip, Layout::Tile, MemoryConfig::DRAM, cq)?;
+    let first = ops::matmul(&ta, &tb, &MatmulConfig::default())?; // compile
+    let cfg = MatmulConfig {
+        options: OpOptions::into_output(&first),
+        ..Default::default()
+    };
+    chip.finish(cq)?;
+    let mut c = vec![0f32; n * n];
+    sgemm(&a, &b, n, &mut c);
+    let (mut on_chip, mut bare) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..reps {
+        let t = Instant::now();
+        ops::matmul(&ta, &tb, &cfg)?;
+        chip.finish(cq)?;
+        on_chip += t.elapsed();
+        let t = Instant::now();
+        sgemm(&a, &b, n, &mut c);
+        bare += t.elapsed();
+    }
+    let flops = 2.0 * (n as f64).powi(3) * reps as f64;
+    Ok((
+        flops / on_chip.as_secs_f64() / 1e9,
+        flops / bare.as_secs_f64() / 1e9,
+    ))
+}
+
+fn sgemm(a: &[f32], b: &[f32], n: usize, c: &mut [f32]) {
+    assert!(a.len() == n * n && b.len() == n * n && c.len() == n * n);
+    // SAFETY: three dense n x n row-major matrices, lengths asserted above; beta = 0.
+    unsafe {
+        matrixmultiply::sgemm(
+            n,
+            n,
+            n,
+            1.0,
+            a.as_ptr(),
+            n as isize,
+            1,
+            b.as_ptr(),
+            n as isize,
+            1,
+            0.0,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+}
+
+/// Pairs per second: the bare allocator, and the chip's allocate/deallocate (which also emit
+/// the allocator events and queue the host-memory discard).
+fn bench_alloc(chip: &Arc<Chip>, pairs: usize) -> Result<(f64, f64)> {
+    let req = |rng: &mut Rng| AllocationRequest {
+        buffer_type: BufferType::Dram,
+        page_size: 2048,
+        num_pages: 1 + rng.below(256),
+        placement: Placement::Interleaved,
+    };
+    let mut alloc = Allocator::new(0, AllocatorConfig::new(ArchSpec::wormhole_b0()))?;
+    let mut rng = Rng(42);
+    let mut live = Vec::with_capacity(1000);
+    for _ in 0..1000 {
+        live.push(alloc.allocate(&req(&mut rng))?);
+    }
+    let t = Instant::now();
+    for _ in 0..pairs {
+        let i = rng.below(live.len() as u64) as usize;
+        alloc.deallocate(&live[i])?;
+        live[i] = alloc.allocate(&req(&mut rng))?;
+    }
+    let bare = pairs as f64 / t.elapsed().as_secs_f64();
+
+    let mut rng = Rng(42);
+    let mut live = Vec::with_capacity(1000);
+    for _ in 0..1000 {
+        live.push(chip.allocate(&req(&mut rng))?);
+    }
+    let chip_pairs = pairs / 4;
+    let t = Instant::now();
+    for _ in 0..chip_pairs {
+        let i = rng.below(live.len() as u64) as usize;
+        chip.deallocate(&live[i])?;
+        live[i] = chip.allocate(&req(&mut rng))?;
+    }
+    let via_chip = chip_pairs as f64 / t.elapsed().as_secs_f64();
+    for a in &live {
+        chip.deallocate(a)?;
+    }
+    chip.finish(CqId(0))?;
+    Ok((bare, via_chip))
+}
+
+/// A kernel that does nothing: replaying it measures the dispatcher alone.
+struct NoopKernel;
+
+impl Kernel for NoopKernel {
+    fn name(&self) -> &str {
+        "Noop"
+    }
+    fn execute(&self, _ctx: &KernelContext, _addresses: &[u32]) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Untraced dispatch vs execute_trace, replay cost per command, sanitizer cost.
+pub fn trace_bench(quick: bool) -> String {
+    let mut out = String::new();
+    if let Err(e) = trace_bench_into(quick, &mut out) {
+        let _ = writeln!(out, "trace_bench failed: {e}");
+    }
+    out
+}
+
+/// The benchmark's model: a chain of `n` small eltwise ops, each allocating its output and
+/// freeing its input, as a model's layers do.
+fn run_chain(x: &Tensor, n: usize) -> Result<Tensor> {
+    let mut cur = ops::relu(x, &OpOptions::default())?;
+    for i in 1..n {
+        cur = if i % 2 == 0 {
+            ops::relu(&cur, &OpOptions::default())?
+        } else {
+            ops::add(&cur, x, &OpOptions::default())?
+        };
+    }
+    Ok(cur)
+}
+
+fn trace_bench_into(quick: bool, out: &mut String) -> Result<()> {
+    let chip = open(64 << 20)?;
+    let cq = CqId(0);
+    let host = HostTensor::from_f32(
+        vec![32, 32],
+        DataType::BFloat16,
+        (0..1024).map(|i| (i % 7) as f32 - 3.0).collect(),
+    )?;
+    let x = Tensor::from_host(&host, &chip, Layout::Tile, MemoryConfig::L1, cq)?;
+    let _ = run_chain(&x, 2)?; // compile both programs
+    chip.finish(cq)?;
+
+    // (a) + (c): untraced host dispatch of a 1,000-op program vs one execute_trace.
+    let n_ops = 1000;
+    let runs = if quick { 3 } else { 10 };
+    let mut untraced = Duration::MAX;
+    for _ in 0..runs {
+        let t = Instant::now();
+        let y = run_chain(&x, n_ops)?;
+        let e = t.elapsed();
+        chip.finish(cq)?;
+        drop(y);
+        untraced = untraced.min(e);
+    }
+    let (tid, _keep) = capture(&chip, &x, n_ops)?;
+    let exec_1000 = exec_host_time(&chip, tid, if quick { 20 } else { 200 })?;
+    let ratio = untraced.as_secs_f64() / exec_1000.as_secs_f64();
+    let per_op = untraced.as_secs_f64() * 1e9 / n_ops as f64;
+    let _ = writeln!(out, "(a) host time, 1,000-op program: untraced dispatch {:.1} us | execute_trace {:.2} us | {ratio:.0}x less (goal >= 1000x)  {}",
+        untraced.as_secs_f64() * 1e6, exec_1000.as_secs_f64() * 1e6, goal(ratio >= 1000.0));
+    chip.release_trace(tid)?;
+    drop(_keep);
+
+    let (small, large) = if quick { (100, 2000) } else { (100, 10_000) };
+    let mut times = Vec::new();
+    for n in [small, large] {
+        let (tid, keep) = capture(&chip, &x, n)?;
+        times.push(exec_host_time(&chip, tid, if quick { 10 } else { 100 })?);
+        chip.release_trace(tid)?;
+        drop(keep);
+    }
+    let growth = times[1].as_secs_f64() / times[0].as_secs_f64();
+    let _ = writeln!(out, "    execute_trace host time: {small} ops {:.2} us | {large} ops {:.2} us | ratio {growth:.2} (goal: does not grow)  {}",
+        times[0].as_secs_f64() * 1e6, times[1].as_secs_f64() * 1e6, goal(growth < 2.0));
+
+    // (b): replay cost per command with a kernel that does nothing.
+    let (ns_per_record, ns_per_op) = bench_replay(&chip, &x, if quick { 2000 } else { 10_000 })?;
+    let _ = writeln!(out, "(b) replay from the trace buffer, kernels excluded: {ns_per_record:.1} ns per command (record), {ns_per_op:.1} ns per launch (3 records; goal <= 50 ns per command)  {}",
+        goal(ns_per_record <= 50.0));
+    let _ = writeln!(out, "(c) untraced host dispatch: {per_op:.0} ns per op (goal <= 1000 ns per op per chip; tt-metal C++ 13-19 us)  {}", goal(per_op <= 1000.0));
+
+    // Sanitizer cost per execute_trace.
+    let (tid, keep) = capture(&chip, &x, n_ops)?;
+    let reps = if quick { 20 } else { 200 };
+    chip.set_replay_sanitizer(false);
+    let off = exec_host_time(&chip, tid, reps)?;
+    chip.set_replay_sanitizer(true);
+    let cached = exec_host_time(&chip, tid, reps)?;
+    // Force a full check each time: an unrelated allocation moves the allocator's generation.
+    let mut full = Duration::ZERO;
+    for _ in 0..reps {
+        let t = Tensor::allocate(&chip, x.spec().clone())?;
+        drop(t);
+        let s = Instant::now();
+        chip.execute_trace(tid, cq, false)?;
+        full += s.elapsed();
+    }
+    chip.finish(cq)?;
+    let full = full / reps as u32;
+    let _ = writeln!(out, "sanitizer per execute_trace (1,000-op trace): off {:.2} us | on, nothing moved {:.2} us | on, full check {:.2} us",
+        off.as_secs_f64() * 1e6, cached.as_secs_f64() * 1e6, full.as_secs_f64() * 1e6);
+    chip.release_trace(tid)?;
+    drop(keep);
+    Ok(())
+}
+
+/// Captures the chain of `n` ops; returns the trace and its output (kept alive).
+fn capture(chip: &Arc<Chip>, x: &Tensor, n: usize) -> Result<(TraceId, Tensor)> {
+    let tid = chip.begin_trace_capture(CqId(0))?;
+    let y = run_chain(x, n)?;
+    chip.end_trace_capture(tid, CqId(0))?;
+    chip.execute_trace(tid, CqId(0), true)?;
+    Ok((tid, y))
+}
+
+/// Mean host time of one non-blocking execute_trace, over `reps` back-to-back calls.
+fn exec_host_time(chip: &Arc<Chip>, tid: TraceId, reps: usize) -> Result<Duration> {
+    chip.finish(CqId(0))?;
+    let mut total = Duration::ZERO;
+    for _ in 0..reps {
+        let t = Instant::now();
+        chip.execute_trace(tid, CqId(0), false)?;
+        total += t.elapsed();
+    }
+    chip.finish(CqId(0))?;
+    Ok(total / reps.max(1) as u32)
+}
+
+/// Replays a trace of `n` no-op launches over 64 cores; returns ns per record and per launch.
+fn bench_replay(chip: &Arc<Chip>, x: &Tensor, n: usize) -> Result<(f64, f64)> {
+    let cq = CqId(0);
+    let alloc = x.allocation("benchmarked")?;
+    let program = chip.program_cache().get_or_compile(
+        program_key(&"bench-noop"),
+        true,
+        || "noop".into(),
+        || {
+            let operands = vec![
+                OperandInfo {
+                    buffer_type: BufferType::L1,
+                    access: Access::Read,
+                    per_bank_size: alloc.per_bank_size,
+                },
+                OperandInfo {
+                    buffer_type: BufferType::L1,
+                    access: Access::Write,
+                    per_bank_size: alloc.per_bank_size,
+                },
+            ];
+            Ok(Program::new(
+                Arc::new(NoopKernel),
+                operands,
+                CoreSplit {
+                    cores: 64,
+                    units_per_core: 1,
+                    args_per_core: 6,
+                },
+                Vec::new(),
+            ))
+        },
+    )?;
+    let addrs = [alloc.address as u32, alloc.address as u32];
+    let ids = [alloc.id, alloc.id];
+    let tid = chip.begin_trace_capture(cq)?;
+    for _ in 0..n {
+        chip.enqueue_program(cq, &program, &addrs, &ids)?;
+    }
+    chip.end_trace_capture(tid, cq)?;
+    chip.execute_trace(tid, cq, true)?; // warm
+    let reps = 5;
+    let mut best = f64::MAX;
+    for _ in 0..reps {
+        let before = chip.dispatch_stats();
+        chip.execute_trace(tid, cq, true)?;
+        let after = chip.dispatch_stats();
+        let (records, wall) = chip.last_replay(tid).unwrap_or((1, Duration::ZERO));
+        let kernels = after.kernel_ns - before.kernel_ns;
+        let ns = (wall.as_nanos() as f64 - kernels as f64).max(0.0) / records.max(1) as f64;
+        best = best.min(ns);
+    }
+    chip.release_trace(tid)?;
+    Ok((best, best * 3.0))
+}
