@@ -118,6 +118,23 @@ impl Wake {
     }
 }
 
+/// Traffic through one slot. Only the holder of the slot's lock writes it, so a plain load
+/// and store does (no locked instruction per packet); statistics read it without the lock.
+#[repr(align(64))]
+#[derive(Default)]
+pub(crate) struct SlotCount {
+    pub packets: AtomicU64,
+    pub payload: AtomicU64,
+    /// Modeled picoseconds added by `Fault::Slow` beyond the normal serialization time.
+    pub slow_extra_ps: AtomicU64,
+}
+
+impl SlotCount {
+    pub fn bump(a: &AtomicU64, by: u64) {
+        a.store(a.load(Relaxed) + by, Relaxed);
+    }
+}
+
 pub(crate) struct Slot {
     pub full: bool,
     pub hdr: [u8; HEADER_BYTES],
@@ -135,6 +152,16 @@ impl Slot {
             Some(e) => unsafe { std::slice::from_raw_parts(e.ptr, e.len.min(len)) },
             None => &self.buf[..len.min(self.buf.len())],
         }
+    }
+
+    /// Sets the header's checksum over the payload (see `packet`).
+    pub fn seal(&mut self, len: usize) {
+        let payload: &[u8] = match self.ext {
+            // SAFETY: as in `payload`.
+            Some(e) => unsafe { std::slice::from_raw_parts(e.ptr, e.len.min(len)) },
+            None => &self.buf[..len.min(self.buf.len())],
+        };
+        crate::packet::seal(&mut self.hdr, payload);
     }
 
     /// Moves a by-reference payload into the slot's own buffer.
@@ -156,6 +183,7 @@ pub(crate) struct Channel {
     tail: AtomicU64,
     /// The draining router's wake, shared by all its inbound channels.
     pub consumer: Arc<Wake>,
+    counts: Box<[SlotCount]>,
     pub router: OnceLock<Weak<Router>>,
     waiters: Mutex<Vec<Thread>>,
     n_waiters: AtomicUsize,
@@ -192,6 +220,7 @@ impl Channel {
             })
             .collect();
         Self {
+            counts: (0..slots.len()).map(|_| SlotCount::default()).collect(),
             n: slots.len() as u64,
             slots: slots.into_boxed_slice(),
             head: AtomicU64::new(0),
@@ -207,6 +236,29 @@ impl Channel {
     }
 
     /// Takes one credit if a slot is free; returns the slot's sequence index.
+    /// `try_reserve` for a producer that remembers the head it last saw: the head's cache
+    /// line (written by the consumer per packet) is read only when the channel looks full.
+    pub fn try_reserve_cached(&self, cached_head: &mut u64) -> Option<u64> {
+        loop {
+            let mut t = self.tail.load(SeqCst);
+            // A stale head only undercounts credits, so this is safe to trust.
+            if t.saturating_sub(*cached_head) >= self.n {
+                *cached_head = self.head.load(SeqCst);
+                t = self.tail.load(SeqCst);
+                if t - *cached_head >= self.n {
+                    return None;
+                }
+            }
+            if self
+                .tail
+                .compare_exchange_weak(t, t + 1, SeqCst, SeqCst)
+                .is_ok()
+            {
+                return Some(t);
+            }
+        }
+    }
+
     pub fn try_reserve(&self) -> Option<u64> {
         loop {
             // Head first: it only grows and never passes the tail read after it.
@@ -258,10 +310,30 @@ impl Channel {
         self.slots[(idx % self.n) as usize].lock()
     }
 
-    pub fn publish(&self, mut slot: MutexGuard<'_, Slot>) {
-        slot.full = true;
-        drop(slot);
+    pub fn publish(&self, slot: MutexGuard<'_, Slot>) {
+        self.publish_quiet(slot);
         self.consumer.wake();
+    }
+
+    /// Publishes without waking the consumer; the caller must make sure it gets drained.
+    pub fn publish_quiet(&self, mut slot: MutexGuard<'_, Slot>) {
+        slot.full = true;
+    }
+
+    /// The counters of a reserved slot; write them only while holding that slot's lock.
+    pub fn count(&self, idx: u64) -> &SlotCount {
+        &self.counts[(idx % self.n) as usize]
+    }
+
+    /// (packets, payload bytes, slow extra ps) through this channel so far.
+    pub fn totals(&self) -> (u64, u64, u64) {
+        self.counts.iter().fold((0, 0, 0), |(p, b, x), c| {
+            (
+                p + c.packets.load(Relaxed),
+                b + c.payload.load(Relaxed),
+                x + c.slow_extra_ps.load(Relaxed),
+            )
+        })
     }
 
     /// The oldest slot if it holds a packet.

@@ -94,11 +94,24 @@ impl LinkParams {
         }
     }
 
+    /// Modeled picoseconds to serialize one packet (header + `payload`) onto a link.
+    pub fn serial_ps(&self, payload: usize) -> f64 {
+        let wire = (self.header_bytes + payload) as f64;
+        wire / (self.bandwidth_bytes_per_s * self.efficiency) * 1e12
+    }
+
     /// Modeled picoseconds one packet of `payload` bytes occupies one link direction.
     pub fn packet_ps(&self, payload: usize, slow_factor: f64) -> u64 {
-        let wire = (self.header_bytes + payload) as f64;
+        (self.serial_ps(payload) * slow_factor + self.hop_latency_ns * 1e3 + 0.5) as u64
+    }
+
+    /// Modeled busy time of a link direction that carried `packets` packets with
+    /// `payload_bytes` in all, plus `slow_extra_ps` added by slowdowns.
+    pub fn busy_ns(&self, packets: u64, payload_bytes: u64, slow_extra_ps: u64) -> u64 {
+        let wire = (payload_bytes + packets * self.header_bytes as u64) as f64;
         let serial_ps = wire / (self.bandwidth_bytes_per_s * self.efficiency) * 1e12;
-        (serial_ps * slow_factor + self.hop_latency_ns * 1e3 + 0.5) as u64
+        let ps = serial_ps + packets as f64 * self.hop_latency_ns * 1e3 + slow_extra_ps as f64;
+        (ps / 1000.0).round() as u64
     }
 
     /// Modeled nanoseconds to move `bytes` over `hops` links in packets of `payload` bytes:

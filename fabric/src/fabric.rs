@@ -397,6 +397,10 @@ impl Fabric {
                 .enumerate()
             {
                 let c = &inner.counters[i][d];
+                let (packets, payload, slow_ps) = inner.link_chans[i][d]
+                    .iter()
+                    .map(|ch| ch.totals())
+                    .fold((0, 0, 0), |a, t| (a.0 + t.0, a.1 + t.1, a.2 + t.2));
                 let (from_chip, to_chip) = if d == 0 {
                     (link.a.0, link.b.0)
                 } else {
@@ -408,13 +412,13 @@ impl Fabric {
                     direction,
                     from_chip,
                     to_chip,
-                    packets: c.packets.load(Relaxed),
-                    bytes: c.bytes.load(Relaxed),
-                    payload_bytes: c.payload_bytes.load(Relaxed),
+                    packets,
+                    bytes: payload + packets * inner.spec.params.header_bytes as u64,
+                    payload_bytes: payload,
                     credit_stalls: c.credit_stalls.load(Relaxed),
                     dropped: c.dropped.load(Relaxed),
                     corrupted: c.corrupted.load(Relaxed),
-                    busy_ns: c.busy_ps.load(Relaxed) / 1000,
+                    busy_ns: inner.spec.params.busy_ns(packets, payload, slow_ps),
                     fault: inner.faults[i].get(),
                 });
             }

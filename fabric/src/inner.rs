@@ -2,7 +2,7 @@
 //! channels, link counters and faults, semaphore tables, and the record of lost packets that
 //! lets a failing wait name the link that lost them.
 
-use crate::channel::{Channel, Slot, Tracker, Wake, SPIN_TRIES, YIELD_TRIES};
+use crate::channel::{Channel, Slot, SlotCount, Tracker, Wake, SPIN_TRIES, YIELD_TRIES};
 use crate::config::{ChipMemory, FabricSpec, Fault};
 use crate::packet::{self, Header, Kind, VOID_HEADER};
 use crate::FabricError;
@@ -96,6 +96,8 @@ pub(crate) struct Ctx<'a> {
     pub src: u32,
     pub seq: u16,
     pub sem: Option<u32>,
+    /// Publish without waking the consumer: the sender will drive it (lent payloads).
+    pub quiet: bool,
 }
 
 impl Ctx<'_> {
@@ -114,14 +116,11 @@ impl Ctx<'_> {
 
 #[repr(align(64))]
 #[derive(Default)]
+/// Rare events per link direction. Packets and bytes are counted per slot (`SlotCount`).
 pub(crate) struct LinkCounters {
-    pub packets: AtomicU64,
-    pub bytes: AtomicU64,
-    pub payload_bytes: AtomicU64,
     pub credit_stalls: AtomicU64,
     pub dropped: AtomicU64,
     pub corrupted: AtomicU64,
-    pub busy_ps: AtomicU64,
 }
 
 /// A link's fault as two atomics (read per packet without a lock) and the count of packets
@@ -167,7 +166,7 @@ impl FaultState {
         self.kind.store(k, Release);
     }
     pub fn ever_corrupt(&self) -> bool {
-        self.corrupt_seen.load(Relaxed)
+        self.corrupt_seen.load(Acquire)
     }
     /// True for every n-th call.
     fn hit(&self, every_nth: u64) -> bool {
@@ -214,6 +213,8 @@ pub(crate) struct Inner {
     seqs: Vec<AtomicU32>,
     pub shutdown: AtomicBool,
     pub channels: Vec<Arc<Channel>>,
+    /// Per link and direction (a-to-b first), every channel that crosses it.
+    pub link_chans: Vec<[Vec<Arc<Channel>>; 2]>,
     pub router_threads: Mutex<Vec<Thread>>,
 }
 
@@ -239,7 +240,13 @@ impl Inner {
                 chip_lines[c as usize].push((li, p));
             }
         }
+        let mut link_chans: Vec<[Vec<Arc<Channel>>; 2]> =
+            (0..spec.links.len()).map(|_| Default::default()).collect();
+        for ch in &channels {
+            link_chans[ch.link][dir_index(ch)].push(ch.clone());
+        }
         Self {
+            link_chans,
             counters: (0..spec.links.len()).map(|_| Default::default()).collect(),
             faults: (0..spec.links.len()).map(|_| Default::default()).collect(),
             sems: (0..n).map(|_| Default::default()).collect(),
@@ -299,6 +306,9 @@ impl Inner {
         }
         let mut slot = slot;
         fill(&mut slot);
+        if fs.ever_corrupt() && !packet::is_sealed(&slot.hdr) {
+            slot.seal(len);
+        }
         if corrupt {
             // Flip one bit the checksum covers: mid-payload, or the increment if no payload.
             // Never in the sender's own buffer: take a copy first.
@@ -309,7 +319,7 @@ impl Inner {
                 slot.hdr[24] ^= 0x01;
             }
         }
-        if let Some(t) = tracker {
+        if let (Some(t), true) = (tracker, add > 0) {
             t.add(add);
         }
         // Slots keep their last tracker: a stream from one sender then costs no reference
@@ -322,13 +332,18 @@ impl Inner {
         if !same {
             slot.tracker = tracker.cloned();
         }
-        c.packets.fetch_add(1, Relaxed);
-        c.bytes
-            .fetch_add((packet::HEADER_BYTES + len) as u64, Relaxed);
-        c.payload_bytes.fetch_add(len as u64, Relaxed);
-        c.busy_ps
-            .fetch_add(self.spec.params.packet_ps(len, factor), Relaxed);
-        ch.publish(slot);
+        let sc = ch.count(idx);
+        SlotCount::bump(&sc.packets, 1);
+        SlotCount::bump(&sc.payload, len as u64);
+        if factor != 1.0 {
+            let extra = self.spec.params.serial_ps(len) * (factor - 1.0);
+            SlotCount::bump(&sc.slow_extra_ps, (extra + 0.5) as u64);
+        }
+        if ctx.quiet {
+            ch.publish_quiet(slot);
+        } else {
+            ch.publish(slot);
+        }
         Ok(())
     }
 
@@ -515,20 +530,29 @@ impl Inner {
 
     /// Takes a credit on `ch`, helping its consumer while none is free. `Err(true)` on
     /// shutdown, `Err(false)` after `timeout`.
-    pub fn reserve(&self, ch: &Channel, timeout: Duration, me: u32) -> Result<u64, bool> {
-        if let Some(i) = ch.try_reserve() {
+    pub fn reserve(
+        &self,
+        ch: &Channel,
+        timeout: Duration,
+        me: u32,
+        eager: bool,
+        cached_head: &mut u64,
+    ) -> Result<u64, bool> {
+        if let Some(i) = ch.try_reserve_cached(cached_head) {
             return Ok(i);
         }
         self.counters[ch.link][dir_index(ch)]
             .credit_stalls
             .fetch_add(1, Relaxed);
         let mut idx = 0;
-        self.wait_with_help(ch, timeout, me, || match ch.try_reserve() {
-            Some(i) => {
-                idx = i;
-                true
+        self.wait_with_help(ch, timeout, me, eager, || {
+            match ch.try_reserve_cached(cached_head) {
+                Some(i) => {
+                    idx = i;
+                    true
+                }
+                None => false,
             }
-            None => false,
         })?;
         Ok(idx)
     }
@@ -542,6 +566,7 @@ impl Inner {
         ch: &Channel,
         timeout: Duration,
         me: u32,
+        eager: bool,
         mut ready: impl FnMut() -> bool,
     ) -> Result<(), bool> {
         if ready() {
@@ -556,10 +581,11 @@ impl Inner {
             idle = idle.saturating_add(1);
             // First give a running router the moment it needs to free a slot, so sender and
             // router work in parallel; only a router that does not answer gets helped.
-            if idle <= HELP_AFTER_SPINS {
+            let spins = if eager { 0 } else { HELP_AFTER_SPINS };
+            if idle <= spins {
                 std::hint::spin_loop();
             } else if self.help_chain(ch, me) {
-                idle = HELP_AFTER_SPINS;
+                idle = spins;
             } else if idle <= SPIN_TRIES + YIELD_TRIES {
                 thread::yield_now();
             } else {

@@ -67,10 +67,11 @@
 //! delivered`, and packets already in flight that reach it are lost. `Drop { every_nth }`:
 //! every n-th crossing is lost (the emulated link knows and reports it, like a sequence gap
 //! would). `Corrupt { every_nth }`: every n-th crossing has a byte flipped; the receiving
-//! router's checksum catches it and discards the packet. (Every packet carries a checksum; it
-//! is verified at the receiving end of every link on which corruption has ever been injected,
-//! the only thing that damages packets here: verifying clean links would re-read every
-//! payload at every hop and find nothing.) Every loss is counted on the link,
+//! router's checksum catches it and discards the packet. (The checksum is a link-level check,
+//! like Ethernet's: sealed by the sending end and verified by the receiving end of every
+//! link on which a Corrupt fault is or was set. Injected faults are the only thing that
+//! damages packets here; on other links both steps would just re-read every payload.) Every
+//! loss is counted on the link,
 //! reported to the sending handle (its next `flush` fails naming the link) and recorded for
 //! each chip the packet was meant for: a `wait_semaphore` whose increment was lost fails at
 //! once, and any timed-out wait lists the losses (`semaphore 7 on chip 3 waited for 4, saw 2

@@ -4,7 +4,7 @@
 //! ```text
 //!  0..4   route: 2 bits per hop, hop 1 in the low bits; each router reads the low 2 bits
 //!         and shifts them out before forwarding (01 forward, 10 write, 11 write+forward)
-//!  4      kind (low 3 bits) | memory space (bit 4: 1 = L1)
+//!  4      kind (low 3 bits) | memory space (bit 4: 1 = L1) | sealed (bit 5: checksum set)
 //!  5      link index the sender asked for (each hop uses link % links between the pair)
 //!  6..8   source chip
 //!  8..10  bank
@@ -14,6 +14,11 @@
 //! 20..28  argument: semaphore id (u32) + increment (u32), or inline value (u32)
 //! 28..32  checksum of bytes 4..28 and the payload (the route word changes per hop)
 //! ```
+//!
+//! The checksum is a link-level check, like Ethernet's frame check sequence: the end that
+//! puts a packet on a link that can corrupt (one on which a Corrupt fault is or was set)
+//! seals it, and the far end verifies it. On links that cannot corrupt, sealing and
+//! verifying would only re-read every payload, so neither happens there.
 
 use crate::config::{MemSpace, NocAddr};
 
@@ -124,7 +129,15 @@ pub fn stored_checksum(h: &[u8; HEADER_BYTES]) -> u32 {
     u32::from_le_bytes([h[28], h[29], h[30], h[31]])
 }
 
+const SEALED: u8 = 0x20;
+
+pub fn is_sealed(h: &[u8; HEADER_BYTES]) -> bool {
+    h[4] & SEALED != 0
+}
+
+/// Sets the checksum (and the sealed bit it covers).
 pub fn seal(h: &mut [u8; HEADER_BYTES], payload: &[u8]) {
+    h[4] |= SEALED;
     let c = checksum(h, payload);
     h[28..32].copy_from_slice(&c.to_le_bytes());
 }

@@ -179,14 +179,13 @@ impl Router {
             src,
             seq,
             sem,
+            quiet: false,
         };
         let code = route & 0b11;
         let len = decoded.map_or(0, |h| h.len as usize);
-        // Every packet carries a checksum; it is verified at the receiving end of every link
-        // that has ever been set to corrupt. Injected faults are the only thing that damages
-        // a packet here, so verifying clean links would find nothing and would cost a read
-        // of every payload at every hop.
-        let check = inner.faults[ch.link].ever_corrupt();
+        // Link-level check (see `packet`): sealed by the sending end of a link that can
+        // corrupt, verified here.
+        let check = packet::is_sealed(&hdr) && inner.faults[ch.link].ever_corrupt();
         let intact = decoded.is_some()
             && code != 0
             && len <= slot.buf.len()

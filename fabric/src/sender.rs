@@ -313,6 +313,7 @@ impl FabricSender {
             src: self.chip,
             seq: 0,
             sem: sem.map(|s| s.0),
+            quiet: false,
         };
         let dst = ctx.dst();
         // (kind, offset, len) of every packet.
@@ -376,6 +377,9 @@ impl FabricSender {
         // A message longer than the channel would block on credits anyway: lend the
         // payload to the first hop instead of copying it, and wait for it to be taken.
         let by_ref = plan.len() > inner.spec.channel_slots;
+        // The sender drives the first router for lent packets (see `RefGuard`): waking its
+        // thread as well would only move every packet between cores.
+        ctx.quiet = by_ref;
         let mut lent = RefGuard {
             ch,
             data,
@@ -386,10 +390,11 @@ impl FabricSender {
             writes,
             src: self.chip,
         };
+        let mut cached_head = 0;
         for (sent, (kind, off, len)) in plan.into_iter().enumerate() {
             let unsent = writes * (total - sent as u64);
             let idx = inner
-                .reserve(ch, inner.spec.timeout, self.chip)
+                .reserve(ch, inner.spec.timeout, self.chip, by_ref, &mut cached_head)
                 .map_err(|shut| {
                     self.tracker.done(unsent);
                     if shut {
@@ -423,7 +428,6 @@ impl FabricSender {
                     slot.buf[..len].copy_from_slice(chunk);
                 }
                 slot.hdr = h.encode();
-                packet::seal(&mut slot.hdr, chunk);
             });
             if let Err(e) = res {
                 self.tracker.done(unsent);
@@ -461,7 +465,7 @@ impl RefGuard<'_> {
         let last = self.last;
         match self
             .inner
-            .wait_with_help(self.ch, timeout, self.src, || self.ch.head() > last)
+            .wait_with_help(self.ch, timeout, self.src, true, || self.ch.head() > last)
         {
             Ok(()) => Ok(()),
             Err(shut) => {

@@ -277,7 +277,6 @@ fn stats_count_packets_bytes_and_modeled_time_exactly() {
     tx.atomic_inc(1, 0, 1).unwrap();
     tx.flush().unwrap();
     let p = LinkParams::wormhole();
-    let ps = |lens: &[usize]| lens.iter().map(|&l| p.packet_ps(l, 1.0)).sum::<u64>() / 1000;
     let st = f.link_stats();
     assert_eq!(st.len(), 4);
     let l0 = &st[0];
@@ -289,14 +288,16 @@ fn stats_count_packets_bytes_and_modeled_time_exactly() {
         (l0.packets, l0.payload_bytes, l0.bytes),
         (4, 10_000, 10_000 + 4 * 32)
     );
-    assert_eq!(l0.busy_ns, ps(&[4352, 4352, 1296, 0]));
+    // 10_128 wire bytes at 12 GB/s = 844 ns, plus 4 x 711 ns of hop latency.
+    assert_eq!(l0.busy_ns, 844 + 4 * 711);
     let l1 = &st[2];
     assert_eq!((l1.link_index, l1.from_chip, l1.to_chip), (1, 1, 2));
     assert_eq!(
         (l1.packets, l1.payload_bytes, l1.bytes),
         (3, 10_000, 10_000 + 3 * 32)
     );
-    assert_eq!(l1.busy_ns, ps(&[4352, 4352, 1296]));
+    // 10_096 B = 841.33 ns, plus 3 x 711 ns.
+    assert_eq!(l1.busy_ns, 2974);
     for back in [&st[1], &st[3]] {
         assert_eq!(
             (back.packets, back.bytes, back.dropped, back.corrupted),

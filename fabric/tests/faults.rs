@@ -156,7 +156,8 @@ fn slow_link_scales_modeled_time() {
         .unwrap();
     tx.flush().unwrap();
     let p = LinkParams::wormhole();
-    assert_eq!(f.link_stats()[0].busy_ns, 2 * p.packet_ps(4352, 4.0) / 1000);
+    // Two 4384-byte packets: 4 x 730.67 ns serialized plus 2 x 711 ns of latency.
+    assert_eq!(f.link_stats()[0].busy_ns, 4345);
     assert_eq!(p.packet_ps(4352, 4.0), 4 * 365_333 + 711_000 + 1);
     let e = f.inject(0, Fault::Slow { factor: 0.5 }).unwrap_err();
     assert!(matches!(e, FabricError::InvalidArgument(_)));
