@@ -71,6 +71,34 @@ impl Tracker {
     }
 }
 
+/// Deliveries completed during one router pass, reported to their tracker in one step
+/// (one atomic per run of packets from the same sender instead of one per packet).
+#[derive(Default)]
+pub(crate) struct DoneBatch {
+    tracker: Option<Arc<Tracker>>,
+    n: u64,
+}
+
+impl DoneBatch {
+    pub fn add(&mut self, t: Option<&Arc<Tracker>>) {
+        let Some(t) = t else { return };
+        match &self.tracker {
+            Some(cur) if Arc::ptr_eq(cur, t) => self.n += 1,
+            _ => {
+                self.flush();
+                self.tracker = Some(t.clone());
+                self.n = 1;
+            }
+        }
+    }
+    pub fn flush(&mut self) {
+        if let Some(t) = self.tracker.take() {
+            t.done(self.n);
+        }
+        self.n = 0;
+    }
+}
+
 /// A payload left in the sender's buffer instead of copied into the slot (large messages).
 ///
 /// Safety contract: the sender keeps the bytes alive and unchanged until the channel's head
@@ -236,25 +264,29 @@ impl Channel {
     }
 
     /// Takes one credit if a slot is free; returns the slot's sequence index.
-    /// `try_reserve` for a producer that remembers the head it last saw: the head's cache
-    /// line (written by the consumer per packet) is read only when the channel looks full.
-    pub fn try_reserve_cached(&self, cached_head: &mut u64) -> Option<u64> {
+    /// Takes up to `max` credits at once for a producer that remembers the head it last
+    /// saw: the head's cache line (written by the consumer per packet) is read only when the
+    /// channel looks full. Returns the first slot index and the count taken.
+    pub fn try_reserve_many(&self, cached_head: &mut u64, max: u64) -> Option<(u64, u64)> {
         loop {
             let mut t = self.tail.load(SeqCst);
             // A stale head only undercounts credits, so this is safe to trust.
-            if t.saturating_sub(*cached_head) >= self.n {
+            let mut free = self.n.saturating_sub(t.saturating_sub(*cached_head));
+            if free == 0 {
                 *cached_head = self.head.load(SeqCst);
                 t = self.tail.load(SeqCst);
-                if t - *cached_head >= self.n {
+                free = self.n - (t - *cached_head);
+                if free == 0 {
                     return None;
                 }
             }
+            let k = free.min(max.max(1));
             if self
                 .tail
-                .compare_exchange_weak(t, t + 1, SeqCst, SeqCst)
+                .compare_exchange_weak(t, t + k, SeqCst, SeqCst)
                 .is_ok()
             {
-                return Some(t);
+                return Some((t, k));
             }
         }
     }
@@ -336,19 +368,21 @@ impl Channel {
         })
     }
 
-    /// The oldest slot if it holds a packet.
-    pub fn peek(&self) -> Option<MutexGuard<'_, Slot>> {
-        let h = self.head.load(SeqCst);
+    /// Slot `h` (the consumer's cursor, at or past the head) if it holds a packet.
+    pub fn peek_at(&self, h: u64) -> Option<MutexGuard<'_, Slot>> {
         let s = self.slots[(h % self.n) as usize].lock();
         s.full.then_some(s)
     }
 
-    /// Frees the oldest slot (the guard from `peek`), returning its credit.
-    pub fn release(&self, mut slot: MutexGuard<'_, Slot>) {
+    /// Empties a slot taken with `peek_at`; its credit returns with `advance`.
+    pub fn free(&self, mut slot: MutexGuard<'_, Slot>) {
         slot.full = false;
         slot.ext = None;
-        drop(slot);
-        self.head.fetch_add(1, SeqCst);
+    }
+
+    /// Returns the credits of `k` freed slots (one update per batch of packets).
+    pub fn advance(&self, k: u64) {
+        self.head.fetch_add(k, SeqCst);
         self.wake_waiters();
     }
 

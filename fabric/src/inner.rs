@@ -2,7 +2,7 @@
 //! channels, link counters and faults, semaphore tables, and the record of lost packets that
 //! lets a failing wait name the link that lost them.
 
-use crate::channel::{Channel, Slot, SlotCount, Tracker, Wake, SPIN_TRIES, YIELD_TRIES};
+use crate::channel::{Channel, DoneBatch, Slot, SlotCount, Tracker, Wake, SPIN_TRIES, YIELD_TRIES};
 use crate::config::{ChipMemory, FabricSpec, Fault};
 use crate::packet::{self, Header, Kind, VOID_HEADER};
 use crate::FabricError;
@@ -266,9 +266,10 @@ impl Inner {
         self.spec.links[link].to_string()
     }
 
-    pub fn next_seq(&self, src: u32, dst: u32) -> u16 {
+    /// The first of `count` consecutive sequence numbers of the (src, dst) stream.
+    pub fn next_seqs(&self, src: u32, dst: u32, count: u64) -> u16 {
         let n = self.spec.num_chips as usize;
-        self.seqs[src as usize * n + dst as usize].fetch_add(1, Relaxed) as u16
+        self.seqs[src as usize * n + dst as usize].fetch_add(count as u32, Relaxed) as u16
     }
 
     /// Puts a packet on a link: applies the link's fault, fills the reserved slot, counts it
@@ -488,7 +489,14 @@ impl Inner {
 
     /// Performs a packet's action on `chip`. Returns the write error, if any, after
     /// recording it; completes one delivery on the tracker either way.
-    pub fn deliver(&self, chip: u32, h: &Header, payload: &[u8], tracker: Option<&Arc<Tracker>>) {
+    pub fn deliver(
+        &self,
+        chip: u32,
+        h: &Header,
+        payload: &[u8],
+        tracker: Option<&Arc<Tracker>>,
+        done: &mut DoneBatch,
+    ) {
         let mem = &self.mems[chip as usize];
         let res = match h.kind {
             Kind::Write | Kind::WriteAtomicInc => mem.write(h.addr, payload),
@@ -502,9 +510,7 @@ impl Inner {
                 if let Some(s) = sem {
                     self.sem_add(chip, s, h.arg1 as u64);
                 }
-                if let Some(t) = tracker {
-                    t.done(1);
-                }
+                done.add(tracker);
             }
             Err(reason) => {
                 self.record_loss(
@@ -530,6 +536,8 @@ impl Inner {
 
     /// Takes a credit on `ch`, helping its consumer while none is free. `Err(true)` on
     /// shutdown, `Err(false)` after `timeout`.
+    /// Takes up to `max` credits on `ch` (first index, count), helping its consumer while
+    /// none is free. `Err(true)` on shutdown, `Err(false)` after `timeout`.
     pub fn reserve(
         &self,
         ch: &Channel,
@@ -537,24 +545,35 @@ impl Inner {
         me: u32,
         eager: bool,
         cached_head: &mut u64,
-    ) -> Result<u64, bool> {
-        if let Some(i) = ch.try_reserve_cached(cached_head) {
-            return Ok(i);
+        max: u64,
+    ) -> Result<(u64, u64), bool> {
+        if let Some(r) = ch.try_reserve_many(cached_head, max) {
+            return Ok(r);
         }
         self.counters[ch.link][dir_index(ch)]
             .credit_stalls
             .fetch_add(1, Relaxed);
-        let mut idx = 0;
+        let mut got = (0, 0);
         self.wait_with_help(ch, timeout, me, eager, || {
-            match ch.try_reserve_cached(cached_head) {
-                Some(i) => {
-                    idx = i;
+            match ch.try_reserve_many(cached_head, max) {
+                Some(r) => {
+                    got = r;
                     true
                 }
                 None => false,
             }
         })?;
-        Ok(idx)
+        Ok(got)
+    }
+
+    /// Publishes reserved slots that will not be filled as empty, so the consumer moves on.
+    pub fn void_slots(&self, ch: &Channel, first: u64, count: u64) {
+        for idx in first..first + count {
+            let mut slot = ch.slot(idx);
+            slot.hdr = VOID_HEADER;
+            slot.ext = None;
+            ch.publish(slot);
+        }
     }
 
     /// Waits until `ready()` holds. Spins briefly, then runs passes of the router that

@@ -7,7 +7,7 @@
 //! credit, it registers for that credit and serves its other channels. Each virtual channel
 //! therefore progresses on its own, which the ring's dateline needs.
 
-use crate::channel::{Channel, Wake, SPIN_TRIES, YIELD_TRIES};
+use crate::channel::{Channel, DoneBatch, Wake, SPIN_TRIES, YIELD_TRIES};
 use crate::inner::{dir_index, Ctx, Hop, Inner, LinkLoss};
 use crate::packet::{self, Header, Kind, HOP_FORWARD, HOP_WRITE};
 use parking_lot::Mutex;
@@ -131,10 +131,13 @@ impl Router {
             progress: false,
             blocked: None,
         };
+        let mut done = DoneBatch::default();
         for (i, (ch, vc)) in self.inbound.iter().enumerate() {
+            let start = ch.head();
+            let mut h = start;
             for _ in 0..BUDGET {
-                match self.step(inner, ch, *vc, &mut stalled_at[i]) {
-                    Step::Done => pass.progress = true,
+                match self.step(inner, ch, h, *vc, &mut stalled_at[i], &mut done) {
+                    Step::Done => h += 1,
                     Step::Empty => break,
                     Step::Blocked(out) => {
                         pass.blocked = Some(out);
@@ -142,14 +145,27 @@ impl Router {
                     }
                 }
             }
+            if h > start {
+                pass.progress = true;
+                ch.advance(h - start);
+            }
         }
+        done.flush();
         pass
     }
 
-    /// Handles the oldest packet of `ch`.
-    fn step(&self, inner: &Inner, ch: &Channel, vc: usize, stalled_at: &mut u64) -> Step {
+    /// Handles packet `h` (the oldest not yet freed) of `ch`.
+    fn step(
+        &self,
+        inner: &Inner,
+        ch: &Channel,
+        h: u64,
+        vc: usize,
+        stalled_at: &mut u64,
+        done: &mut DoneBatch,
+    ) -> Step {
         let prev = self.prev;
-        let Some(mut slot) = ch.peek() else {
+        let Some(mut slot) = ch.peek_at(h) else {
             return Step::Empty;
         };
         let hdr = slot.hdr;
@@ -158,7 +174,7 @@ impl Router {
             kind: Kind::Void, ..
         }) = decoded
         {
-            ch.release(slot);
+            ch.free(slot);
             return Step::Done;
         }
         let line = &inner.lines[self.line];
@@ -191,7 +207,7 @@ impl Router {
             && len <= slot.buf.len()
             && (!check || packet::verify(&hdr, slot.payload(len)))
             && (code & HOP_FORWARD == 0 || self.outbound.is_some());
-        let Some(h) = decoded.filter(|_| intact) else {
+        let Some(hd) = decoded.filter(|_| intact) else {
             // The link damaged it: count it on the link it arrived by and tell the sender.
             inner.counters[ch.link][dir_index(ch)]
                 .corrupted
@@ -201,13 +217,13 @@ impl Router {
             if let Some(t) = slot.tracker.as_ref() {
                 t.fail(err, packet::writes_in(route));
             }
-            ch.release(slot);
+            ch.free(slot);
             return Step::Done;
         };
         let write = code & HOP_WRITE != 0;
         if code & HOP_FORWARD != 0 {
             let hop = self.outbound.as_ref().expect("checked above");
-            let out = hop.channel(h.link as usize, vc);
+            let out = hop.channel(hd.link as usize, vc);
             let idx = match out.try_reserve() {
                 Some(i) => i,
                 None => {
@@ -220,8 +236,8 @@ impl Router {
                     match out.try_reserve() {
                         Some(i) => i,
                         None => {
-                            if *stalled_at != ch.head() {
-                                *stalled_at = ch.head();
+                            if *stalled_at != h {
+                                *stalled_at = h;
                                 inner.counters[out.link][dir_index(out)]
                                     .credit_stalls
                                     .fetch_add(1, Relaxed);
@@ -232,7 +248,13 @@ impl Router {
                 }
             };
             if write {
-                inner.deliver(self.chip, &h, slot.payload(len), slot.tracker.as_ref());
+                inner.deliver(
+                    self.chip,
+                    &hd,
+                    slot.payload(len),
+                    slot.tracker.as_ref(),
+                    done,
+                );
             }
             let rest = route >> 2;
             let next = Ctx {
@@ -258,9 +280,15 @@ impl Router {
             }
             slot.tracker = tracker;
         } else if write {
-            inner.deliver(self.chip, &h, slot.payload(len), slot.tracker.as_ref());
+            inner.deliver(
+                self.chip,
+                &hd,
+                slot.payload(len),
+                slot.tracker.as_ref(),
+                done,
+            );
         }
-        ch.release(slot);
+        ch.free(slot);
         Step::Done
     }
 }

@@ -390,25 +390,41 @@ impl FabricSender {
             writes,
             src: self.chip,
         };
+        let seq0 = inner.next_seqs(self.chip, dst, total);
         let mut cached_head = 0;
+        // Credits are taken in batches (one CAS for several packets).
+        let (mut next_idx, mut batch) = (0u64, 0u64);
         for (sent, (kind, off, len)) in plan.into_iter().enumerate() {
             let unsent = writes * (total - sent as u64);
-            let idx = inner
-                .reserve(ch, inner.spec.timeout, self.chip, by_ref, &mut cached_head)
-                .map_err(|shut| {
-                    self.tracker.done(unsent);
-                    if shut {
-                        FabricError::ShutDown
-                    } else {
-                        FabricError::SendTimeout {
-                            link: inner.link_name(ch.link),
-                            src: self.chip,
-                            dst,
-                            waited: inner.spec.timeout,
+            if batch == 0 {
+                let want = total - sent as u64;
+                (next_idx, batch) = inner
+                    .reserve(
+                        ch,
+                        inner.spec.timeout,
+                        self.chip,
+                        by_ref,
+                        &mut cached_head,
+                        want,
+                    )
+                    .map_err(|shut| {
+                        self.tracker.done(unsent);
+                        if shut {
+                            FabricError::ShutDown
+                        } else {
+                            FabricError::SendTimeout {
+                                link: inner.link_name(ch.link),
+                                src: self.chip,
+                                dst,
+                                waited: inner.spec.timeout,
+                            }
                         }
-                    }
-                })?;
-            ctx.seq = inner.next_seq(self.chip, dst);
+                    })?;
+            }
+            let idx = next_idx;
+            next_idx += 1;
+            batch -= 1;
+            ctx.seq = seq0.wrapping_add(sent as u16);
             let h = Header {
                 route: path.route,
                 kind,
@@ -429,13 +445,14 @@ impl FabricSender {
                 }
                 slot.hdr = h.encode();
             });
-            if let Err(e) = res {
-                self.tracker.done(unsent);
-                return Err(e);
-            }
             if by_ref {
                 lent.first.get_or_insert(idx);
                 lent.last = idx;
+            }
+            if let Err(e) = res {
+                self.tracker.done(unsent);
+                inner.void_slots(ch, next_idx, batch);
+                return Err(e);
             }
         }
         lent.settle()
