@@ -37,6 +37,8 @@ pub(crate) struct CollectiveKernel {
     kind: CollectiveKind,
     pos: usize,
     line: CclLine,
+    /// Result place of each line position's block / chunk (a permutation).
+    order: Vec<usize>,
     topology: Topology,
     num_links: usize,
     input: TensorSpec,
@@ -51,6 +53,7 @@ impl CollectiveKernel {
         kind: CollectiveKind,
         pos: usize,
         line: CclLine,
+        order: Vec<usize>,
         topology: Topology,
         num_links: usize,
         input: TensorSpec,
@@ -62,6 +65,7 @@ impl CollectiveKernel {
             kind,
             pos,
             line,
+            order,
             topology,
             num_links,
             input,
@@ -332,7 +336,13 @@ fn all_gather(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipError>
     // Assemble the output: slot j holds chip j's tensor; concatenate along `dim`.
     let (outer, extent, inner) = split_dims(&k.input.shape, dim);
     let block = extent * inner;
-    let shards: Vec<HostData> = (0..n)
+    // Block b of the output comes from the line position whose order is b.
+    let mut from_position = vec![0; n];
+    for (p, &b) in k.order.iter().enumerate() {
+        from_position[b] = p;
+    }
+    let shards: Vec<HostData> = from_position
+        .into_iter()
         .map(|j| {
             let bytes = if j == pos {
                 own.clone()
@@ -397,8 +407,11 @@ fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipEr
     // Chunk j = for every outer index, rows [j*cs, (j+1)*cs) of `dim`.
     let (outer, extent, inner) = split_dims(&k.input.shape, dim);
     let cs = extent / n;
-    let mut chunks: Vec<Vec<f32>> = (0..n)
-        .map(|j| {
+    // The algorithm's chunk j (owned by line position j) is the data's chunk order[j].
+    let mut chunks: Vec<Vec<f32>> = k
+        .order
+        .iter()
+        .map(|&j| {
             let mut c = Vec::with_capacity(outer * cs * inner);
             for o in 0..outer {
                 let start = o * extent * inner + j * cs * inner;

@@ -21,7 +21,8 @@
 //! Sums are accumulated in f32 in a fixed order given by the line: on a ring, chunk `j` starts
 //! at chip `j+1` and travels forward to `j`; on a line, chunk `j` is summed from the left end
 //! up to `j` and from the right end down to `j`, then `left + right`. The order does not depend
-//! on timing, so results are identical run to run and replay to replay.
+//! on timing, so results are identical run to run and replay to replay. (Chunk `j` here is
+//! the one line position `j` owns: data chunk `CclConfig::chunk_order[j]`.)
 
 mod kernels;
 
@@ -68,6 +69,34 @@ pub struct CclConfig {
     pub num_links: usize,
     pub memory_config: Option<MemoryConfig>,
     pub cq: CqId,
+    /// Where each line position's data goes in the result: position `p`'s all_gather block and
+    /// reduce_scatter chunk is `chunk_order[p]` (a permutation of 0..n); empty = line order.
+    /// The mesh passes mesh order, so results compose with its mappers whatever path the line
+    /// takes through the mesh (a T3K's 8-chip line is its perimeter, not row-major order).
+    pub chunk_order: Vec<usize>,
+}
+
+/// The chunk order a config asks for on a line of `n`, checked to be a permutation.
+fn chunk_order(op: &'static str, cfg: &CclConfig, n: usize) -> Result<Vec<usize>> {
+    if cfg.chunk_order.is_empty() {
+        return Ok((0..n).collect());
+    }
+    let mut seen = vec![false; n];
+    let ok = cfg.chunk_order.len() == n
+        && cfg
+            .chunk_order
+            .iter()
+            .all(|&c| c < n && !std::mem::replace(&mut seen[c], true));
+    if !ok {
+        return Err(invalid(
+            op,
+            format!(
+                "chunk_order {:?} is not a permutation of 0..{n}; pass each chunk index once, or leave it empty for line order",
+                cfg.chunk_order
+            ),
+        ));
+    }
+    Ok(cfg.chunk_order.clone())
 }
 
 fn invalid(op: &'static str, detail: impl Into<String>) -> CclError {
@@ -221,7 +250,20 @@ fn launch(
                     format!("{} outputs for {} chips", o.len(), plan.inputs.len()),
                 ));
             }
-            for t in o {
+            for (t, input) in o.iter().zip(plan.inputs) {
+                // The same chip object, not just the same id: another mesh's chip 0 has its own
+                // allocator, and remote writes would land in memory it never handed out.
+                if !Arc::ptr_eq(t.chip(), input.chip()) {
+                    return Err(invalid(
+                        plan.op,
+                        format!(
+                            "output {} is not on the chip of input {} (chip {}); allocate outputs on the inputs' chips",
+                            t.name(),
+                            input.name(),
+                            input.chip().id()
+                        ),
+                    ));
+                }
                 if t.spec() != &plan.output_spec {
                     return Err(invalid(
                         plan.op,
@@ -234,6 +276,7 @@ fn launch(
         }
         None => allocate_lockstep(plan.op, plan.inputs, &plan.output_spec)?,
     };
+    let order = chunk_order(plan.op, cfg, plan.inputs.len())?;
     let scratch = allocate_lockstep(plan.op, plan.inputs, &plan.scratch)?;
     let num_links = cfg.num_links.max(1);
     for (pos, ((input, out), scr)) in plan.inputs.iter().zip(&outputs).zip(&scratch).enumerate() {
@@ -243,6 +286,7 @@ fn launch(
             plan.kind,
             pos,
             &line.chips,
+            &order,
             topology,
             num_links,
             input.spec(),
@@ -278,6 +322,7 @@ fn launch(
         ];
         let fabric = fabric.clone();
         let line_for_kernel = line.clone();
+        let order_for_kernel = order.clone();
         let program = chip.program_cache().get_or_compile(
             key,
             !chip.is_capturing(cfg.cq),
@@ -292,6 +337,7 @@ fn launch(
                     kind,
                     pos,
                     line_for_kernel,
+                    order_for_kernel,
                     topology,
                     num_links,
                     in_spec,

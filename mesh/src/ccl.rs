@@ -44,14 +44,30 @@ fn run_lines(
 ) -> Result<MeshTensor> {
     let mesh = t.mesh().clone();
     mesh.require_fabric(op)?;
-    let cfg = CclConfig {
-        topology: args.topology,
-        num_links: args.num_links.max(1),
-        memory_config: args.memory_config.clone(),
-        cq: args.cq,
-    };
+    if let Some(o) = &args.output {
+        // Remote writes land at the output's address on this mesh's chips: it must be theirs.
+        if !std::sync::Arc::ptr_eq(&o.mesh().inner, &mesh.inner) {
+            return Err(invalid(
+                op,
+                "the preallocated output lives on a different mesh than the input; allocate it on the input's mesh",
+            ));
+        }
+    }
     let mut out: Vec<Option<Tensor>> = vec![None; mesh.num_devices()];
     for (line, idx) in mesh.ccl_lines(args.cluster_axis)? {
+        // Results follow mesh order (the mappers' order), not the path the line takes: rank
+        // each position's chip by its mesh index.
+        let chunk_order = idx
+            .iter()
+            .map(|&i| idx.iter().filter(|&&j| j < i).count())
+            .collect();
+        let cfg = CclConfig {
+            topology: args.topology,
+            num_links: args.num_links.max(1),
+            memory_config: args.memory_config.clone(),
+            cq: args.cq,
+            chunk_order,
+        };
         let inputs: Vec<Tensor> = idx.iter().map(|&i| t.shards()[i].clone()).collect();
         let outputs: Option<Vec<Tensor>> = args
             .output
@@ -69,7 +85,8 @@ fn run_lines(
     MeshTensor::from_shards(&mesh, shards)
 }
 
-/// Output `shape[dim] *= n` on every chip (n = chips per line).
+/// Output `shape[dim] *= n` on every chip (n = chips per line), blocks in mesh order, so a
+/// tensor sharded with `ShardTensorToMesh(dim)` gathers back to the original.
 pub fn all_gather(t: &MeshTensor, dim: isize, args: &CclArgs) -> Result<MeshTensor> {
     let d = normalize_dim(t, dim, "all_gather")?;
     let fabric = t.mesh().require_fabric("all_gather")?.clone();
@@ -78,7 +95,8 @@ pub fn all_gather(t: &MeshTensor, dim: isize, args: &CclArgs) -> Result<MeshTens
     })
 }
 
-/// Output `shape[dim] /= n`: chip i of each line holds chunk i of the line's sum.
+/// Output `shape[dim] /= n`: the chips of each line, in mesh order, hold chunks 0..n of the
+/// line's sum (so `ConcatMeshToTensor(dim)` over a line composes the whole sum).
 pub fn reduce_scatter(t: &MeshTensor, dim: isize, args: &CclArgs) -> Result<MeshTensor> {
     let d = normalize_dim(t, dim, "reduce_scatter")?;
     let fabric = t.mesh().require_fabric("reduce_scatter")?.clone();

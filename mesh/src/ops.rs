@@ -35,13 +35,34 @@ pub fn per_chip(
     inputs: &[&MeshTensor],
     f: impl Fn(usize, &[&Tensor]) -> ttmesh_chip::Result<Tensor>,
 ) -> Result<MeshTensor> {
+    per_chip_into(inputs, None, f)
+}
+
+/// [`per_chip`] with a preallocated output, which must live on the inputs' mesh: a chip would
+/// otherwise write at an address another mesh's allocator handed out.
+fn per_chip_into(
+    inputs: &[&MeshTensor],
+    output: Option<&MeshTensor>,
+    f: impl Fn(usize, &[&Tensor]) -> ttmesh_chip::Result<Tensor>,
+) -> Result<MeshTensor> {
     let first = inputs
         .first()
         .ok_or_else(|| invalid("mesh op", "no inputs"))?;
     let mesh = first.mesh.clone();
     for t in inputs {
         if !std::sync::Arc::ptr_eq(&t.mesh.inner, &mesh.inner) {
-            return Err(invalid("mesh op", "inputs live on different meshes"));
+            return Err(invalid(
+                "mesh op",
+                "inputs live on different meshes; move them to one mesh first",
+            ));
+        }
+    }
+    if let Some(o) = output {
+        if !std::sync::Arc::ptr_eq(&o.mesh.inner, &mesh.inner) {
+            return Err(invalid(
+                "mesh op",
+                "the preallocated output lives on a different mesh than the inputs; allocate it on the inputs' mesh",
+            ));
         }
     }
     let mut out = Vec::with_capacity(mesh.num_devices());
@@ -65,7 +86,7 @@ pub fn matmul(a: &MeshTensor, b: &MeshTensor, cfg: &MeshMatmulConfig) -> Result<
     if let Some(bias) = &cfg.bias {
         inputs.push(bias);
     }
-    per_chip(&inputs, |i, t| {
+    per_chip_into(&inputs, cfg.options.output.as_ref(), |i, t| {
         let c = chip_ops::MatmulConfig {
             bias: t.get(2).map(|b| (*b).clone()),
             activation: cfg.activation,
@@ -79,7 +100,7 @@ pub fn matmul(a: &MeshTensor, b: &MeshTensor, cfg: &MeshMatmulConfig) -> Result<
 macro_rules! binary_ops {
     ($($name:ident),*) => {$(
         pub fn $name(a: &MeshTensor, b: &MeshTensor, opts: &MeshOpOptions) -> Result<MeshTensor> {
-            per_chip(&[a, b], |i, t| chip_ops::$name(t[0], t[1], &opts.for_chip(i)))
+            per_chip_into(&[a, b], opts.output.as_ref(), |i, t| chip_ops::$name(t[0], t[1], &opts.for_chip(i)))
         }
     )*};
 }
@@ -88,14 +109,16 @@ binary_ops!(add, sub, mul);
 macro_rules! unary_ops {
     ($($name:ident),*) => {$(
         pub fn $name(a: &MeshTensor, opts: &MeshOpOptions) -> Result<MeshTensor> {
-            per_chip(&[a], |i, t| chip_ops::$name(t[0], &opts.for_chip(i)))
+            per_chip_into(&[a], opts.output.as_ref(), |i, t| chip_ops::$name(t[0], &opts.for_chip(i)))
         }
     )*};
 }
 unary_ops!(relu, gelu, silu, exp, reciprocal, sigmoid, tanh, softmax, copy);
 
 pub fn unary(op: Activation, a: &MeshTensor, opts: &MeshOpOptions) -> Result<MeshTensor> {
-    per_chip(&[a], |i, t| chip_ops::unary(op, t[0], &opts.for_chip(i)))
+    per_chip_into(&[a], opts.output.as_ref(), |i, t| {
+        chip_ops::unary(op, t[0], &opts.for_chip(i))
+    })
 }
 
 pub fn rms_norm(
@@ -105,17 +128,17 @@ pub fn rms_norm(
     opts: &MeshOpOptions,
 ) -> Result<MeshTensor> {
     match gamma {
-        Some(g) => per_chip(&[a, g], |i, t| {
+        Some(g) => per_chip_into(&[a, g], opts.output.as_ref(), |i, t| {
             chip_ops::rms_norm(t[0], Some(t[1]), epsilon, &opts.for_chip(i))
         }),
-        None => per_chip(&[a], |i, t| {
+        None => per_chip_into(&[a], opts.output.as_ref(), |i, t| {
             chip_ops::rms_norm(t[0], None, epsilon, &opts.for_chip(i))
         }),
     }
 }
 
 pub fn typecast(a: &MeshTensor, dtype: DataType, opts: &MeshOpOptions) -> Result<MeshTensor> {
-    per_chip(&[a], |i, t| {
+    per_chip_into(&[a], opts.output.as_ref(), |i, t| {
         chip_ops::typecast(t[0], dtype, &opts.for_chip(i))
     })
 }
@@ -125,13 +148,13 @@ pub fn to_memory_config(
     mc: &MemoryConfig,
     opts: &MeshOpOptions,
 ) -> Result<MeshTensor> {
-    per_chip(&[a], |i, t| {
+    per_chip_into(&[a], opts.output.as_ref(), |i, t| {
         chip_ops::to_memory_config(t[0], mc, &opts.for_chip(i))
     })
 }
 
 pub fn to_layout(a: &MeshTensor, layout: Layout, opts: &MeshOpOptions) -> Result<MeshTensor> {
-    per_chip(&[a], |i, t| {
+    per_chip_into(&[a], opts.output.as_ref(), |i, t| {
         chip_ops::to_layout(t[0], layout, &opts.for_chip(i))
     })
 }
@@ -142,7 +165,7 @@ pub fn reshard(
     output: Option<&MeshTensor>,
     cq: CqId,
 ) -> Result<MeshTensor> {
-    per_chip(&[a], |i, t| {
+    per_chip_into(&[a], output, |i, t| {
         chip_ops::reshard(t[0], mc, output.map(|o| &o.shards[i]), cq)
     })
 }
