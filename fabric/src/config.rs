@@ -281,7 +281,9 @@ impl fmt::Display for NocAddr {
     }
 }
 
-/// A chip's memory as the fabric sees it. Called from router threads; must not block long.
+/// A chip's memory as the fabric sees it. Called from router threads and from the threads
+/// of senders on other chips that help a router along; must not block long, and must not
+/// wait on a fabric operation.
 pub trait ChipMemory: Send + Sync {
     fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), String>;
 }

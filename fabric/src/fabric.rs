@@ -62,10 +62,13 @@ fn validate(spec: &FabricSpec, memories: usize) -> Result<()> {
         ));
     }
     let p = &spec.params;
-    if !(p.bandwidth_bytes_per_s.is_finite() && p.bandwidth_bytes_per_s > 0.0)
-        || !(p.efficiency > 0.0 && p.efficiency <= 1.0)
-        || !(p.hop_latency_ns.is_finite() && p.hop_latency_ns >= 0.0)
-    {
+    let sane = p.bandwidth_bytes_per_s.is_finite()
+        && p.bandwidth_bytes_per_s > 0.0
+        && p.efficiency > 0.0
+        && p.efficiency <= 1.0
+        && p.hop_latency_ns.is_finite()
+        && p.hop_latency_ns >= 0.0;
+    if !sane {
         return Err(invalid(format!(
             "link params {p:?}: bandwidth must be positive, efficiency in (0, 1], hop latency >= 0"
         )));
@@ -528,6 +531,7 @@ impl Inner {
                 } else {
                     (ps - pd, false)
                 };
+                #[allow(clippy::unnecessary_map_or)] // is_none_or needs Rust 1.82
                 if best.map_or(true, |b| (hops as u32) < b.0) {
                     best = Some((hops as u32, li, fwd, ps));
                 }

@@ -169,6 +169,7 @@ impl FaultState {
         self.corrupt_seen.load(Acquire)
     }
     /// True for every n-th call.
+    #[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87
     fn hit(&self, every_nth: u64) -> bool {
         (self.count.fetch_add(1, AcqRel) + 1) % every_nth.max(1) == 0
     }
@@ -526,9 +527,8 @@ impl Inner {
                     addr: h.addr.to_string(),
                     reason,
                 };
-                match tracker {
-                    Some(t) => t.fail(err, 1),
-                    None => {}
+                if let Some(t) = tracker {
+                    t.fail(err, 1);
                 }
             }
         }

@@ -19,16 +19,16 @@
 //! **Channels, slots, credits.** Every hop (a neighbour pair, one direction, one line) has one
 //! channel per parallel link and virtual channel. A channel is a ring of `channel_slots`
 //! equal slots, each holding one packet (32-byte header + up to `max_payload_bytes`).
-//! A free slot is a credit: a producer reserves one (CAS on the tail), fills it and publishes
-//! it; the consumer frees slots in order, which returns the credits. A producer that finds no
-//! credit counts a credit stall and waits (bounded by the operation timeout). Slot buffers
-//! are allocated once. A router forwards a packet by swapping buffers between its inbound
-//! and outbound slot, so intermediate hops copy nothing. A message longer than the channel
-//! (more packets than slots) lends its payload to the first hop instead of copying it into
-//! the slots: the send returns once the first router has taken every packet, and on timeout
-//! or shutdown it voids, under the slot lock, any packet not yet taken, so no slot ever
-//! outlives the caller's buffer. Large neighbour writes are thus copied once, by the final
-//! `ChipMemory::write`.
+//! A free slot is a credit: a producer reserves credits (one CAS for a batch), fills the
+//! slots and publishes them; the consumer frees slots in order and returns their credits
+//! once per pass. A producer that finds no credit counts a credit stall and waits (bounded by
+//! the operation timeout). Slot buffers are allocated once. A router forwards a packet by
+//! swapping buffers between its inbound and outbound slot, so intermediate hops copy nothing.
+//! A message longer than the channel (more packets than slots) lends its payload to the
+//! first hop instead of copying it into the slots: the send returns once the first router
+//! has taken every packet, and on timeout or shutdown it voids, under the slot lock, any
+//! packet not yet taken, so no slot outlives the caller's buffer. A large neighbour write is
+//! thus copied once, by the final `ChipMemory::write`.
 //!
 //! **Threads.** One router thread per chip, line and direction that has an inbound hop. It
 //! drains all inbound channels of that hop (links x VCs) and, per the route's 2 bits for this
@@ -36,12 +36,13 @@
 //! never blocks on one channel: a packet waiting for an outbound credit stays at its
 //! channel's head while the router serves the others. An idle router spins ~64 times, yields
 //! ~16 times, then parks; producers unpark it only if it announced that it sleeps, so a busy
-//! channel costs no wake per packet. A router's passes run under a token: a sender waiting
-//! for a credit first spins briefly (a running router frees one within a packet's time, and
-//! the two then work in parallel), then runs a pass of the router it waits on (and of the
-//! router that one is blocked on) itself if that router is not running. On a host with fewer
-//! free cores than busy routers the work then moves to the thread that has the CPU instead of
-//! waiting for the scheduler.
+//! channel costs no wake per packet. A router's passes run under a token, so they may run on
+//! another thread: a sender waiting for a credit first spins briefly, then runs a pass of the
+//! router it waits on (and of the router that one is blocked on) if that router is not
+//! running; it never runs routers of its own chip (a kernel may hold its chip's memory while
+//! it sends). For lent payloads the sender drives the first router at once and does not wake
+//! its thread: on the 2-core host, moving every slot between cores cost more than the
+//! parallelism gained. So `ChipMemory::write` may be called on any sending thread.
 //!
 //! **Deadlock avoidance.** Lines: channel dependencies run one way along the line and end at
 //! the line's end, so there is no cycle. Rings: two virtual channels per link and a dateline

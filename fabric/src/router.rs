@@ -47,6 +47,7 @@ pub(crate) struct Pass {
 }
 
 impl Router {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         chip: u32,
         line: usize,

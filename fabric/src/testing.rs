@@ -78,7 +78,7 @@ impl MapMemory {
 
 impl ChipMemory for MapMemory {
     fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), String> {
-        let end = dest.addr.checked_add(data.len() as u64).unwrap_or(u64::MAX);
+        let end = dest.addr.saturating_add(data.len() as u64);
         if end > self.limit {
             return Err(format!(
                 "{} B at {dest} end at {end:#x}, past the bank size {:#x}",
