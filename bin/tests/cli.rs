@@ -1,0 +1,133 @@
+//! `ttmesh run`, as a user runs it: the built binary, its exit code and its JSON.
+
+use std::process::{Command, Output};
+
+fn ttmesh(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ttmesh"))
+        .args(args)
+        // No monitor segments from tests.
+        .env("TTMESH_MONITOR", "0")
+        .output()
+        .expect("the ttmesh binary runs")
+}
+
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let out = ttmesh(args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "ttmesh {args:?} exited with {}\nstdout: {stdout}\nstderr: {stderr}",
+        out.status
+    );
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("ttmesh {args:?}: not one JSON object ({e}): {stdout}"))
+}
+
+fn check_report(v: &serde_json::Value, topology: &str, shape: [u64; 2], iters: u64) {
+    assert_eq!(v["correct"], serde_json::json!(true), "{v:#}");
+    assert_eq!(v["mesh"]["topology"], topology);
+    assert_eq!(v["mesh"]["shape"], serde_json::json!(shape));
+    assert_eq!(v["mesh"]["arch"], "wormhole_b0");
+    assert_eq!(v["iterations"], iters);
+    let err = v["max_abs_error"].as_f64().unwrap();
+    assert!(
+        err.is_finite() && err <= v["tolerance"].as_f64().unwrap(),
+        "{v:#}"
+    );
+    let chips = v["chips"].as_array().unwrap();
+    assert_eq!(chips.len() as u64, shape[0] * shape[1]);
+    let ids: std::collections::BTreeSet<u64> =
+        chips.iter().map(|c| c["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids.len(), chips.len(), "chip ids repeat");
+    for c in chips {
+        // Every chip holds its shards, and a trace of the same size at the same place.
+        assert!(c["dram_allocated"].as_u64().unwrap() > 0, "{c}");
+        assert!(c["trace_allocated"].as_u64().unwrap() > 0, "{c}");
+        assert_eq!(c["trace_bytes"], chips[0]["trace_bytes"], "{c}");
+        assert_eq!(c["trace_region_size"], 10_000_000, "{c}");
+        assert_eq!(c["coord"].as_array().unwrap().len(), 2);
+    }
+    let host = &v["host_us_per_iter"];
+    assert!(host["untraced"].as_f64().unwrap() > 0.0, "{v:#}");
+    assert!(host["traced"].as_f64().unwrap() > 0.0, "{v:#}");
+    assert!(v["replay"]["skew_us"].as_f64().unwrap() >= 0.0, "{v:#}");
+}
+
+#[test]
+fn run_json_on_t3k() {
+    let v = run_json(&["run", "--json", "--iters", "5"]);
+    check_report(&v, "t3k", [2, 4], 5);
+    assert_eq!(v["mesh"]["fabric"], "FABRIC_1D");
+}
+
+#[test]
+fn run_json_on_t3k_ring() {
+    let v = run_json(&["run", "--json", "--iters", "3", "--fabric", "1d-ring"]);
+    check_report(&v, "t3k", [2, 4], 3);
+    assert_eq!(v["mesh"]["fabric"], "FABRIC_1D_RING");
+}
+
+#[test]
+fn run_json_on_galaxy() {
+    let v = run_json(&["run", "--json", "--mesh", "galaxy", "--iters", "3"]);
+    check_report(&v, "galaxy", [4, 8], 3);
+}
+
+#[test]
+fn run_without_trace_is_still_checked() {
+    let out = ttmesh(&["run", "--mesh", "n300", "--no-trace", "--iters", "2"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("correct"), "{stdout}");
+}
+
+#[test]
+fn trace_region_too_small_exits_with_the_size_needed() {
+    let out = ttmesh(&["run", "--trace-region-size", "4096", "--iters", "1"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Creating trace buffers of size ")
+            && stderr.contains(", but only 4096B is allocated for trace region."),
+        "{stderr}"
+    );
+    // The size it names works.
+    let at = stderr.find("of size ").unwrap() + "of size ".len();
+    let needed: u64 = stderr[at..at + stderr[at..].find('B').unwrap()]
+        .parse()
+        .unwrap();
+    let needed = needed.to_string();
+    let v = run_json(&[
+        "run",
+        "--json",
+        "--iters",
+        "2",
+        "--trace-region-size",
+        &needed,
+    ]);
+    assert_eq!(v["correct"], serde_json::json!(true));
+}
+
+#[test]
+fn bad_flags_fail_with_a_message() {
+    for (args, expect) in [
+        (vec!["run", "--fabric", "2d-torus"], "--fabric"),
+        (vec!["run", "--mesh", "line-99"], "line-99"),
+        (
+            vec!["run", "--mesh", "/nonexistent/cluster.toml"],
+            "cluster.toml",
+        ),
+        (vec!["run", "--ffn", "100"], "--ffn"),
+        (vec!["run", "--iters", "many"], "many"),
+    ] {
+        let out = ttmesh(&args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expect), "{args:?}: {stderr}");
+    }
+}
