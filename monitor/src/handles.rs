@@ -6,7 +6,10 @@
 //!   kept inside the state the allocator already locks.
 //!
 //! A chip is written through one kind or the other, never both (the [`crate::Publisher`]
-//! refuses to hand out the second kind).
+//! refuses to hand out the second kind). A [`ChipWriter`] may become a [`SerialChipWriter`]
+//! (same plain stores, `&self`, Sync) for writers serialised by a lock of the caller's, such
+//! as an allocator listener: the type cannot prove the serialisation, but every word is atomic,
+//! so a caller that breaks it publishes wrong numbers, never touches memory unsafely.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -281,6 +284,30 @@ impl ChipPublisher {
 
 impl ChipWriter {
     chip_methods!(self, &mut self);
+
+    /// The same writer behind `&self`, for calls the caller already serialises (see
+    /// [`SerialChipWriter`]).
+    pub fn into_serial(self) -> SerialChipWriter {
+        SerialChipWriter {
+            core: self.core.clone(),
+            _claim: self,
+        }
+    }
+}
+
+/// The exclusive writer of a chip slot (plain stores, like [`ChipWriter`]) with `&self`
+/// methods, for a writer whose calls are serialised by a lock the caller holds anyway, e.g.
+/// an allocator listener (called under the allocator's lock) plus a slow path that takes that
+/// same lock. Two calls at once are a caller bug: no memory is at risk (every word is atomic),
+/// but readers may see a torn or lost update, or report the slot as busy.
+pub struct SerialChipWriter {
+    core: ChipCore<true>,
+    /// Holds the chip's exclusive claim until dropped.
+    _claim: ChipWriter,
+}
+
+impl SerialChipWriter {
+    chip_methods!(self, &self);
 }
 
 /// Link slot handle: Clone + Send + Sync.

@@ -54,7 +54,9 @@
 //! nothing a writer could wait on. Slots are cache-line multiples so chips never share a line.
 //! Writers of one chip slot come in two kinds (never both on one chip):
 //! [`ChipPublisher`] (shared by any threads: one compare-and-swap per update, ~10 ns) and
-//! [`ChipWriter`] (the chip's only writer, `&mut self`: plain stores, ~2.5 ns).
+//! [`ChipWriter`] (the chip's only writer, `&mut self`: plain stores, ~2.5 ns), which
+//! [`ChipWriter::into_serial`] turns into a [`SerialChipWriter`] (`&self`, Sync) for writers
+//! already serialised by a lock of their own, such as the mesh's allocator listeners.
 //!
 //! Reading never disturbs the watched process: the segment is mapped read-only, its size is
 //! taken from fstat before mapping and nothing beyond it is read (a truncated file is an error,
@@ -83,7 +85,7 @@ pub use data::{
     ProcessInfo, ProcessSnapshot, SegmentInfo, Staleness,
 };
 pub use error::MonitorError;
-pub use handles::{ChipPublisher, ChipWriter, LinkPublisher};
+pub use handles::{ChipPublisher, ChipWriter, LinkPublisher, SerialChipWriter};
 pub use layout::{LAYOUT_VERSION, MAGIC, MAX_CHIPS, MAX_LINKS};
 pub use publisher::Publisher;
 pub use reader::{cleanup_stale, list_segments, read_segment};

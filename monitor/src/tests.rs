@@ -218,11 +218,41 @@ fn one_kind_of_writer_per_chip() {
 }
 
 #[test]
+fn serial_writer_keeps_the_exclusive_claim_and_publishes() {
+    let p = Publisher::create(&info(), 1, 0).unwrap();
+    let w = std::sync::Arc::new(p.chip_writer(0).unwrap().into_serial());
+    assert!(p.chip(0).is_err() && p.chip_writer(0).is_err());
+    let w2 = w.clone();
+    std::thread::spawn(move || {
+        w2.on_allocate(MemoryKind::Dram, 4096);
+        w2.on_allocate(MemoryKind::Dram, 2048);
+        w2.on_deallocate(MemoryKind::Dram, 4096);
+    })
+    .join()
+    .unwrap();
+    w.set_largest_free(MemoryKind::Dram, 77);
+    let s = read_segment(p.name()).unwrap().chips[0];
+    assert_eq!(
+        (
+            s.dram.allocated,
+            s.dram.live_buffers,
+            s.dram.peak,
+            s.dram.largest_free
+        ),
+        (2048, 1, 6144, 77)
+    );
+    assert_eq!(w.snapshot(), Some(s));
+    drop(w);
+    assert!(p.chip(0).is_ok());
+}
+
+#[test]
 fn handles_cross_threads() {
     fn send_sync<T: Send + Sync>() {}
     fn send<T: Send>() {}
     send_sync::<Publisher>();
     send_sync::<ChipPublisher>();
+    send_sync::<crate::SerialChipWriter>();
     send_sync::<LinkPublisher>();
     send::<ChipWriter>();
 }
