@@ -81,13 +81,16 @@ pub(crate) struct DoneBatch {
 
 impl DoneBatch {
     pub fn add(&mut self, t: Option<&Arc<Tracker>>) {
+        self.add_n(t, 1);
+    }
+    pub fn add_n(&mut self, t: Option<&Arc<Tracker>>, n: u64) {
         let Some(t) = t else { return };
         match &self.tracker {
-            Some(cur) if Arc::ptr_eq(cur, t) => self.n += 1,
+            Some(cur) if Arc::ptr_eq(cur, t) => self.n += n,
             _ => {
                 self.flush();
                 self.tracker = Some(t.clone());
-                self.n = 1;
+                self.n = n;
             }
         }
     }
@@ -108,16 +111,19 @@ impl DoneBatch {
 pub(crate) struct ExtRef {
     ptr: *const u8,
     len: usize,
+    /// Start of the whole message buffer this payload was cut from.
+    pub msg: *const u8,
 }
 
 // SAFETY: the referent is plain bytes kept alive by the contract above.
 unsafe impl Send for ExtRef {}
 
 impl ExtRef {
-    pub fn new(data: &[u8]) -> Self {
+    pub fn new(data: &[u8], msg: &[u8]) -> Self {
         Self {
             ptr: data.as_ptr(),
             len: data.len(),
+            msg: msg.as_ptr(),
         }
     }
     /// True if the payload lies inside `range` (the sender's whole message).
@@ -384,6 +390,10 @@ impl Channel {
     pub fn advance(&self, k: u64) {
         self.head.fetch_add(k, SeqCst);
         self.wake_waiters();
+    }
+
+    pub fn slots(&self) -> u64 {
+        self.n
     }
 
     /// Index of the oldest slot (to tell one head-of-line packet from the next).

@@ -3,7 +3,7 @@
 //! lets a failing wait name the link that lost them.
 
 use crate::channel::{Channel, DoneBatch, Slot, SlotCount, Tracker, Wake, SPIN_TRIES, YIELD_TRIES};
-use crate::config::{ChipMemory, FabricSpec, Fault};
+use crate::config::{ChipMemory, FabricSpec, Fault, NocAddr};
 use crate::packet::{self, Header, Kind, VOID_HEADER};
 use crate::FabricError;
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -529,6 +529,44 @@ impl Inner {
                 };
                 if let Some(t) = tracker {
                     t.fail(err, 1);
+                }
+            }
+        }
+    }
+
+    /// Writes the payloads of `packets` consecutive packets in one call (see the router's
+    /// `Run`), completing them all, or failing them all with the write's error.
+    #[allow(clippy::too_many_arguments)]
+    pub fn deliver_run(
+        &self,
+        chip: u32,
+        at: NocAddr,
+        data: &[u8],
+        src: u16,
+        packets: u64,
+        tracker: Option<&Arc<Tracker>>,
+        done: &mut DoneBatch,
+    ) {
+        match self.mems[chip as usize].write(at, data) {
+            Ok(()) => done.add_n(tracker, packets),
+            Err(reason) => {
+                for _ in 0..packets {
+                    self.record_loss(
+                        chip,
+                        LossKey::Write {
+                            reason: reason.clone(),
+                        },
+                        None,
+                    );
+                }
+                let err = FabricError::WriteFailed {
+                    chip,
+                    src: src as u32,
+                    addr: at.to_string(),
+                    reason,
+                };
+                if let Some(t) = tracker {
+                    t.fail(err, packets);
                 }
             }
         }

@@ -21,14 +21,16 @@
 //! equal slots, each holding one packet (32-byte header + up to `max_payload_bytes`).
 //! A free slot is a credit: a producer reserves credits (one CAS for a batch), fills the
 //! slots and publishes them; the consumer frees slots in order and returns their credits
-//! once per pass. A producer that finds no credit counts a credit stall and waits (bounded by
+//! every half channel. A producer that finds no credit counts a credit stall and waits (bounded by
 //! the operation timeout). Slot buffers are allocated once. A router forwards a packet by
 //! swapping buffers between its inbound and outbound slot, so intermediate hops copy nothing.
 //! A message longer than the channel (more packets than slots) lends its payload to the
 //! first hop instead of copying it into the slots: the send returns once the first router
 //! has taken every packet, and on timeout or shutdown it voids, under the slot lock, any
-//! packet not yet taken, so no slot outlives the caller's buffer. A large neighbour write is
-//! thus copied once, by the final `ChipMemory::write`.
+//! packet not yet taken, so no slot outlives the caller's buffer. The receiving router
+//! writes lent packets of one message that land back to back with one `ChipMemory::write`
+//! (always before their credits return), so a large neighbour write is copied once, in
+//! chunks of a few packets.
 //!
 //! **Threads.** One router thread per chip, line and direction that has an inbound hop. It
 //! drains all inbound channels of that hop (links x VCs) and, per the route's 2 bits for this

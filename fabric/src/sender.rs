@@ -439,7 +439,7 @@ impl FabricSender {
             let chunk = &data[off..off + len];
             let res = inner.transmit(ch, idx, &ctx, len, Some(&self.tracker), 0, |slot| {
                 if by_ref {
-                    slot.ext = Some(ExtRef::new(chunk));
+                    slot.ext = Some(ExtRef::new(chunk, data));
                 } else {
                     slot.buf[..len].copy_from_slice(chunk);
                 }

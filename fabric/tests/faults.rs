@@ -225,6 +225,8 @@ fn a_stuck_receiver_times_out_with_the_link_named() {
         "chip 0 waited 300ms for a free slot on link chip 0 port 0 <-> chip 1 port 0 toward chip 1: \
          the receiving router is not draining (raise the operation timeout if the load is legitimate)"
     );
+    // Let the router finish what it took, then catch a flush that gives up early.
+    tx.flush_timeout(Duration::from_secs(20)).unwrap();
     tx.unicast_write(1, NocAddr::dram(0, 0), &[2], 0).unwrap();
     let e = tx.flush_timeout(Duration::from_millis(50)).unwrap_err();
     assert!(
