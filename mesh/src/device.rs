@@ -13,6 +13,7 @@ use ttmesh_fabric::{
 use ttmesh_topologies::{ArchName, ClusterGraph};
 
 use crate::error::{invalid, on_chip, MeshError, Result};
+use crate::monitor::MeshMonitor;
 use crate::trace::ReplayReport;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -99,6 +100,8 @@ pub(crate) struct MeshInner {
     pub(crate) fabric: Option<Arc<Fabric>>,
     pub(crate) closed: AtomicBool,
     pub(crate) last_replay: Mutex<Option<Arc<crate::trace::ReplayTimes>>>,
+    /// Statistics publishing for `ttmesh monitor`; None when off (`TTMESH_MONITOR=0`).
+    pub(crate) monitor: Mutex<Option<MeshMonitor>>,
 }
 
 /// A mesh of chips. Cloning shares the mesh.
@@ -154,6 +157,14 @@ impl MeshDevice {
                 &cluster, shape, &ids, &chips, &arch, fc, &config,
             )?)),
         };
+        // Before anyone else can allocate on the chips, so the listeners see every buffer.
+        let info = ttmesh_monitor::ProcessInfo::for_current_process(
+            cluster.name(),
+            (shape.rows as u32, shape.cols as u32),
+            arch.name,
+            config.fabric_config.tt_metal_name(),
+        );
+        let monitor = MeshMonitor::start(&info, &chips, shape.cols, fabric.as_ref());
         Ok(MeshDevice {
             inner: Arc::new(MeshInner {
                 config,
@@ -163,8 +174,20 @@ impl MeshDevice {
                 fabric,
                 closed: AtomicBool::new(false),
                 last_replay: Mutex::new(None),
+                monitor: Mutex::new(monitor),
             }),
         })
+    }
+
+    /// The shared-memory segment this mesh publishes its statistics in (e.g. "ttmesh-1234",
+    /// shown by `ttmesh monitor`), or None when publishing is off (`TTMESH_MONITOR=0`), failed
+    /// (reported once on stderr), or the mesh is closed.
+    pub fn monitor_segment(&self) -> Option<String> {
+        self.inner
+            .monitor
+            .lock()
+            .as_ref()
+            .and_then(|m| m.segment().map(str::to_string))
     }
 
     pub fn shape(&self) -> MeshShape {
@@ -319,10 +342,15 @@ impl MeshDevice {
             .and_then(|t| t.report())
     }
 
-    /// Stops the fabric and every chip's dispatchers after their queued work.
+    /// Stops the fabric and every chip's dispatchers after their queued work, and removes the
+    /// monitor's segment.
     pub fn close(&self) -> Result<()> {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
+        }
+        // First, so the segment goes even if closing a chip fails.
+        if let Some(mut m) = self.inner.monitor.lock().take() {
+            m.stop();
         }
         let sync = self.synchronize_device();
         if let Some(f) = &self.inner.fabric {
@@ -337,6 +365,9 @@ impl MeshDevice {
 
 impl Drop for MeshInner {
     fn drop(&mut self) {
+        if let Some(mut m) = self.monitor.get_mut().take() {
+            m.stop();
+        }
         if let Some(f) = &self.fabric {
             let _ = f.shutdown();
         }

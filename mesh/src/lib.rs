@@ -11,6 +11,7 @@
 pub mod ccl;
 mod device;
 mod error;
+mod monitor;
 pub mod ops;
 mod tensor;
 mod trace;
@@ -29,3 +30,8 @@ pub use ttmesh_chip::{
     MemoryConfig, TensorSpec,
 };
 pub use ttmesh_fabric::FabricConfig;
+
+/// Benchmarks of statistics publishing (print side-by-side figures; assert nothing).
+pub mod monitor_bench {
+    pub use crate::monitor::monitor_overhead;
+}

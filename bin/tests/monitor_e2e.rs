@@ -1,0 +1,389 @@
+//! `ttmesh monitor` watching `ttmesh run --hold` from another process, end to end: the numbers
+//! the monitor reads from shared memory are the ones the run itself reports.
+//!
+//! Every segment is named after its process's pid, so parallel tests never share one; every
+//! child is killed and every file this test creates is removed, also when an assertion fails.
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ttmesh");
+/// Generous: a debug build on a busy 2-core machine opens a T3K and runs the block slowly.
+const STARTUP: Duration = Duration::from_secs(120);
+
+/// Kills the child (if still running) and removes the listed /dev/shm files when dropped.
+struct Guard {
+    child: Option<Child>,
+    files: Vec<PathBuf>,
+}
+
+impl Guard {
+    fn spawn(args: &[&str]) -> Guard {
+        Self::spawn_with(args, None)
+    }
+
+    /// `monitor`: the value of TTMESH_MONITOR, or None to leave it unset (publishing on).
+    fn spawn_with(args: &[&str], monitor: Option<&str>) -> Guard {
+        let mut cmd = Command::new(BIN);
+        match monitor {
+            Some(v) => cmd.env("TTMESH_MONITOR", v),
+            None => cmd.env_remove("TTMESH_MONITOR"),
+        };
+        let child = cmd
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ttmesh");
+        Guard {
+            child: Some(child),
+            files: Vec::new(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("child").id()
+    }
+
+    /// Waits for the child to exit (killing it after `limit`) and returns its output.
+    fn wait(&mut self, limit: Duration) -> Output {
+        let mut child = self.child.take().expect("child");
+        let deadline = Instant::now() + limit;
+        while child.try_wait().expect("try_wait").is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("wait");
+                panic!(
+                    "ttmesh did not exit within {limit:?}; stderr:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            sleep(Duration::from_millis(50));
+        }
+        let mut out = Output {
+            status: child.wait().expect("wait"),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        };
+        // The child has exited: its pipes hold everything it wrote.
+        if let Some(mut s) = child.stdout.take() {
+            s.read_to_end(&mut out.stdout).expect("read stdout");
+        }
+        if let Some(mut s) = child.stderr.take() {
+            s.read_to_end(&mut out.stderr).expect("read stderr");
+        }
+        out
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+fn monitor(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("monitor")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ttmesh monitor")
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}); stdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Polls until the child's segment is listed; its name.
+fn wait_for_segment(g: &mut Guard) -> String {
+    let pid = g.pid();
+    let deadline = Instant::now() + STARTUP;
+    loop {
+        if let Some(s) = ttmesh_monitor::list_segments()
+            .into_iter()
+            .find(|s| s.pid == Some(pid))
+        {
+            return s.name;
+        }
+        if let Some(c) = g.child.as_mut() {
+            if let Ok(Some(status)) = c.try_wait() {
+                let out = g.wait(Duration::from_secs(1));
+                panic!(
+                    "ttmesh run exited ({status}) before publishing; stderr:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no segment for pid {pid} after {STARTUP:?}"
+        );
+        sleep(Duration::from_millis(20));
+    }
+}
+
+fn process_pids(v: &Value) -> Vec<u64> {
+    v["processes"]
+        .as_array()
+        .expect("processes array")
+        .iter()
+        .map(|p| p["pid"].as_u64().expect("pid"))
+        .collect()
+}
+
+#[test]
+fn monitor_reads_the_running_mesh_and_forgets_it_after_exit() {
+    let iters = 20;
+    let mut g = Guard::spawn(&["run", "--hold", "5", "--json", "--iters", "20"]);
+    let pid = g.pid();
+    let segment = wait_for_segment(&mut g);
+    assert_eq!(segment, format!("ttmesh-{pid}"));
+
+    let mode = std::fs::metadata(format!("/dev/shm/{segment}"))
+        .expect("segment file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "segment mode {:o}", mode & 0o777);
+
+    // During the hold every chip's trace has been replayed `iters` times and nothing changes
+    // any more. The trace counters lag by at most one refresh (100 ms), and the last replay's
+    // output is still being checked (temporary buffers) when the count reaches `iters`: so
+    // take the snapshot once it has stayed the same for 500 ms.
+    let pid_arg = pid.to_string();
+    let deadline = Instant::now() + STARTUP;
+    let mut stable: Option<(Vec<Value>, Instant)> = None;
+    let live = loop {
+        let out = monitor(&["--once", "--json", "--pid", &pid_arg]);
+        assert!(
+            out.status.success(),
+            "monitor failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v = json_of(&out);
+        assert_eq!(v["errors"], Value::Array(vec![]), "{v}");
+        assert_eq!(process_pids(&v), vec![pid as u64]);
+        let p = &v["processes"][0];
+        let chips = p["chips"].as_array().expect("chips").clone();
+        if !chips.is_empty() && chips.iter().all(|c| c["trace"]["replays"] == iters) {
+            assert_eq!(p["topology"], "t3k");
+            assert_eq!(p["mesh_shape"], serde_json::json!([2, 4]));
+            assert_eq!(p["fabric"], "FABRIC_1D");
+            match &stable {
+                Some((prev, since)) if *prev == chips => {
+                    if since.elapsed() >= Duration::from_millis(500) {
+                        break chips;
+                    }
+                }
+                _ => stable = Some((chips, Instant::now())),
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replays never reached {iters}: {v}"
+        );
+        sleep(Duration::from_millis(50));
+    };
+
+    let out = g.wait(STARTUP);
+    assert!(
+        out.status.success(),
+        "ttmesh run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = json_of(&out);
+    let run_chips = run["chips"].as_array().expect("run chips");
+    assert_eq!(live.len(), 8);
+    assert_eq!(run_chips.len(), 8);
+    for rc in run_chips {
+        let id = &rc["id"];
+        let mc = live
+            .iter()
+            .find(|c| &c["id"] == id)
+            .unwrap_or_else(|| panic!("monitor has no chip {id}"));
+        assert_eq!(mc["coord"], rc["coord"], "chip {id}");
+        assert_eq!(
+            mc["trace"]["allocated"], rc["trace_allocated"],
+            "chip {id} TRACE"
+        );
+        assert!(rc["trace_allocated"].as_u64().unwrap() > 0, "chip {id}");
+        // `run` reports DRAM after the hold, once the traced block's output is dropped; the
+        // monitor saw it during the hold, with that output still allocated.
+        let (live_dram, run_dram) = (
+            mc["dram"]["allocated"].as_u64().unwrap(),
+            rc["dram_allocated"].as_u64().unwrap(),
+        );
+        assert!(run_dram > 0, "chip {id}");
+        assert!(
+            live_dram >= run_dram,
+            "chip {id} DRAM: {live_dram} < {run_dram}"
+        );
+        assert_eq!(mc["l1"]["allocated"], rc["l1_allocated"], "chip {id} L1");
+        assert_eq!(
+            mc["l1_small"]["allocated"], rc["l1_small_allocated"],
+            "chip {id} L1_SMALL"
+        );
+        assert_eq!(mc["trace"]["traces"], 1, "chip {id}");
+        assert_eq!(mc["trace"]["replays"], rc["trace_replays"], "chip {id}");
+        // The trace region, rounded up to whole aligned pages in every DRAM bank.
+        let cap = mc["trace"]["capacity"].as_u64().unwrap();
+        assert!(
+            cap >= rc["trace_region_size"].as_u64().unwrap(),
+            "chip {id}: {cap}"
+        );
+        let dram = &mc["dram"];
+        assert!(dram["capacity"].as_u64().unwrap() > dram["allocated"].as_u64().unwrap());
+        assert!(dram["largest_free"].as_u64().unwrap() > 0, "chip {id}");
+    }
+
+    // The mesh closed: its segment is gone and the monitor no longer lists the process.
+    assert!(!std::path::Path::new(&format!("/dev/shm/{segment}")).exists());
+    let all = json_of(&monitor(&["--once", "--json"]));
+    assert!(!process_pids(&all).contains(&(pid as u64)), "{all}");
+    let one = monitor(&["--once", "--json", "--pid", &pid_arg]);
+    assert!(!one.status.success());
+    let err = String::from_utf8_lossy(&one.stderr);
+    assert!(
+        err.contains(&format!("no ttmesh process with pid {pid}")),
+        "{err}"
+    );
+}
+
+#[test]
+fn killed_process_is_stale_then_cleaned_up() {
+    let mut g = Guard::spawn(&["run", "--hold", "120", "--iters", "1", "--no-trace"]);
+    let pid = g.pid();
+    let segment = wait_for_segment(&mut g);
+    let path = PathBuf::from(format!("/dev/shm/{segment}"));
+    g.files.push(path.clone());
+    // SIGKILL: the mesh never closes, the segment stays behind.
+    let mut child = g.child.take().expect("child");
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+
+    let out = monitor(&["--once", "--json", "--pid", &pid.to_string()]);
+    // Another test's mesh may already have cleaned it up (then the pid is simply not found).
+    if path.exists() && out.status.success() {
+        let v = json_of(&out);
+        assert_eq!(process_pids(&v), Vec::<u64>::new(), "{v}");
+        let errors = v["errors"].as_array().expect("errors");
+        assert!(
+            errors.iter().any(|e| e["segment"] == segment.as_str()
+                && e["error"].as_str().unwrap_or("").contains("stale")),
+            "{v}"
+        );
+    }
+    let all = json_of(&monitor(&["--once", "--json"]));
+    assert!(!process_pids(&all).contains(&(pid as u64)), "{all}");
+    let clean = monitor(&["--cleanup"]);
+    assert!(clean.status.success());
+    assert!(!path.exists(), "--cleanup left {segment}");
+}
+
+#[test]
+fn garbage_segments_give_error_lines_not_crashes() {
+    // Named after this test process (alive), so nothing treats them as stale and removes them.
+    let me = std::process::id();
+    let garbage = PathBuf::from(format!("/dev/shm/ttmesh-{me}-901"));
+    let short = PathBuf::from(format!("/dev/shm/ttmesh-{me}-902"));
+    let g = Guard {
+        child: None,
+        files: vec![garbage.clone(), short.clone()],
+    };
+    std::fs::write(&garbage, vec![0xA5u8; 4096]).expect("write garbage segment");
+    std::fs::write(&short, b"TTMESH").expect("write short segment");
+
+    let out = monitor(&["--once", "--json", "--pid", &me.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json_of(&out);
+    let error_of = |name: &str| -> String {
+        v["errors"]
+            .as_array()
+            .expect("errors")
+            .iter()
+            .find(|e| e["segment"] == name)
+            .and_then(|e| e["error"].as_str())
+            .unwrap_or_else(|| panic!("no error for {name}: {v}"))
+            .to_string()
+    };
+    assert_eq!(
+        error_of(&format!("ttmesh-{me}-901")),
+        format!("ttmesh-{me}-901: not a ttmesh monitor segment (magic 0xa5a5a5a5a5a5a5a5, expected 0x4e4d4853454d5454)")
+    );
+    assert_eq!(
+        error_of(&format!("ttmesh-{me}-902")),
+        format!("ttmesh-{me}-902: truncated (6 of 128 bytes)")
+    );
+
+    // The table form prints the same lines.
+    let out = monitor(&["--once", "--pid", &me.to_string()]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("ttmesh-{me}-901: not a ttmesh monitor segment")),
+        "{text}"
+    );
+    assert!(text.contains("truncated (6 of 128 bytes)"), "{text}");
+    // --cleanup leaves segments that are not ours alone.
+    assert!(monitor(&["--cleanup"]).status.success());
+    assert!(garbage.exists() && short.exists());
+    drop(g);
+}
+
+#[test]
+fn ttmesh_monitor_0_publishes_nothing() {
+    let mut g = Guard::spawn_with(
+        &["run", "--hold", "1", "--iters", "1", "--no-trace"],
+        Some("0"),
+    );
+    let pid = g.pid();
+    let deadline = Instant::now() + STARTUP;
+    while g
+        .child
+        .as_mut()
+        .expect("child")
+        .try_wait()
+        .expect("try_wait")
+        .is_none()
+    {
+        let seen: Vec<String> = ttmesh_monitor::list_segments()
+            .into_iter()
+            .filter(|s| s.pid == Some(pid))
+            .map(|s| s.name)
+            .collect();
+        assert!(seen.is_empty(), "TTMESH_MONITOR=0 but {seen:?} exists");
+        assert!(Instant::now() < deadline, "ttmesh run did not finish");
+        sleep(Duration::from_millis(20));
+    }
+    let out = g.wait(Duration::from_secs(1));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Off is not a failure: nothing is reported.
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("WARNING"));
+}
