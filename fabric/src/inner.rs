@@ -662,20 +662,32 @@ impl Inner {
         }
     }
 
-    /// Helps the consumer of `ch`, then whichever router that one is blocked on. True if
-    /// any packet moved. Routers of the helper's own chip (`me`) are left to their threads:
-    /// a kernel may hold its chip's memory while it sends, and a write into that memory from
-    /// the same thread could deadlock.
+    /// Helps the consumer of `ch`, then, down the line, every router this help forwarded to
+    /// or is blocked on. True if any packet moved. A helper's forwards are published
+    /// without a wake, so a router it cannot run is woken instead. Routers of the helper's
+    /// own chip (`me`) are left to their threads: a kernel may hold its chip's memory while
+    /// it sends, and a write into that memory from the same thread could deadlock.
     fn help_chain(&self, ch: &Channel, me: u32) -> bool {
         let mut progress = false;
         let mut next = ch.router();
         for _ in 0..=packet::MAX_HOPS {
-            let Some(r) = next.take().filter(|r| r.chip != me) else {
+            let Some(r) = next.take() else { break };
+            if r.chip == me {
+                r.wake.wake();
+                break;
+            }
+            let Some(pass) = r.try_help(self) else {
+                // Its thread or another helper holds it; make sure someone looks again.
+                r.wake.wake();
                 break;
             };
-            let Some(pass) = r.try_help(self) else { break };
             progress |= pass.progress;
-            next = pass.blocked.and_then(|c| c.router());
+            if pass.forwarded || pass.blocked.is_some() {
+                next = r.next_router();
+            }
+        }
+        if let Some(r) = next {
+            r.wake.wake();
         }
         progress
     }

@@ -40,11 +40,13 @@
 //! ~16 times, then parks; producers unpark it only if it announced that it sleeps, so a busy
 //! channel costs no wake per packet. A router's passes run under a token, so they may run on
 //! another thread: a sender waiting for a credit first spins briefly, then runs a pass of the
-//! router it waits on (and of the router that one is blocked on) if that router is not
-//! running; it never runs routers of its own chip (a kernel may hold its chip's memory while
-//! it sends). For lent payloads the sender drives the first router at once and does not wake
-//! its thread: on the 2-core host, moving every slot between cores cost more than the
-//! parallelism gained. So `ChipMemory::write` may be called on any sending thread.
+//! router it waits on if that router is not running, and then of each router down the line
+//! that this pass forwarded to or is blocked on. A helper publishes its forwards without a
+//! wake and drives the next router itself; a router it cannot run is woken instead. It never
+//! runs routers of its own chip (a kernel may hold its chip's memory while it sends). For
+//! lent payloads the sender helps at once and does not wake the first router's thread: on the
+//! 2-core host, moving every slot between cores cost more than the parallelism gained. So
+//! `ChipMemory::write` may be called on any sending thread.
 //!
 //! **Deadlock avoidance.** Lines: channel dependencies run one way along the line and end at
 //! the line's end, so there is no cycle. Rings: two virtual channels per link and a dateline

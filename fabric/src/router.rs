@@ -45,6 +45,8 @@ pub(crate) struct Router {
 /// What one pass over the inbound channels did.
 pub(crate) struct Pass {
     pub progress: bool,
+    /// Packets were forwarded (a helper's forwards are published without a wake).
+    pub forwarded: bool,
     /// An outbound channel a packet is waiting on for a credit.
     pub blocked: Option<Arc<Channel>>,
 }
@@ -80,7 +82,7 @@ impl Router {
         while !inner.shutdown.load(Relaxed) {
             // A helper holding the token is doing this router's work: count it as idle.
             let progress = match self.token.try_lock() {
-                Some(mut stalled) => self.pass(&inner, &mut stalled).progress,
+                Some(mut stalled) => self.pass(&inner, &mut stalled, false).progress,
                 None => false,
             };
             if progress {
@@ -106,6 +108,13 @@ impl Router {
         }
     }
 
+    /// The router at the far end of this router's outbound hop.
+    pub fn next_router(&self) -> Option<Arc<Router>> {
+        self.outbound
+            .as_ref()
+            .and_then(|hop| hop.chans[0][0].router())
+    }
+
     /// True if an inbound channel holds a packet (or a reservation about to become one) that
     /// is not the head already known to wait for an outbound credit: the credit's return
     /// unparks us directly.
@@ -121,7 +130,7 @@ impl Router {
     /// keeps the fabric moving when the host has fewer cores than busy routers.
     pub fn try_help(&self, inner: &Inner) -> Option<Pass> {
         let mut stalled = self.token.try_lock()?;
-        let pass = self.pass(inner, &mut stalled);
+        let pass = self.pass(inner, &mut stalled, true);
         let left = self.has_work(&stalled);
         drop(stalled);
         if left {
@@ -130,9 +139,12 @@ impl Router {
         Some(pass)
     }
 
-    fn pass(&self, inner: &Inner, stalled_at: &mut [u64]) -> Pass {
+    /// One round over the inbound channels. A `helper` pass publishes its forwards without
+    /// waking the next router: the helper drives that router next (`Inner::help_chain`).
+    fn pass(&self, inner: &Inner, stalled_at: &mut [u64], helper: bool) -> Pass {
         let mut pass = Pass {
             progress: false,
+            forwarded: false,
             blocked: None,
         };
         let mut done = DoneBatch::default();
@@ -142,8 +154,22 @@ impl Router {
             let mut run = None;
             let mut returned = start;
             for _ in 0..BUDGET {
-                match self.step(inner, ch, h, *vc, &mut stalled_at[i], &mut run, &mut done) {
+                let st = self.step(
+                    inner,
+                    ch,
+                    h,
+                    *vc,
+                    &mut stalled_at[i],
+                    &mut run,
+                    &mut done,
+                    helper,
+                );
+                match st {
                     Step::Done => h += 1,
+                    Step::Forwarded => {
+                        h += 1;
+                        pass.forwarded = true;
+                    }
                     Step::Empty => break,
                     Step::Blocked(out) => {
                         pass.blocked = Some(out);
@@ -200,6 +226,7 @@ impl Router {
         stalled_at: &mut u64,
         run: &mut Option<Run>,
         done: &mut DoneBatch,
+        helper: bool,
     ) -> Step {
         let prev = self.prev;
         let Some(mut slot) = ch.peek_at(h) else {
@@ -324,6 +351,7 @@ impl Router {
             let next = Ctx {
                 pos: self.pos,
                 route: rest,
+                quiet: helper,
                 ..ctx
             };
             // Moved out for the call (the closure borrows the slot), moved back after.
@@ -339,10 +367,14 @@ impl Router {
                 o.hdr = hdr;
                 packet::set_route(&mut o.hdr, rest);
             });
-            if let (Err(e), Some(t)) = (res, &tracker) {
-                t.fail(e, packet::writes_in(rest));
+            if let (Err(e), Some(t)) = (&res, &tracker) {
+                t.fail(e.clone(), packet::writes_in(rest));
             }
             slot.tracker = tracker;
+            if res.is_ok() {
+                ch.free(slot);
+                return Step::Forwarded;
+            }
         } else if write {
             inner.deliver(
                 self.chip,
@@ -388,6 +420,7 @@ impl Run {
 
 enum Step {
     Done,
+    Forwarded,
     Empty,
     Blocked(Arc<Channel>),
 }
