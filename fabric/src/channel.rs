@@ -105,8 +105,10 @@ impl DoneBatch {
 /// A payload left in the sender's buffer instead of copied into the slot (large messages).
 ///
 /// Safety contract: the sender keeps the bytes alive and unchanged until the channel's head
-/// has passed the slot, or until it has voided the slot while holding the slot's lock
-/// (see `sender::RefGuard`). Readers hold the slot's lock while they read.
+/// has passed the slot, or until it has voided every slot of its message still full (under
+/// the slot's lock) and then waited for the consumer's running pass to end (see
+/// `sender::RefGuard`). Readers read either under the slot's lock, or within the pass that
+/// freed the slot and before that pass returns its credit (the router's write runs).
 #[derive(Clone, Copy)]
 pub(crate) struct ExtRef {
     ptr: *const u8,

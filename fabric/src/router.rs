@@ -108,6 +108,11 @@ impl Router {
         }
     }
 
+    /// Returns once no pass of this router is running (the token is free).
+    pub fn quiesce(&self) {
+        drop(self.token.lock());
+    }
+
     /// The router at the far end of this router's outbound hop.
     pub fn next_router(&self) -> Option<Arc<Router>> {
         self.outbound

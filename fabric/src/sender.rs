@@ -519,6 +519,11 @@ impl RefGuard<'_> {
                 self.tracker.done(self.writes);
             }
         }
+        // A pass may have taken lent packets into a write run that it has not issued yet
+        // (their slots are free but the credits not returned): wait for that pass to end.
+        if let Some(r) = self.ch.router() {
+            r.quiesce();
+        }
     }
 }
 

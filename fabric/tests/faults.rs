@@ -241,3 +241,49 @@ fn a_stuck_receiver_times_out_with_the_link_named() {
     assert!(f.link_stats()[0].credit_stalls >= 1);
     f.shutdown().unwrap();
 }
+
+#[test]
+fn a_timed_out_lent_send_returns_only_after_its_bytes_are_read() {
+    // The write sleeps first and reads the bytes after: if the send returned (and its
+    // buffer was freed) while a router still held lent bytes, this would read freed memory.
+    #[derive(Default)]
+    struct SlowCopy {
+        entered: std::sync::atomic::AtomicBool,
+        copies: parking_lot::Mutex<Vec<Vec<u8>>>,
+    }
+    impl ChipMemory for SlowCopy {
+        fn write(&self, _: NocAddr, data: &[u8]) -> Result<(), String> {
+            self.entered
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(300));
+            self.copies.lock().push(data.to_vec());
+            Ok(())
+        }
+    }
+    let mut spec = FabricSpec::line(2, 1, false, FabricConfig::Fabric1D);
+    spec.timeout = Duration::from_millis(200);
+    spec.channel_slots = 2;
+    let mem = std::sync::Arc::new(SlowCopy::default());
+    let mems: Vec<std::sync::Arc<dyn ChipMemory>> = vec![mem.clone(), mem.clone()];
+    let f = Fabric::new(spec, mems).unwrap();
+    let tx = f.sender(0).unwrap();
+    tx.unicast_write(1, NocAddr::dram(0, 0), &[7], 0).unwrap();
+    while !mem.entered.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    // Large enough to be its own mapping, so reading it after it is freed would fault.
+    let big = pattern(11, 1 << 20);
+    let e = tx
+        .unicast_write(1, NocAddr::dram(0, 64), &big, 0)
+        .unwrap_err();
+    assert!(
+        matches!(e, FabricError::SendTimeout { src: 0, dst: 1, .. }),
+        "{e}"
+    );
+    drop(big);
+    tx.flush_timeout(Duration::from_secs(20)).unwrap();
+    let copies = mem.copies.lock().clone();
+    assert_eq!(copies[0], vec![7]);
+    assert_eq!(copies[1], pattern(11, 1 << 20)[..4352].to_vec());
+    f.shutdown().unwrap();
+}
