@@ -12,6 +12,21 @@ use ttmesh_fabric::{Fabric, FabricSender, NocAddr};
 
 use crate::{CclLine, Topology};
 
+mod pages;
+
+/// Scratch slot size of an all_gather: one chip's tensor, as pages (fast path) or as wire
+/// values (logical path), whichever is larger.
+pub(crate) fn gather_slot_bytes(spec: &TensorSpec) -> usize {
+    (spec.volume() * wire_bytes(spec.dtype)).max(spec.buffer_size() as usize)
+}
+
+/// Scratch slot size of a reduce_scatter over `n`: one chunk of f32 partial sums, counting the
+/// tile padding the fast path carries.
+pub(crate) fn scatter_slot_bytes(spec: &TensorSpec, n: usize) -> usize {
+    let padded = (spec.num_pages() as usize).div_ceil(n) * pages::page_elems(spec);
+    (spec.volume() / n).max(padded) * 4
+}
+
 /// Semaphore ids the collectives use on every chip (fabric semaphore tables are per chip).
 pub const SEM_READY_FROM_LEFT: u32 = 0x1000;
 pub const SEM_READY_FROM_RIGHT: u32 = 0x1001;
@@ -225,9 +240,20 @@ impl Kernel for CollectiveKernel {
             senders,
             timeout: ctx.timeout,
         };
+        let n = self.line.chips.len();
         match self.kind {
-            CollectiveKind::AllGather { dim } => all_gather(&run, dim, addresses),
-            CollectiveKind::ReduceScatter { dim } => reduce_scatter(&run, dim, addresses),
+            CollectiveKind::AllGather { dim } => {
+                match pages::page_split(&self.input, dim, self.input.shape[dim]) {
+                    Some(split) => pages::all_gather(&run, split, addresses),
+                    None => all_gather(&run, dim, addresses),
+                }
+            }
+            CollectiveKind::ReduceScatter { dim } => {
+                match pages::page_split(&self.input, dim, self.input.shape[dim] / n) {
+                    Some(split) => pages::reduce_scatter(&run, split, addresses),
+                    None => reduce_scatter(&run, dim, addresses),
+                }
+            }
         }
     }
 

@@ -395,7 +395,7 @@ pub fn all_gather(
     let mut out = spec.clone();
     out.shape[dim] *= n;
     out.memory_config = output_memory_config(&spec, cfg)?;
-    let slot_bytes = spec.volume() * kernels::wire_bytes(spec.dtype);
+    let slot_bytes = kernels::gather_slot_bytes(&spec);
     let plan = Plan {
         op: "all_gather",
         kind: CollectiveKind::AllGather { dim },
@@ -435,7 +435,7 @@ pub fn reduce_scatter(
     let mut out = spec.clone();
     out.shape[dim] /= n;
     out.memory_config = output_memory_config(&spec, cfg)?;
-    let chunk_bytes = spec.volume() / n * 4;
+    let chunk_bytes = kernels::scatter_slot_bytes(&spec, n);
     let plan = Plan {
         op: "reduce_scatter",
         kind: CollectiveKind::ReduceScatter { dim },

@@ -1,0 +1,368 @@
+//! The fast path of the collectives: when the split along `dim` falls on page boundaries (any
+//! dim but the last two of a TILE tensor, or those with tile-multiple chunks; any dim but the
+//! last of a ROW_MAJOR tensor), a gather is a permutation of whole pages and a reduction is
+//! element-wise on them, so pages move as raw bytes: no untilize/tilize, no per-element
+//! conversion on the wire, buffers reused per dispatcher thread. Results are bit-identical to
+//! the logical path (same values summed in the same order; padding is zeros and sums to zeros).
+
+use std::cell::RefCell;
+
+use ttmesh_chip::allocator::MemSpace;
+use ttmesh_chip::program::KernelContext;
+use ttmesh_chip::tensor::{DataType, Layout, TensorSpec};
+use ttmesh_chip::ChipError;
+
+use super::Run;
+use crate::Topology;
+
+/// A split of a tensor's pages along one page dim: `outer` runs of `extent * inner` pages.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PageSplit {
+    outer: usize,
+    extent: usize,
+    inner: usize,
+}
+
+/// The page split of `spec` along `dim` when chunks of `chunk` elements along it are whole
+/// pages; None when the logical path must handle it.
+pub(crate) fn page_split(spec: &TensorSpec, dim: usize, chunk: usize) -> Option<PageSplit> {
+    if cfg!(target_endian = "big")
+        || !matches!(
+            spec.dtype,
+            DataType::BFloat16 | DataType::Float32 | DataType::UInt32
+        )
+    {
+        return None;
+    }
+    let s = &spec.shape;
+    let r = s.len();
+    let page_shape: Vec<usize> = match spec.layout {
+        Layout::Tile => {
+            if r < 2 || (dim + 2 >= r && chunk % 32 != 0) {
+                return None;
+            }
+            let mut p = s[..r - 2].to_vec();
+            p.push(s[r - 2].div_ceil(32));
+            p.push(s[r - 1].div_ceil(32));
+            p
+        }
+        Layout::RowMajor => {
+            if r < 2 || dim + 1 >= r {
+                return None;
+            }
+            s[..r - 1].to_vec()
+        }
+    };
+    Some(PageSplit {
+        outer: page_shape[..dim].iter().product(),
+        extent: page_shape[dim],
+        inner: page_shape[dim + 1..].iter().product(),
+    })
+}
+
+/// Elements in one page (tiles hold 1024; a row-major page is one row).
+pub(crate) fn page_elems(spec: &TensorSpec) -> usize {
+    match spec.layout {
+        Layout::Tile => 1024,
+        Layout::RowMajor => *spec.shape.last().unwrap_or(&1),
+    }
+}
+
+/// Buffers reused across launches on one dispatcher thread (one per chip queue), so a
+/// collective allocates (and page-faults) only when it is larger than any before it there.
+#[derive(Default)]
+struct Buffers {
+    bytes: Vec<Vec<u8>>,
+    floats: Vec<Vec<f32>>,
+}
+
+thread_local! {
+    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
+}
+
+fn sized<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
+    if v.len() < len {
+        v.resize(len, T::default());
+    }
+    &mut v[..len]
+}
+
+fn read_pages(
+    ctx: &KernelContext,
+    spec: &TensorSpec,
+    addr: u32,
+    out: &mut [u8],
+) -> Result<(), ChipError> {
+    let pages = spec.page_map(ctx.arch, addr as u64)?;
+    let ps = pages.map.page_size as usize;
+    for (p, dst) in out.chunks_exact_mut(ps).enumerate() {
+        let (bank, a) = pages.location(p as u64);
+        ctx.memory.read(pages.map.space, bank, a, dst)?;
+    }
+    Ok(())
+}
+
+/// Writes `data` (whole pages, in page order) starting at logical page `first`.
+fn write_pages(
+    ctx: &KernelContext,
+    spec: &TensorSpec,
+    addr: u32,
+    first: usize,
+    data: &[u8],
+) -> Result<(), ChipError> {
+    let pages = spec.page_map(ctx.arch, addr as u64)?;
+    let ps = pages.map.page_size as usize;
+    for (p, src) in data.chunks_exact(ps).enumerate() {
+        let (bank, a) = pages.location((first + p) as u64);
+        ctx.memory.write(pages.map.space, bank, a, src)?;
+    }
+    Ok(())
+}
+
+impl Run<'_> {
+    fn read_slot_into(&self, slot: usize, out: &mut [u8]) -> Result<(), ChipError> {
+        let (bank, addr) = self.slots.location(slot as u64);
+        self.ctx.memory.read(MemSpace::Dram, bank, addr, out)
+    }
+}
+
+/// all_gather on pages: every chip's input pages travel as they are; the output is assembled
+/// page run by page run straight from the received slots.
+pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Result<(), ChipError> {
+    let k = run.k;
+    let n = k.line.chips.len();
+    let pos = k.pos;
+    let len = k.input.buffer_size() as usize;
+    BUFFERS.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.bytes.len() < n {
+            b.bytes.resize_with(n, Vec::new);
+        }
+        let slots = &mut b.bytes;
+        read_pages(run.ctx, &k.input, addresses[0], sized(&mut slots[pos], len))?;
+        if k.topology == Topology::Ring {
+            run.handshake(false, true)?;
+            let right = run.right.expect("a ring has a right neighbour");
+            for t in 0..n - 1 {
+                let c = (pos + n - t) % n;
+                if t > 0 {
+                    // Slot c arrived in the previous step: read it once, keep it for the output.
+                    run.read_slot_into(c, sized(&mut slots[c], len))?;
+                }
+                run.send(right, c, &slots[c][..len])?;
+                run.wait_slot((pos + 2 * n - 1 - t) % n)?;
+            }
+            let last = (pos + 1) % n;
+            if n > 1 {
+                run.read_slot_into(last, sized(&mut slots[last], len))?;
+            }
+        } else {
+            run.handshake(true, true)?;
+            if let Some(r) = run.right {
+                run.send(r, pos, &slots[pos][..len])?;
+            }
+            if let Some(l) = run.left {
+                run.send(l, pos, &slots[pos][..len])?;
+            }
+            for c in (0..pos).rev() {
+                run.wait_slot(c)?;
+                run.read_slot_into(c, sized(&mut slots[c], len))?;
+                if let Some(r) = run.right {
+                    run.send(r, c, &slots[c][..len])?;
+                }
+            }
+            for c in pos + 1..n {
+                run.wait_slot(c)?;
+                run.read_slot_into(c, sized(&mut slots[c], len))?;
+                if let Some(l) = run.left {
+                    run.send(l, c, &slots[c][..len])?;
+                }
+            }
+        }
+        run.flush()?;
+        // Output page run (o, b) is input run o of the line position whose order is b.
+        let mut from_position = vec![0; n];
+        for (p, &blk) in k.order.iter().enumerate() {
+            from_position[blk] = p;
+        }
+        let ps = k.input.page_size() as usize;
+        let run_bytes = split.extent * split.inner * ps;
+        for o in 0..split.outer {
+            for (blk, &j) in from_position.iter().enumerate() {
+                let src = &slots[j][o * run_bytes..(o + 1) * run_bytes];
+                let first = (o * n + blk) * split.extent * split.inner;
+                write_pages(run.ctx, &k.output, addresses[2], first, src)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+fn f32_bytes(v: &[f32]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
+
+fn add_into(acc: &mut [f32], other: &[f32]) {
+    for (a, b) in acc.iter_mut().zip(other) {
+        *a += *b;
+    }
+}
+
+/// Input pages of data chunk `d` (of n along the split) decoded to f32, in page order.
+fn decode_chunk(
+    dtype: DataType,
+    pages: &[u8],
+    split: PageSplit,
+    n: usize,
+    d: usize,
+    page_bytes: usize,
+    out: &mut [f32],
+) {
+    let cs = split.extent / n;
+    let run = cs * split.inner * page_bytes;
+    let mut o_at = 0;
+    for o in 0..split.outer {
+        let start = (o * split.extent + d * cs) * split.inner * page_bytes;
+        let src = &pages[start..start + run];
+        match dtype {
+            DataType::BFloat16 => {
+                let dst = &mut out[o_at..o_at + run / 2];
+                // bf16 -> f32 is exact: the bits move up 16 places. The u16 view (when the
+                // buffer is aligned, as allocations are) lets the loop vectorize.
+                match bytemuck::try_cast_slice::<u8, u16>(src) {
+                    Ok(h) => {
+                        for (f, b) in dst.iter_mut().zip(h) {
+                            *f = f32::from_bits((u16::from_le(*b) as u32) << 16);
+                        }
+                    }
+                    Err(_) => {
+                        for (f, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                            *f = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
+                        }
+                    }
+                }
+                o_at += run / 2;
+            }
+            _ => {
+                let dst = &mut out[o_at..o_at + run / 4];
+                bytemuck::cast_slice_mut::<f32, u8>(dst).copy_from_slice(src);
+                o_at += run / 4;
+            }
+        }
+    }
+}
+
+/// reduce_scatter on pages: chunks are page runs decoded once to f32, partial sums travel as
+/// f32 bytes (cast, not converted), the result is encoded once into the output's pages.
+pub(crate) fn reduce_scatter(
+    run: &Run,
+    split: PageSplit,
+    addresses: &[u32],
+) -> Result<(), ChipError> {
+    let k = run.k;
+    let n = k.line.chips.len();
+    let pos = k.pos;
+    let dtype = k.input.dtype;
+    let page_bytes = k.input.page_size() as usize;
+    let chunk_elems = k.input.num_pages() as usize / n * page_elems(&k.input);
+    BUFFERS.with(|b| {
+        let mut b = b.borrow_mut();
+        let Buffers { bytes, floats } = &mut *b;
+        if bytes.is_empty() {
+            bytes.push(Vec::new());
+        }
+        if floats.len() < n + 1 {
+            floats.resize_with(n + 1, Vec::new);
+        }
+        let (chunks, recv) = floats.split_at_mut(n);
+        let recv = sized(&mut recv[0], chunk_elems);
+        let input = sized(&mut bytes[0], k.input.buffer_size() as usize);
+        read_pages(run.ctx, &k.input, addresses[0], input)?;
+        // The algorithm's chunk j (owned by line position j) is the data's chunk order[j].
+        for (j, &d) in k.order.iter().enumerate() {
+            decode_chunk(
+                dtype,
+                input,
+                split,
+                n,
+                d,
+                page_bytes,
+                sized(&mut chunks[j], chunk_elems),
+            );
+        }
+        let recv_into = |slot: usize, into: &mut [f32]| {
+            run.read_slot_into(slot, bytemuck::cast_slice_mut(into))
+        };
+        let result: usize = if k.topology == Topology::Ring {
+            run.handshake(false, true)?;
+            let right = run.right.expect("a ring has a right neighbour");
+            for t in 0..n - 1 {
+                let send_c = (pos + 2 * n - t - 1) % n;
+                run.send(right, t, f32_bytes(&chunks[send_c][..chunk_elems]))?;
+                run.wait_slot(t)?;
+                let recv_c = (pos + 2 * n - t - 2) % n;
+                recv_into(t, recv)?;
+                add_into(&mut chunks[recv_c][..chunk_elems], recv);
+            }
+            pos
+        } else {
+            run.handshake(true, true)?;
+            // Rightward: slots 0..n carry partial sums of chips 0..=i for chunks further right.
+            if run.left.is_none() {
+                if let Some(r) = run.right {
+                    for c in 1..n {
+                        run.send(r, c, f32_bytes(&chunks[c][..chunk_elems]))?;
+                    }
+                }
+            } else {
+                for c in pos..n {
+                    run.wait_slot(c)?;
+                    recv_into(c, recv)?;
+                    add_into(&mut chunks[c][..chunk_elems], recv);
+                    if c != pos {
+                        if let Some(r) = run.right {
+                            run.send(r, c, f32_bytes(&chunks[c][..chunk_elems]))?;
+                        }
+                    }
+                }
+            }
+            // Leftward: slots n..2n carry partial sums of chips i..n for chunks further left.
+            // Chunks left of pos are added to after being sent right: only those not yet sent
+            // (c < pos was never sent right by this chip), so reusing them is safe.
+            if run.right.is_none() {
+                if let Some(l) = run.left {
+                    for c in (0..n - 1).rev() {
+                        run.send(l, n + c, f32_bytes(&chunks[c][..chunk_elems]))?;
+                    }
+                }
+            } else {
+                for c in (0..=pos).rev() {
+                    run.wait_slot(n + c)?;
+                    recv_into(n + c, recv)?;
+                    if c == pos {
+                        // left partial (chips 0..=pos) + right partial (chips pos+1..n).
+                        add_into(&mut chunks[pos][..chunk_elems], recv);
+                    } else if let Some(l) = run.left {
+                        add_into(&mut chunks[c][..chunk_elems], recv);
+                        run.send(l, n + c, f32_bytes(&chunks[c][..chunk_elems]))?;
+                    }
+                }
+            }
+            pos
+        };
+        run.flush()?;
+        // Encode the owned chunk into the output's pages (same page order as the chunk).
+        let sum = &chunks[result][..chunk_elems];
+        let out_len = k.output.buffer_size() as usize;
+        let out = sized(&mut bytes[0], out_len);
+        match k.output.dtype {
+            DataType::BFloat16 => {
+                for (o, f) in out.chunks_exact_mut(2).zip(sum) {
+                    o.copy_from_slice(&half::bf16::from_f32(*f).to_bits().to_le_bytes());
+                }
+            }
+            _ => out.copy_from_slice(f32_bytes(sum)),
+        }
+        write_pages(run.ctx, &k.output, addresses[2], 0, out)
+    })
+}
