@@ -109,7 +109,7 @@ impl Case {
 
 /// Runs the benchmark and returns a printable report. `quick` stays under a few seconds.
 pub fn run(quick: bool) -> String {
-    let (iters, rounds) = if quick { (8, 3) } else { (32, 7) };
+    let (iters, rounds) = if quick { (16, 5) } else { (32, 9) };
     let mut out = String::new();
     let _ = writeln!(
         out,
