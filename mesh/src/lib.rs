@@ -8,6 +8,7 @@
 //! Must not touch: a chip's internals (it calls the chip's public API), routing (the fabric's),
 //! or collective algorithms (ccl's).
 
+pub mod bench;
 pub mod ccl;
 mod device;
 mod error;

@@ -1,0 +1,381 @@
+//! `ttmesh bench ccl`: collectives in nccl-tests' columns next to the host's aggregate memcpy
+//! bandwidth, and the host cost of the `ttmesh run` block traced vs untraced. Prints figures and
+//! ratios; asserts nothing (machines are noisy).
+//!
+//! Conventions (nccl-tests, FACTS.md): `size` S is the per-chip buffer nccl-tests reports:
+//! all_reduce's tensor; all_gather's output (input S/n); reduce_scatter's input (output S/n).
+//! algbw = S / t; busbw = algbw x 2(n-1)/n for all_reduce, x (n-1)/n for the others. Time t is
+//! enqueue + finish of one collective on a warmed-up program cache, averaged. On an emulated
+//! mesh every chip shares host memory, so busbw cannot exceed M / n, where M is the aggregate
+//! memcpy bandwidth of all host cores copying at once; busbw x n / M is the efficiency.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use crate::ccl::{self, CclArgs};
+use crate::ops::{self, MeshMatmulConfig};
+use crate::{
+    Activation, CqId, DataType, FabricConfig, HostTensor, Layout, MemoryConfig, MeshConfig,
+    MeshDevice, MeshTensor, ReplicateTensorToMesh, ShardTensorToMesh, TensorSpec,
+};
+
+const MIB: usize = 1 << 20;
+
+/// Aggregate memcpy bandwidth (bytes copied per second) of every core copying its own buffers
+/// at once: the ceiling for data that moves between emulated chips.
+pub fn memcpy_bandwidth(bytes_per_thread: usize, rounds: usize) -> f64 {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut best = 0f64;
+    let mut bufs: Vec<(Vec<u8>, Vec<u8>)> = (0..threads)
+        .map(|t| {
+            (
+                vec![t as u8 + 1; bytes_per_thread],
+                vec![0u8; bytes_per_thread],
+            )
+        })
+        .collect();
+    for _ in 0..rounds {
+        let start = std::sync::Barrier::new(threads);
+        let took = std::thread::scope(|s| {
+            let hs: Vec<_> = bufs
+                .iter_mut()
+                .map(|(src, dst)| {
+                    let start = &start;
+                    s.spawn(move || {
+                        start.wait();
+                        let t = Instant::now();
+                        for _ in 0..4 {
+                            dst.copy_from_slice(src);
+                            std::hint::black_box(&mut dst[..]);
+                        }
+                        t.elapsed()
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or(Duration::MAX))
+                .max()
+                .unwrap_or(Duration::MAX)
+        });
+        best = best.max((4 * threads * bytes_per_thread) as f64 / took.as_secs_f64());
+    }
+    best
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Op {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::AllReduce => "all_reduce",
+            Op::AllGather => "all_gather",
+            Op::ReduceScatter => "reduce_scatter",
+        }
+    }
+    fn bus_factor(self, n: usize) -> f64 {
+        let f = (n as f64 - 1.0) / n as f64;
+        if self == Op::AllReduce {
+            2.0 * f
+        } else {
+            f
+        }
+    }
+}
+
+struct Row {
+    op: Op,
+    n: usize,
+    mesh: String,
+    size: usize,
+    time: Duration,
+}
+
+fn bf16(shape: Vec<usize>, seed: u64) -> Result<HostTensor, String> {
+    let n: usize = shape.iter().product();
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let v = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect();
+    HostTensor::from_f32(shape, DataType::BFloat16, v).map_err(|e| e.to_string())
+}
+
+/// Times one collective of `size` bytes per chip (bf16, DRAM, tile layout) on `mesh`.
+fn time_collective(
+    mesh: &MeshDevice,
+    op: Op,
+    size: usize,
+    iters: usize,
+) -> Result<Duration, String> {
+    let err = |e: crate::MeshError| e.to_string();
+    let n = mesh.num_devices();
+    let rows = size / 2 / 1024;
+    let full = vec![1, 1, rows, 1024];
+    let (in_shape, out_shape) = match op {
+        Op::AllReduce => (full.clone(), full.clone()),
+        Op::AllGather => (vec![1, 1, rows, 1024 / n], full.clone()),
+        Op::ReduceScatter => (full.clone(), vec![1, 1, rows, 1024 / n]),
+    };
+    let x = MeshTensor::from_host(
+        &bf16(in_shape, 7)?,
+        mesh,
+        &ReplicateTensorToMesh,
+        Layout::Tile,
+        MemoryConfig::DRAM,
+        CqId(0),
+    )
+    .map_err(err)?;
+    let out_spec = TensorSpec::new(
+        out_shape,
+        DataType::BFloat16,
+        Layout::Tile,
+        MemoryConfig::DRAM,
+    );
+    let out = MeshTensor::allocate(mesh, &out_spec).map_err(err)?;
+    let args = CclArgs {
+        output: Some(out.clone()),
+        ..Default::default()
+    };
+    let once = || -> Result<Duration, String> {
+        let t = Instant::now();
+        let r = match op {
+            Op::AllReduce => ccl::all_reduce(&x, &args),
+            Op::AllGather => ccl::all_gather(&x, 3, &args),
+            Op::ReduceScatter => ccl::reduce_scatter(&x, 3, &args),
+        };
+        r.map_err(err)?;
+        mesh.finish(CqId(0)).map_err(err)?;
+        Ok(t.elapsed())
+    };
+    once()?; // compile + first touch of every buffer
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        total += once()?;
+    }
+    out.deallocate(true).map_err(err)?;
+    x.deallocate(true).map_err(err)?;
+    Ok(total / iters as u32)
+}
+
+fn open(topology: &str, fabric: FabricConfig) -> Result<MeshDevice, String> {
+    MeshDevice::open(MeshConfig {
+        topology: topology.into(),
+        fabric_config: fabric,
+        trace_region_size: 10_000_000,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())
+}
+
+fn gbps(bytes: f64, t: Duration) -> f64 {
+    bytes / t.as_secs_f64() / 1e9
+}
+
+/// The collectives table. Meshes: 2 and 4 chips as lines, 8 as a T3K under Fabric1DRing (its
+/// perimeter ring).
+fn collectives(quick: bool, m: f64, out: &mut String) -> Vec<Row> {
+    let meshes: &[(usize, &str, FabricConfig)] = if quick {
+        &[
+            (2, "line-2", FabricConfig::Fabric1D),
+            (8, "t3k", FabricConfig::Fabric1DRing),
+        ]
+    } else {
+        &[
+            (2, "line-2", FabricConfig::Fabric1D),
+            (4, "line-4", FabricConfig::Fabric1D),
+            (8, "t3k", FabricConfig::Fabric1DRing),
+        ]
+    };
+    let sizes: &[usize] = if quick { &[MIB] } else { &[MIB, 16 * MIB] };
+    let mut rows = Vec::new();
+    let _ = writeln!(
+        out,
+        "{:<15} {:>5} {:<14} {:>9} {:>11} {:>12} {:>12} {:>10}",
+        "op", "chips", "mesh", "size", "time (us)", "algbw GB/s", "busbw GB/s", "busbw*n/M"
+    );
+    for &(n, topo, fabric) in meshes {
+        let mesh = match open(topo, fabric) {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = writeln!(out, "{topo}: cannot open: {e}");
+                continue;
+            }
+        };
+        let label = format!(
+            "{topo} {}",
+            if n > 2 && fabric == FabricConfig::Fabric1DRing {
+                "ring"
+            } else {
+                "line"
+            }
+        );
+        for &size in sizes {
+            let iters = if size >= 16 * MIB {
+                3
+            } else if quick {
+                5
+            } else {
+                10
+            };
+            for op in [Op::AllReduce, Op::AllGather, Op::ReduceScatter] {
+                match time_collective(&mesh, op, size, iters) {
+                    Ok(t) => {
+                        let alg = gbps(size as f64, t);
+                        let bus = alg * op.bus_factor(n);
+                        let _ = writeln!(
+                            out,
+                            "{:<15} {:>5} {:<14} {:>5} MiB {:>11.1} {:>12.2} {:>12.2} {:>10.2}",
+                            op.name(),
+                            n,
+                            label,
+                            size / MIB,
+                            t.as_secs_f64() * 1e6,
+                            alg,
+                            bus,
+                            bus * 1e9 * n as f64 / m
+                        );
+                        rows.push(Row {
+                            op,
+                            n,
+                            mesh: label.clone(),
+                            size,
+                            time: t,
+                        });
+                    }
+                    Err(e) => {
+                        let _ = writeln!(out, "{:<15} {n:>5} {label:<14} failed: {e}", op.name());
+                    }
+                }
+            }
+        }
+        let _ = mesh.close();
+    }
+    rows
+}
+
+/// The `ttmesh run` block: column-parallel up projection with gelu, row-parallel down
+/// projection + all_reduce (bf16), as bin/src/run.rs builds it.
+fn mlp_block(x: &MeshTensor, w1: &MeshTensor, w2: &MeshTensor) -> crate::Result<MeshTensor> {
+    let up = MeshMatmulConfig {
+        activation: Some(Activation::Gelu { approximate: false }),
+        ..Default::default()
+    };
+    let h = ops::column_parallel_matmul(x, w1, &up, None)?;
+    ops::row_parallel_matmul(&h, w2, &MeshMatmulConfig::default(), &CclArgs::default())
+}
+
+/// Host time per iteration of the run block: enqueueing every op (untraced) vs one lockstep
+/// replay (traced). Each iteration finishes before the next, so queues never back up.
+fn run_block(quick: bool, out: &mut String) -> Result<(f64, f64), String> {
+    let err = |e: crate::MeshError| e.to_string();
+    let mesh = open("t3k", FabricConfig::Fabric1D)?;
+    let (t, h, f) = (32, 512, 2048);
+    let x = MeshTensor::from_host(
+        &bf16(vec![1, 1, t, h], 1)?,
+        &mesh,
+        &ReplicateTensorToMesh,
+        Layout::Tile,
+        MemoryConfig::DRAM,
+        CqId(0),
+    )
+    .map_err(err)?;
+    let w1 = MeshTensor::from_host(
+        &bf16(vec![h, f], 2)?,
+        &mesh,
+        &ShardTensorToMesh(1),
+        Layout::Tile,
+        MemoryConfig::DRAM,
+        CqId(0),
+    )
+    .map_err(err)?;
+    let w2 = MeshTensor::from_host(
+        &bf16(vec![f, h], 3)?,
+        &mesh,
+        &ShardTensorToMesh(0),
+        Layout::Tile,
+        MemoryConfig::DRAM,
+        CqId(0),
+    )
+    .map_err(err)?;
+    let iters = if quick { 10 } else { 50 };
+    let _ = mlp_block(&x, &w1, &w2).map_err(err)?;
+    mesh.finish(CqId(0)).map_err(err)?;
+    let mut untraced = Duration::ZERO;
+    for _ in 0..iters {
+        let s = Instant::now();
+        let y = mlp_block(&x, &w1, &w2).map_err(err)?;
+        untraced += s.elapsed();
+        mesh.finish(CqId(0)).map_err(err)?;
+        drop(y);
+    }
+    let tid = mesh.begin_trace_capture(CqId(0)).map_err(err)?;
+    let y = mlp_block(&x, &w1, &w2);
+    mesh.end_trace_capture(tid, CqId(0)).map_err(err)?;
+    let _y = y.map_err(err)?;
+    mesh.execute_trace(tid, CqId(0), true).map_err(err)?;
+    let mut traced = Duration::ZERO;
+    let mut device = Duration::ZERO;
+    for _ in 0..iters {
+        let s = Instant::now();
+        mesh.execute_trace(tid, CqId(0), false).map_err(err)?;
+        traced += s.elapsed();
+        mesh.finish(CqId(0)).map_err(err)?;
+        device += s.elapsed();
+    }
+    let (u, tr) = (
+        untraced.as_secs_f64() * 1e6 / iters as f64,
+        traced.as_secs_f64() * 1e6 / iters as f64,
+    );
+    let _ = writeln!(
+        out,
+        "run block (t3k, TP MLP 32x512x2048 bf16, {iters} iterations): host us/iter untraced {u:.1}, traced {tr:.1} ({:.1}x less; goal >= 10x); traced replay + finish {:.1} us/iter",
+        u / tr.max(1e-9),
+        device.as_secs_f64() * 1e6 / iters as f64
+    );
+    let _ = mesh.close();
+    Ok((u, tr))
+}
+
+/// Runs every benchmark and returns the report. `quick`: 1 MiB only, 2 and 8 chips.
+pub fn run(quick: bool) -> String {
+    let mut out = String::new();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let m = memcpy_bandwidth(
+        if quick { 16 * MIB } else { 64 * MIB },
+        if quick { 3 } else { 5 },
+    );
+    let _ = writeln!(
+        out,
+        "host memcpy bandwidth M = {:.2} GB/s ({threads} threads copying at once)",
+        m / 1e9
+    );
+    let rows = collectives(quick, m, &mut out);
+    if let Some(r) = rows
+        .iter()
+        .filter(|r| r.op == Op::AllReduce && r.n == 8)
+        .max_by_key(|r| r.size)
+    {
+        let bus = gbps(r.size as f64, r.time) * 1e9 * r.op.bus_factor(r.n);
+        let _ = writeln!(
+            out,
+            "all_reduce {} MiB on {} chips ({}): efficiency busbw*n/M = {:.2} (goal >= 0.5)",
+            r.size / MIB,
+            r.n,
+            r.mesh,
+            bus * r.n as f64 / m
+        );
+    }
+    if let Err(e) = run_block(quick, &mut out) {
+        let _ = writeln!(out, "run block: failed: {e}");
+    }
+    out
+}
