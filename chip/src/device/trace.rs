@@ -291,7 +291,11 @@ impl Chip {
         let mut e = Encoder::with_capacity(96);
         {
             let mut table = self.shared.traces.lock();
-            let t = table.traces.get_mut(&tid.0).ok_or_else(|| self.unknown_trace(tid, "execute"))?;
+            // `unknown_trace` reads the table we hold: pass it rather than locking again.
+            let t = match table.traces.get_mut(&tid.0) {
+                Some(t) => t,
+                None => return Err(self.unknown_trace(&table, tid, "execute")),
+            };
             if self.shared.sanitizer.load(std::sync::atomic::Ordering::Relaxed) {
                 self.sanitize(tid, t)?;
             }
@@ -309,13 +313,9 @@ impl Chip {
         self.submit_with_wake(cq, e.bytes, &[], wake)
     }
 
-    fn unknown_trace(&self, tid: TraceId, what: &str) -> ChipError {
-        let known: Vec<u32> = {
-            let t = self.shared.traces.lock();
-            let mut k: Vec<u32> = t.traces.keys().copied().collect();
-            k.sort_unstable();
-            k
-        };
+    fn unknown_trace(&self, table: &TraceTable, tid: TraceId, what: &str) -> ChipError {
+        let mut known: Vec<u32> = table.traces.keys().copied().collect();
+        known.sort_unstable();
         ChipError::Trace(format!(
             "cannot {what} trace tid {} on device {}: no such trace (live traces: {:?}); it was never captured or was released",
             tid.0,
@@ -369,8 +369,11 @@ impl Chip {
     }
 
     pub fn release_trace(&self, tid: TraceId) -> Result<()> {
-        let record = self.shared.traces.lock().traces.remove(&tid.0);
-        let record = record.ok_or_else(|| self.unknown_trace(tid, "release"))?;
+        let record = {
+            let mut table = self.shared.traces.lock();
+            let r = table.traces.remove(&tid.0);
+            r.ok_or_else(|| self.unknown_trace(&table, tid, "release"))?
+        };
         self.deallocate(&record.alloc)
     }
 
