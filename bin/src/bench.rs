@@ -2,7 +2,7 @@
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// Which benchmark: chip, trace, fabric, monitor, or all.
+    /// Which benchmark: chip, trace, fabric, ccl, monitor, mesh-monitor, or all.
     #[arg(default_value = "all")]
     pub which: String,
     /// Short runs (CI smoke test).
@@ -23,10 +23,14 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     section("chip", &|| ttmesh_chip::bench::chip_bench(q));
     section("trace", &|| ttmesh_chip::bench::trace_bench(q));
     section("fabric", &|| ttmesh_fabric::bench::run(q));
+    section("ccl", &|| ttmesh::bench::run(q));
     section("monitor", &|| ttmesh_monitor::bench::publish_cost(q));
+    section("mesh-monitor", &|| {
+        ttmesh::monitor_bench::monitor_overhead(q)
+    });
     if !ran {
         return Err(format!(
-            "unknown benchmark '{}': use chip, trace, fabric, monitor or all",
+            "unknown benchmark '{}': use chip, trace, fabric, ccl, monitor, mesh-monitor or all",
             args.which
         ));
     }

@@ -267,11 +267,6 @@ fn run_on(
             .iter()
             .copied()
             .fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s))));
-        if args.hold > 0.0 {
-            std::thread::sleep(Duration::from_secs_f64(args.hold));
-        }
-    } else if args.hold > 0.0 {
-        std::thread::sleep(Duration::from_secs_f64(args.hold));
     }
 
     let reports = mesh.reports();

@@ -100,6 +100,8 @@ pub(crate) struct MeshInner {
     pub(crate) fabric: Option<Arc<Fabric>>,
     pub(crate) closed: AtomicBool,
     pub(crate) last_replay: Mutex<Option<Arc<crate::trace::ReplayTimes>>>,
+    /// Wakes the chips' dispatchers for a lockstep replay, off the host thread.
+    pub(crate) waker: crate::trace::LockstepWaker,
     /// Statistics publishing for `ttmesh monitor`; None when off (`TTMESH_MONITOR=0`).
     pub(crate) monitor: Mutex<Option<MeshMonitor>>,
 }
@@ -174,6 +176,7 @@ impl MeshDevice {
                 fabric,
                 closed: AtomicBool::new(false),
                 last_replay: Mutex::new(None),
+                waker: crate::trace::LockstepWaker::default(),
                 monitor: Mutex::new(monitor),
             }),
         })

@@ -74,6 +74,46 @@ impl StartBarrier {
     }
 }
 
+/// A thread that wakes every chip's dispatcher after a lockstep replay was queued: the host
+/// thread pays one wake-up per replay instead of one per chip (on two host cores, 32 wake-ups
+/// on the host thread cost more than the replay's whole host work).
+#[derive(Default)]
+pub(crate) struct LockstepWaker {
+    tx: Mutex<Option<crossbeam_channel::Sender<(Vec<Arc<ttmesh_chip::Chip>>, CqId)>>>,
+}
+
+impl LockstepWaker {
+    fn wake(&self, chips: &[Arc<ttmesh_chip::Chip>], cq: CqId) {
+        let mut tx = self.tx.lock();
+        if tx.is_none() {
+            let (s, r) = crossbeam_channel::unbounded::<(Vec<Arc<ttmesh_chip::Chip>>, CqId)>();
+            let spawned = std::thread::Builder::new()
+                .name("ttmesh-lockstep-waker".into())
+                .spawn(move || {
+                    // Ends when the mesh drops its sender.
+                    while let Ok((chips, cq)) = r.recv() {
+                        for c in &chips {
+                            c.wake(cq);
+                        }
+                    }
+                });
+            if spawned.is_ok() {
+                *tx = Some(s);
+            }
+        }
+        let sent = tx
+            .as_ref()
+            .map(|s| s.send((chips.to_vec(), cq)).is_ok())
+            .unwrap_or(false);
+        if !sent {
+            // No waker thread: wake them here.
+            for c in chips {
+                c.wake(cq);
+            }
+        }
+    }
+}
+
 /// Start and finish times of one lockstep replay.
 pub(crate) struct ReplayTimes {
     start: Mutex<Option<Instant>>,
@@ -172,6 +212,7 @@ impl MeshDevice {
             let id = c.id();
             let timeout = c.operation_timeout();
             let t2 = times.clone();
+            // Queued without waking: one wake of the waker thread replaces one per chip.
             let enqueue = c.enqueue_trace_with_callbacks(
                 TraceId(tid.0),
                 cq,
@@ -184,15 +225,18 @@ impl MeshDevice {
                     t2.finish.lock()[i] = Some(Instant::now());
                     Ok(())
                 })),
+                false,
             );
             if let Err(e) = enqueue {
                 barrier.abort();
+                self.inner.waker.wake(chips, cq);
                 return Err(MeshError::Chip {
                     chip: id,
                     source: e,
                 });
             }
         }
+        self.inner.waker.wake(chips, cq);
         *self.inner.last_replay.lock() = Some(times);
         if blocking {
             self.finish(cq)?;
