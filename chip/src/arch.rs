@@ -140,7 +140,8 @@ impl ArchSpec {
     /// Peak matmul rate of the whole compute grid in FLOP/s at a fidelity:
     /// a 32x32x32 tile is 2*32^3 FLOPs in `cycles_per_tile_matmul` cycles per core.
     pub fn matmul_flops_per_s(&self, fidelity: MathFidelity) -> f64 {
-        let per_core = 2.0 * 32f64.powi(3) / fidelity.cycles_per_tile_matmul() as f64 * self.clock_hz;
+        let per_core =
+            2.0 * 32f64.powi(3) / fidelity.cycles_per_tile_matmul() as f64 * self.clock_hz;
         per_core * self.num_compute_cores() as f64
     }
 }
@@ -152,7 +153,10 @@ mod tests {
     #[test]
     fn wormhole_numbers_match_facts() {
         let wh = ArchSpec::from_name("wormhole_b0").unwrap();
-        assert_eq!(wh.dram_reserved_base + (wh.dram_bank_size - wh.dram_reserved_base), 1 << 30);
+        assert_eq!(
+            wh.dram_reserved_base + (wh.dram_bank_size - wh.dram_reserved_base),
+            1 << 30
+        );
         assert_eq!(wh.dram_bank_size - wh.dram_reserved_base, 1_072_693_184);
         assert_eq!(wh.l1_size_per_core - wh.l1_reserved_base, 1_393_312);
         assert_eq!(wh.l1_size_per_core, 0x16E000);

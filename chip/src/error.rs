@@ -28,7 +28,11 @@ pub enum ChipError {
     InvalidBuffer(String),
 
     #[error("double free: {buffer_type} buffer at address {address:#x} on chip {chip} is not allocated (already freed?)")]
-    DoubleFree { chip: u32, buffer_type: BufferType, address: u64 },
+    DoubleFree {
+        chip: u32,
+        buffer_type: BufferType,
+        address: u64,
+    },
 
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
@@ -37,13 +41,20 @@ pub enum ChipError {
     InvalidShardSpec { tensor: String, reason: String },
 
     #[error("{tensor} was deallocated; it cannot be {action}. Keep the tensor alive, or allocate a new one")]
-    Deallocated { tensor: String, action: &'static str },
+    Deallocated {
+        tensor: String,
+        action: &'static str,
+    },
 
     #[error("shape mismatch in {op}: {detail}")]
     ShapeMismatch { op: String, detail: String },
 
     #[error("{op} does not support {what}: {hint}")]
-    Unsupported { op: String, what: String, hint: String },
+    Unsupported {
+        op: String,
+        what: String,
+        hint: String,
+    },
 
     #[error("memory access out of range: {0}")]
     MemoryRange(String),
@@ -52,7 +63,11 @@ pub enum ChipError {
     Data(String),
 
     #[error("kernel {kernel} failed on chip {chip}: {reason}")]
-    Kernel { kernel: String, chip: u32, reason: String },
+    Kernel {
+        kernel: String,
+        chip: u32,
+        reason: String,
+    },
 
     #[error("command decode error at byte {offset}: {reason}")]
     Decode { offset: usize, reason: String },
@@ -80,6 +95,9 @@ impl From<crate::format::FormatError> for ChipError {
 
 impl From<crate::compute::ComputeError> for ChipError {
     fn from(e: crate::compute::ComputeError) -> Self {
-        ChipError::ShapeMismatch { op: "compute".into(), detail: e.to_string() }
+        ChipError::ShapeMismatch {
+            op: "compute".into(),
+            detail: e.to_string(),
+        }
     }
 }

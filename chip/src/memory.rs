@@ -32,7 +32,14 @@ pub struct DeviceMemory {
 }
 
 impl DeviceMemory {
-    pub fn new(chip: u32, num_dram_banks: u32, dram_bank_size: u64, num_l1_banks: u32, l1_bank_size: u64, host_size: u64) -> Self {
+    pub fn new(
+        chip: u32,
+        num_dram_banks: u32,
+        dram_bank_size: u64,
+        num_l1_banks: u32,
+        l1_bank_size: u64,
+        host_size: u64,
+    ) -> Self {
         let banks = |n: u32| (0..n).map(|_| RwLock::new(Bank::default())).collect();
         DeviceMemory {
             chip,
@@ -52,7 +59,13 @@ impl DeviceMemory {
             MemSpace::Host => (&self.host, self.host_size),
         };
         let b = banks.get(bank as usize).ok_or_else(|| {
-            ChipError::MemoryRange(format!("chip {} has no {:?} bank {} (it has {})", self.chip, space, bank, banks.len()))
+            ChipError::MemoryRange(format!(
+                "chip {} has no {:?} bank {} (it has {})",
+                self.chip,
+                space,
+                bank,
+                banks.len()
+            ))
         })?;
         if addr.checked_add(len).is_none_or(|end| end > size) {
             return Err(ChipError::MemoryRange(format!(
@@ -72,7 +85,10 @@ impl DeviceMemory {
             let chunk = a / CHUNK_SIZE;
             let in_chunk = (a % CHUNK_SIZE) as usize;
             let n = (CHUNK_SIZE as usize - in_chunk).min(data.len() - off);
-            let c = b.chunks.entry(chunk).or_insert_with(|| vec![0u8; CHUNK_SIZE as usize].into_boxed_slice());
+            let c = b
+                .chunks
+                .entry(chunk)
+                .or_insert_with(|| vec![0u8; CHUNK_SIZE as usize].into_boxed_slice());
             c[in_chunk..in_chunk + n].copy_from_slice(&data[off..off + n]);
             off += n;
         }
@@ -100,7 +116,9 @@ impl DeviceMemory {
     /// Drops the chunks entirely inside [addr, addr + len) of one bank: freed buffers give their
     /// host memory back.
     pub fn discard(&self, space: MemSpace, bank: u32, addr: u64, len: u64) {
-        let Ok(lock) = self.bank(space, bank, addr, len) else { return };
+        let Ok(lock) = self.bank(space, bank, addr, len) else {
+            return;
+        };
         let first = addr.div_ceil(CHUNK_SIZE);
         let end = (addr + len) / CHUNK_SIZE;
         if first >= end {
@@ -118,7 +136,12 @@ impl DeviceMemory {
 
     /// Host bytes held by the sparse store (for the memory-footprint test and benchmarks).
     pub fn resident_bytes(&self) -> u64 {
-        let count = |banks: &Vec<RwLock<Bank>>| banks.iter().map(|b| b.read().chunks.len() as u64).sum::<u64>();
+        let count = |banks: &Vec<RwLock<Bank>>| {
+            banks
+                .iter()
+                .map(|b| b.read().chunks.len() as u64)
+                .sum::<u64>()
+        };
         (count(&self.dram) + count(&self.l1) + count(&self.host)) * CHUNK_SIZE
     }
 

@@ -119,8 +119,18 @@ impl Program {
             image.extend_from_slice(&(cb.num_pages * cb.page_size).to_le_bytes());
         }
         image.extend_from_slice(&[0u8; 96]);
-        let split = CoreSplit { args_per_core: split.args_per_core.max(operands.len() as u16 + 2), ..split };
-        Program { id: 0, kernel, operands, split, circular_buffers, config_image: image }
+        let split = CoreSplit {
+            args_per_core: split.args_per_core.max(operands.len() as u16 + 2),
+            ..split
+        };
+        Program {
+            id: 0,
+            kernel,
+            operands,
+            split,
+            circular_buffers,
+            config_image: image,
+        }
     }
 
     /// Runtime args of a launch: every core gets the operand addresses, then its unit range.
@@ -214,6 +224,10 @@ impl ProgramCache {
 
     pub fn counters(&self) -> CacheCounters {
         let i = self.inner.lock();
-        CacheCounters { hits: i.hits, misses: i.misses, entries: i.by_id.len() as u64 }
+        CacheCounters {
+            hits: i.hits,
+            misses: i.misses,
+            entries: i.by_id.len() as u64,
+        }
     }
 }

@@ -311,7 +311,6 @@ fn link_down_fails_on_every_chip_naming_the_link() {
 /// the first chip in mesh order reports its finish timeout, which races (and beats) its
 /// kernel's own, more informative timeout; see the report for the MeshDevice change needed.
 #[test]
-#[ignore = "needs MeshDevice::synchronize_device to prefer a kernel's error over a finish timeout"]
 fn link_down_synchronize_error_names_the_link() {
     let (mesh, link, r, took) = all_gather_over_a_down_link();
     let e = r.unwrap_err().to_string();

@@ -52,7 +52,15 @@ impl BankManager {
         if top > base {
             free.insert(base, top - base);
         }
-        BankManager { base, top, alignment, direction, free, allocated: BTreeMap::new(), allocated_bytes: 0 }
+        BankManager {
+            base,
+            top,
+            alignment,
+            direction,
+            free,
+            allocated: BTreeMap::new(),
+            allocated_bytes: 0,
+        }
     }
 
     pub fn base(&self) -> u64 {
@@ -84,7 +92,11 @@ impl BankManager {
         let addrs = if largest == 0 {
             Vec::new()
         } else {
-            self.free.iter().filter(|(_, &s)| s == largest).map(|(&a, _)| a).collect()
+            self.free
+                .iter()
+                .filter(|(_, &s)| s == largest)
+                .map(|(&a, _)| a)
+                .collect()
         };
         (largest, addrs)
     }
@@ -96,10 +108,17 @@ impl BankManager {
         }
         let size = round_up(size, self.alignment);
         let (block_addr, block_size) = match self.direction {
-            AllocDirection::BottomUp => self.free.iter().find(|(_, &s)| s >= size).map(|(&a, &s)| (a, s))?,
-            AllocDirection::TopDown => {
-                self.free.iter().rev().find(|(_, &s)| s >= size).map(|(&a, &s)| (a, s))?
-            }
+            AllocDirection::BottomUp => self
+                .free
+                .iter()
+                .find(|(_, &s)| s >= size)
+                .map(|(&a, &s)| (a, s))?,
+            AllocDirection::TopDown => self
+                .free
+                .iter()
+                .rev()
+                .find(|(_, &s)| s >= size)
+                .map(|(&a, &s)| (a, s))?,
         };
         self.free.remove(&block_addr);
         let addr = match self.direction {
@@ -118,7 +137,8 @@ impl BankManager {
                 addr
             }
         };
-        self.allocated.insert(addr, AllocatedBlock { size, buffer_id });
+        self.allocated
+            .insert(addr, AllocatedBlock { size, buffer_id });
         self.allocated_bytes += size;
         Some(addr)
     }
@@ -149,10 +169,19 @@ impl BankManager {
     }
 
     /// Allocated blocks that intersect [addr, addr + size).
-    pub fn overlapping(&self, addr: u64, size: u64) -> impl Iterator<Item = (u64, AllocatedBlock)> + '_ {
+    pub fn overlapping(
+        &self,
+        addr: u64,
+        size: u64,
+    ) -> impl Iterator<Item = (u64, AllocatedBlock)> + '_ {
         let end = addr.saturating_add(size);
         // A block starting before `addr` may still reach into the range: start from its predecessor.
-        let first = self.allocated.range(..=addr).next_back().map(|(&a, _)| a).unwrap_or(addr);
+        let first = self
+            .allocated
+            .range(..=addr)
+            .next_back()
+            .map(|(&a, _)| a)
+            .unwrap_or(addr);
         self.allocated
             .range(first..end)
             .filter(move |(&a, b)| a < end && a + b.size > addr)
@@ -169,7 +198,11 @@ impl BankManager {
             .free
             .iter()
             .map(|(&a, &s)| (a, s, None))
-            .chain(self.allocated.iter().map(|(&a, b)| (a, b.size, Some(b.buffer_id))))
+            .chain(
+                self.allocated
+                    .iter()
+                    .map(|(&a, b)| (a, b.size, Some(b.buffer_id))),
+            )
             .collect();
         rows.sort_by_key(|r| r.0);
         let n = rows.len();
@@ -194,7 +227,10 @@ impl BankManager {
         let mut prev_free = false;
         for row in &table {
             if row.address != cursor {
-                return Err(format!("gap or overlap at {:#x} (expected {:#x})", row.address, cursor));
+                return Err(format!(
+                    "gap or overlap at {:#x} (expected {:#x})",
+                    row.address, cursor
+                ));
             }
             if !row.allocated && prev_free {
                 return Err(format!("unmerged free neighbours at {:#x}", row.address));
@@ -206,11 +242,17 @@ impl BankManager {
             cursor = row.address + row.size;
         }
         if cursor != self.top && !(table.is_empty() && self.top <= self.base) {
-            return Err(format!("blocks end at {:#x}, range ends at {:#x}", cursor, self.top));
+            return Err(format!(
+                "blocks end at {:#x}, range ends at {:#x}",
+                cursor, self.top
+            ));
         }
         let sum: u64 = self.allocated.values().map(|b| b.size).sum();
         if sum != self.allocated_bytes {
-            return Err(format!("allocated bytes {} != sum of blocks {}", self.allocated_bytes, sum));
+            return Err(format!(
+                "allocated bytes {} != sum of blocks {}",
+                self.allocated_bytes, sum
+            ));
         }
         Ok(())
     }

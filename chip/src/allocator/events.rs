@@ -110,7 +110,8 @@ impl AllocatorListener for UsageCounters {
                 }
             }
             AllocatorEventKind::Deallocate => {
-                c.allocated_per_bank.fetch_sub(e.per_bank_size, Ordering::Relaxed);
+                c.allocated_per_bank
+                    .fetch_sub(e.per_bank_size, Ordering::Relaxed);
                 c.live_buffers.fetch_sub(1, Ordering::Relaxed);
             }
         }

@@ -9,12 +9,16 @@ mod bank_manager;
 mod events;
 
 pub use bank_manager::{round_up, AllocDirection, AllocatedBlock, BankManager, BlockRow};
-pub use events::{AllocatorEvent, AllocatorEventKind, AllocatorListener, UsageCounters, UsageSnapshot};
+pub use events::{
+    AllocatorEvent, AllocatorEventKind, AllocatorListener, UsageCounters, UsageSnapshot,
+};
 
 use std::fmt;
 use std::sync::Arc;
 
-use crate::arch::{ArchSpec, BANK_SHARE_ALIGNMENT, L1_SMALL_GRANULARITY, TRACE_REGION_BANK_GRANULARITY};
+use crate::arch::{
+    ArchSpec, BANK_SHARE_ALIGNMENT, L1_SMALL_GRANULARITY, TRACE_REGION_BANK_GRANULARITY,
+};
 use crate::error::{ChipError, Result};
 
 /// tt-metal's buffer types, with its numbering.
@@ -29,8 +33,13 @@ pub enum BufferType {
 }
 
 impl BufferType {
-    pub const ALL: [BufferType; 5] =
-        [BufferType::Dram, BufferType::L1, BufferType::SystemMemory, BufferType::L1Small, BufferType::Trace];
+    pub const ALL: [BufferType; 5] = [
+        BufferType::Dram,
+        BufferType::L1,
+        BufferType::SystemMemory,
+        BufferType::L1Small,
+        BufferType::Trace,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -87,7 +96,13 @@ pub struct AllocatorConfig {
 
 impl AllocatorConfig {
     pub fn new(arch: ArchSpec) -> AllocatorConfig {
-        AllocatorConfig { arch, trace_region_size: 0, l1_small_size: 0, worker_l1_size: None, system_memory_size: 1 << 30 }
+        AllocatorConfig {
+            arch,
+            trace_region_size: 0,
+            l1_small_size: 0,
+            worker_l1_size: None,
+            system_memory_size: 1 << 30,
+        }
     }
 
     /// The TRACE region in every DRAM bank: round_up(ceil(size / banks), 8192).
@@ -95,7 +110,11 @@ impl AllocatorConfig {
         if self.trace_region_size == 0 {
             0
         } else {
-            round_up(self.trace_region_size.div_ceil(self.arch.num_dram_banks as u64), TRACE_REGION_BANK_GRANULARITY)
+            round_up(
+                self.trace_region_size
+                    .div_ceil(self.arch.num_dram_banks as u64),
+                TRACE_REGION_BANK_GRANULARITY,
+            )
         }
     }
 
@@ -110,7 +129,10 @@ pub enum Placement {
     /// Pages round-robin over every bank of the type.
     Interleaved,
     /// One shard per listed bank; each shard holds `pages_per_shard` pages.
-    Sharded { banks: Vec<u32>, pages_per_shard: u64 },
+    Sharded {
+        banks: Vec<u32>,
+        pages_per_shard: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -176,11 +198,20 @@ impl PageMap {
         match &self.placement {
             Placement::Interleaved => {
                 let bank = (page % self.num_banks as u64) as u32;
-                (bank, self.address + (page / self.num_banks as u64) * self.page_stride)
+                (
+                    bank,
+                    self.address + (page / self.num_banks as u64) * self.page_stride,
+                )
             }
-            Placement::Sharded { banks, pages_per_shard } => {
+            Placement::Sharded {
+                banks,
+                pages_per_shard,
+            } => {
                 let shard = (page / pages_per_shard) as usize;
-                (banks[shard], self.address + (page % pages_per_shard) * self.page_stride)
+                (
+                    banks[shard],
+                    self.address + (page % pages_per_shard) * self.page_stride,
+                )
             }
         }
     }
@@ -223,13 +254,16 @@ impl Allocator {
         let l1_small = config.l1_small_per_bank();
         let l1_top = arch.l1_size_per_core;
         let l1_base = match config.worker_l1_size {
-            Some(w) => l1_top.checked_sub(w).filter(|b| *b >= arch.l1_reserved_base).ok_or_else(|| {
-                ChipError::InvalidConfig(format!(
-                    "worker_l1_size {} B is larger than the {} B of L1 above the reserved base",
-                    w,
-                    l1_top - arch.l1_reserved_base
-                ))
-            })?,
+            Some(w) => l1_top
+                .checked_sub(w)
+                .filter(|b| *b >= arch.l1_reserved_base)
+                .ok_or_else(|| {
+                    ChipError::InvalidConfig(format!(
+                        "worker_l1_size {} B is larger than the {} B of L1 above the reserved base",
+                        w,
+                        l1_top - arch.l1_reserved_base
+                    ))
+                })?,
             None => arch.l1_reserved_base,
         };
         if l1_base + l1_small > l1_top {
@@ -241,13 +275,45 @@ impl Allocator {
         }
         let dram_trace_base = dram_top - trace_per_bank;
         let managers = [
-            BankManager::new(arch.dram_reserved_base, dram_trace_base, arch.dram_alignment, AllocDirection::BottomUp),
-            BankManager::new(l1_base, l1_top - l1_small, arch.l1_alignment, AllocDirection::TopDown),
-            BankManager::new(0, config.system_memory_size, arch.pcie_alignment, AllocDirection::BottomUp),
-            BankManager::new(l1_top - l1_small, l1_top, arch.l1_alignment, AllocDirection::TopDown),
-            BankManager::new(dram_trace_base, dram_top, arch.dram_alignment, AllocDirection::BottomUp),
+            BankManager::new(
+                arch.dram_reserved_base,
+                dram_trace_base,
+                arch.dram_alignment,
+                AllocDirection::BottomUp,
+            ),
+            BankManager::new(
+                l1_base,
+                l1_top - l1_small,
+                arch.l1_alignment,
+                AllocDirection::TopDown,
+            ),
+            BankManager::new(
+                0,
+                config.system_memory_size,
+                arch.pcie_alignment,
+                AllocDirection::BottomUp,
+            ),
+            BankManager::new(
+                l1_top - l1_small,
+                l1_top,
+                arch.l1_alignment,
+                AllocDirection::TopDown,
+            ),
+            BankManager::new(
+                dram_trace_base,
+                dram_top,
+                arch.dram_alignment,
+                AllocDirection::BottomUp,
+            ),
         ];
-        Ok(Allocator { chip, config, managers, next_id: 1, generation: 0, listeners: Vec::new() })
+        Ok(Allocator {
+            chip,
+            config,
+            managers,
+            next_id: 1,
+            generation: 0,
+            listeners: Vec::new(),
+        })
     }
 
     pub fn chip(&self) -> u32 {
@@ -284,7 +350,9 @@ impl Allocator {
     pub fn per_bank_size(&self, req: &AllocationRequest) -> Result<(u64, u64, u32)> {
         let t = req.buffer_type;
         if req.page_size == 0 {
-            return Err(ChipError::InvalidBuffer(format!("{t} buffer with page size 0; pages must hold at least one byte")));
+            return Err(ChipError::InvalidBuffer(format!(
+                "{t} buffer with page size 0; pages must hold at least one byte"
+            )));
         }
         let stride = round_up(req.page_size, self.alignment(t));
         let num_banks = self.num_banks(t);
@@ -294,11 +362,20 @@ impl Allocator {
                     return Err(ChipError::L1SmallInterleaved);
                 }
                 let pages_per_bank = req.num_pages.div_ceil(num_banks as u64);
-                Ok((round_up(pages_per_bank * stride, BANK_SHARE_ALIGNMENT), stride, num_banks))
+                Ok((
+                    round_up(pages_per_bank * stride, BANK_SHARE_ALIGNMENT),
+                    stride,
+                    num_banks,
+                ))
             }
-            Placement::Sharded { banks, pages_per_shard } => {
+            Placement::Sharded {
+                banks,
+                pages_per_shard,
+            } => {
                 if banks.is_empty() || *pages_per_shard == 0 {
-                    return Err(ChipError::InvalidBuffer("sharded buffer with no shards or empty shards".into()));
+                    return Err(ChipError::InvalidBuffer(
+                        "sharded buffer with no shards or empty shards".into(),
+                    ));
                 }
                 if let Some(b) = banks.iter().find(|b| **b >= num_banks) {
                     return Err(ChipError::InvalidBuffer(format!(
@@ -314,7 +391,11 @@ impl Allocator {
                         pages_per_shard
                     )));
                 }
-                Ok((round_up(pages_per_shard * stride, BANK_SHARE_ALIGNMENT), stride, num_banks))
+                Ok((
+                    round_up(pages_per_shard * stride, BANK_SHARE_ALIGNMENT),
+                    stride,
+                    num_banks,
+                ))
             }
         }
     }
@@ -322,7 +403,10 @@ impl Allocator {
     pub fn allocate(&mut self, req: &AllocationRequest) -> Result<Allocation> {
         let (per_bank, stride, num_banks) = self.per_bank_size(req)?;
         if per_bank == 0 {
-            return Err(ChipError::InvalidBuffer(format!("{} buffer of 0 pages; allocate at least one page", req.buffer_type)));
+            return Err(ChipError::InvalidBuffer(format!(
+                "{} buffer of 0 pages; allocate at least one page",
+                req.buffer_type
+            )));
         }
         let id = self.next_id;
         let t = req.buffer_type;
@@ -368,7 +452,11 @@ impl Allocator {
                 manager.deallocate(alloc.address);
             }
             _ => {
-                return Err(ChipError::DoubleFree { chip: self.chip, buffer_type: alloc.buffer_type, address: alloc.address })
+                return Err(ChipError::DoubleFree {
+                    chip: self.chip,
+                    buffer_type: alloc.buffer_type,
+                    address: alloc.address,
+                })
             }
         }
         self.generation += 1;
@@ -405,16 +493,27 @@ impl Allocator {
 
     /// Is `id` still allocated at `address`?
     pub fn is_live(&self, t: BufferType, address: u64, id: u64) -> bool {
-        self.managers[t as usize].block_at(address).is_some_and(|b| b.buffer_id == id)
+        self.managers[t as usize]
+            .block_at(address)
+            .is_some_and(|b| b.buffer_id == id)
     }
 
-    pub fn overlapping(&self, t: BufferType, address: u64, size: u64) -> Vec<(u64, AllocatedBlock)> {
-        self.managers[t as usize].overlapping(address, size).collect()
+    pub fn overlapping(
+        &self,
+        t: BufferType,
+        address: u64,
+        size: u64,
+    ) -> Vec<(u64, AllocatedBlock)> {
+        self.managers[t as usize]
+            .overlapping(address, size)
+            .collect()
     }
 
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         for t in BufferType::ALL {
-            self.managers[t as usize].check_invariants().map_err(|e| format!("{t}: {e}"))?;
+            self.managers[t as usize]
+                .check_invariants()
+                .map_err(|e| format!("{t}: {e}"))?;
         }
         Ok(())
     }

@@ -110,7 +110,9 @@ impl Encoder {
         Encoder { bytes: Vec::new() }
     }
     pub fn with_capacity(n: usize) -> Encoder {
-        Encoder { bytes: Vec::with_capacity(n) }
+        Encoder {
+            bytes: Vec::with_capacity(n),
+        }
     }
     pub fn len(&self) -> usize {
         self.bytes.len()
@@ -126,7 +128,8 @@ impl Encoder {
         self.bytes.push(op as u8);
         self.bytes.push(0);
         self.bytes.extend_from_slice(&aux.to_le_bytes());
-        self.bytes.extend_from_slice(&(payload_len as u32).to_le_bytes());
+        self.bytes
+            .extend_from_slice(&(payload_len as u32).to_le_bytes());
         self.bytes.extend_from_slice(&arg.to_le_bytes());
     }
 
@@ -138,7 +141,14 @@ impl Encoder {
     }
 
     /// A record whose payload is written by `fill` (which must write exactly `len` bytes).
-    fn record_with(&mut self, op: Opcode, aux: u16, arg: u64, len: usize, fill: impl FnOnce(&mut Vec<u8>)) {
+    fn record_with(
+        &mut self,
+        op: Opcode,
+        aux: u16,
+        arg: u64,
+        len: usize,
+        fill: impl FnOnce(&mut Vec<u8>),
+    ) {
         self.header(op, aux, len, arg);
         let start = self.bytes.len();
         fill(&mut self.bytes);
@@ -152,48 +162,96 @@ impl Encoder {
 
     pub fn write_linear(&mut self, space: MemSpace, bank: u32, addr: u32, data: &[u8]) {
         let arg = (space_code(space) as u64) << 56 | (bank as u64 & 0xFF_FFFF) << 32 | addr as u64;
-        self.record_with(Opcode::WriteLinear, 0, arg, data.len(), |b| b.extend_from_slice(data));
+        self.record_with(Opcode::WriteLinear, 0, arg, data.len(), |b| {
+            b.extend_from_slice(data)
+        });
     }
 
     /// Pages to (bank, addr) locations; `data` holds `locations.len()` pages of `page_size`.
-    pub fn write_paged(&mut self, space: MemSpace, page_size: u32, locations: &[(u32, u32)], data: &[u8]) {
+    pub fn write_paged(
+        &mut self,
+        space: MemSpace,
+        page_size: u32,
+        locations: &[(u32, u32)],
+        data: &[u8],
+    ) {
         let len = 8 + locations.len() * 8 + data.len();
-        self.record_with(Opcode::WritePaged, space_code(space) as u16, locations.len() as u64, len, |b| {
-            b.extend_from_slice(&page_size.to_le_bytes());
-            b.extend_from_slice(&0u32.to_le_bytes());
-            for (bank, addr) in locations {
-                b.extend_from_slice(&bank.to_le_bytes());
-                b.extend_from_slice(&addr.to_le_bytes());
-            }
-            b.extend_from_slice(data);
-        });
+        self.record_with(
+            Opcode::WritePaged,
+            space_code(space) as u16,
+            locations.len() as u64,
+            len,
+            |b| {
+                b.extend_from_slice(&page_size.to_le_bytes());
+                b.extend_from_slice(&0u32.to_le_bytes());
+                for (bank, addr) in locations {
+                    b.extend_from_slice(&bank.to_le_bytes());
+                    b.extend_from_slice(&addr.to_le_bytes());
+                }
+                b.extend_from_slice(data);
+            },
+        );
     }
 
-    pub fn read_paged(&mut self, handle: u64, space: MemSpace, page_size: u32, locations: &[(u32, u32)]) {
+    pub fn read_paged(
+        &mut self,
+        handle: u64,
+        space: MemSpace,
+        page_size: u32,
+        locations: &[(u32, u32)],
+    ) {
         let len = 8 + locations.len() * 8;
-        self.record_with(Opcode::ReadPaged, space_code(space) as u16, handle, len, |b| {
-            b.extend_from_slice(&page_size.to_le_bytes());
-            b.extend_from_slice(&(locations.len() as u32).to_le_bytes());
-            for (bank, addr) in locations {
-                b.extend_from_slice(&bank.to_le_bytes());
-                b.extend_from_slice(&addr.to_le_bytes());
-            }
-        });
+        self.record_with(
+            Opcode::ReadPaged,
+            space_code(space) as u16,
+            handle,
+            len,
+            |b| {
+                b.extend_from_slice(&page_size.to_le_bytes());
+                b.extend_from_slice(&(locations.len() as u32).to_le_bytes());
+                for (bank, addr) in locations {
+                    b.extend_from_slice(&bank.to_le_bytes());
+                    b.extend_from_slice(&addr.to_le_bytes());
+                }
+            },
+        );
     }
 
     /// A program launch: header with the kernel config image, per-core runtime args, go signal.
-    pub fn launch(&mut self, program_id: u32, cores: u32, config_image: &[u8], args_per_core: u16, args: &[u32]) {
+    pub fn launch(
+        &mut self,
+        program_id: u32,
+        cores: u32,
+        config_image: &[u8],
+        args_per_core: u16,
+        args: &[u32],
+    ) {
         let arg = program_id as u64 | (cores as u64) << 32;
-        self.record_with(Opcode::LaunchProgram, 0, arg, config_image.len(), |b| b.extend_from_slice(config_image));
-        self.record_with(Opcode::WritePacked, args_per_core, program_id as u64, args.len() * 4, |b| {
-            for a in args {
-                b.extend_from_slice(&a.to_le_bytes());
-            }
+        self.record_with(Opcode::LaunchProgram, 0, arg, config_image.len(), |b| {
+            b.extend_from_slice(config_image)
         });
+        self.record_with(
+            Opcode::WritePacked,
+            args_per_core,
+            program_id as u64,
+            args.len() * 4,
+            |b| {
+                for a in args {
+                    b.extend_from_slice(&a.to_le_bytes());
+                }
+            },
+        );
         self.simple(Opcode::GoSignal, 0, program_id as u64);
     }
 
-    pub fn exec_buf(&mut self, trace_id: u32, address: u32, log2_page_size: u16, num_pages: u32, size: u64) {
+    pub fn exec_buf(
+        &mut self,
+        trace_id: u32,
+        address: u32,
+        log2_page_size: u16,
+        num_pages: u32,
+        size: u64,
+    ) {
         self.record_with(Opcode::ExecBuf, log2_page_size, address as u64, 16, |b| {
             b.extend_from_slice(&num_pages.to_le_bytes());
             b.extend_from_slice(&trace_id.to_le_bytes());

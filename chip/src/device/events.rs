@@ -29,7 +29,10 @@ impl Event {
 
 impl Chip {
     pub fn create_event(&self) -> Event {
-        Event { chip: self.id(), recorded: Arc::new(Mutex::new(None)) }
+        Event {
+            chip: self.id(),
+            recorded: Arc::new(Mutex::new(None)),
+        }
     }
 
     fn own(&self, event: &Event) -> Result<()> {
@@ -45,7 +48,10 @@ impl Chip {
 
     fn recorded_or_err(&self, event: &Event) -> Result<(CqId, u64)> {
         event.recorded().ok_or_else(|| {
-            ChipError::Queue(format!("event on chip {} was never recorded; call record_event before waiting on it", self.id()))
+            ChipError::Queue(format!(
+                "event on chip {} was never recorded; call record_event before waiting on it",
+                self.id()
+            ))
         })
     }
 
@@ -83,7 +89,12 @@ impl Chip {
             Ok(())
         } else {
             Err(ChipError::Timeout {
-                what: format!("event_synchronize on chip {} waits for event {} of CQ {}", self.id(), id, cq.0),
+                what: format!(
+                    "event_synchronize on chip {} waits for event {} of CQ {}",
+                    self.id(),
+                    id,
+                    cq.0
+                ),
                 seconds: timeout.as_secs_f64(),
             })
         }

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::allocator::{
-    Allocation, AllocationRequest, Allocator, AllocatorConfig, AllocatorListener, BufferType, MemSpace, Statistics,
-    UsageCounters,
+    Allocation, AllocationRequest, Allocator, AllocatorConfig, AllocatorListener, BufferType,
+    MemSpace, Statistics, UsageCounters,
 };
 use crate::arch::ArchSpec;
 use crate::command::{Encoder, Opcode};
@@ -93,11 +93,14 @@ pub(crate) struct ChipShared {
 impl ChipShared {
     pub(crate) fn record_launch(&self, _p: &Program, elapsed: Duration) {
         self.launches.fetch_add(1, Ordering::Relaxed);
-        self.kernel_ns.fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+        self.kernel_ns
+            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn record_replay(&self, trace_id: u32, commands: u64, elapsed: Duration) {
-        self.traces.lock().record_replay(trace_id, commands, elapsed);
+        self.traces
+            .lock()
+            .record_replay(trace_id, commands, elapsed);
     }
 
     pub(crate) fn complete_read(&self, handle: u64, data: Result<Vec<u8>>) {
@@ -118,7 +121,10 @@ impl ChipShared {
         let cb = self.callbacks.lock().remove(&id);
         match cb {
             Some(f) => f(),
-            None => Err(ChipError::Queue(format!("host callback {id} is not registered on chip {}", self.id))),
+            None => Err(ChipError::Queue(format!(
+                "host callback {id} is not registered on chip {}",
+                self.id
+            ))),
         }
     }
 
@@ -133,7 +139,12 @@ impl ChipShared {
         let alloc = self.allocator.lock();
         let mut live: Vec<(u64, u64)> = types
             .iter()
-            .flat_map(|t| alloc.overlapping(*t, address, size).into_iter().map(|(a, b)| (a, a + b.size)))
+            .flat_map(|t| {
+                alloc
+                    .overlapping(*t, address, size)
+                    .into_iter()
+                    .map(|(a, b)| (a, a + b.size))
+            })
             .collect();
         drop(alloc);
         live.sort_unstable();
@@ -197,7 +208,9 @@ impl Chip {
         );
         let shared = Arc::new(ChipShared {
             id: config.id,
-            cq_states: (0..config.num_command_queues).map(|_| CqState::new()).collect(),
+            cq_states: (0..config.num_command_queues)
+                .map(|_| CqState::new())
+                .collect(),
             config: config.clone(),
             allocator: Mutex::new(allocator),
             memory,
@@ -214,8 +227,16 @@ impl Chip {
         for cq in 0..config.num_command_queues {
             queues.push(queue::spawn_dispatcher(shared.clone(), CqId(cq))?);
         }
-        let captures = (0..config.num_command_queues).map(|_| Mutex::new(None)).collect();
-        Ok(Arc::new(Chip { shared, queues, captures, closed: AtomicBool::new(false), usage }))
+        let captures = (0..config.num_command_queues)
+            .map(|_| Mutex::new(None))
+            .collect();
+        Ok(Arc::new(Chip {
+            shared,
+            queues,
+            captures,
+            closed: AtomicBool::new(false),
+            usage,
+        }))
     }
 
     pub fn id(&self) -> u32 {
@@ -296,7 +317,11 @@ impl Chip {
         // Host memory of the range is returned in queue order, after work that may still read it.
         if !self.closed.load(Ordering::Acquire) {
             let mut e = Encoder::with_capacity(32);
-            e.discard(alloc.buffer_type.space(), alloc.address, alloc.per_bank_size);
+            e.discard(
+                alloc.buffer_type.space(),
+                alloc.address,
+                alloc.per_bank_size,
+            );
             self.queues[0].ring.push(e.bytes, true);
         }
         Ok(())
@@ -317,7 +342,9 @@ impl Chip {
     // ---- commands ----
 
     pub fn is_capturing(&self, cq: CqId) -> bool {
-        self.captures.get(cq.0 as usize).is_some_and(|c| c.lock().is_some())
+        self.captures
+            .get(cq.0 as usize)
+            .is_some_and(|c| c.lock().is_some())
     }
 
     /// Sends encoded records to a queue, or into the trace being captured on it.
@@ -325,7 +352,13 @@ impl Chip {
         self.submit_with_wake(cq, bytes, refs, true)
     }
 
-    fn submit_with_wake(&self, cq: CqId, bytes: Vec<u8>, refs: &[trace::BufferRef], wake: bool) -> Result<()> {
+    fn submit_with_wake(
+        &self,
+        cq: CqId,
+        bytes: Vec<u8>,
+        refs: &[trace::BufferRef],
+        wake: bool,
+    ) -> Result<()> {
         let q = self.queue(cq)?;
         {
             let mut cap = self.captures[cq.0 as usize].lock();
@@ -347,11 +380,23 @@ impl Chip {
     }
 
     /// Enqueues a program launch: the op layer's single entry point into the queues.
-    pub fn enqueue_program(&self, cq: CqId, program: &Program, addresses: &[u32], buffer_ids: &[u64]) -> Result<()> {
+    pub fn enqueue_program(
+        &self,
+        cq: CqId,
+        program: &Program,
+        addresses: &[u32],
+        buffer_ids: &[u64],
+    ) -> Result<()> {
         let mut args = Vec::new();
         program.runtime_args(addresses, &mut args);
         let mut e = Encoder::with_capacity(64 + program.config_image.len() + args.len() * 4);
-        e.launch(program.id, program.split.cores, &program.config_image, program.split.args_per_core, &args);
+        e.launch(
+            program.id,
+            program.split.cores,
+            &program.config_image,
+            program.split.args_per_core,
+            &args,
+        );
         let refs: Vec<trace::BufferRef> = program
             .operands
             .iter()
@@ -383,7 +428,14 @@ impl Chip {
     }
 
     /// Writes pages (logical page data + their locations) through a queue.
-    pub fn enqueue_write_pages(&self, cq: CqId, space: MemSpace, page_size: u32, locations: &[(u32, u32)], data: &[u8]) -> Result<()> {
+    pub fn enqueue_write_pages(
+        &self,
+        cq: CqId,
+        space: MemSpace,
+        page_size: u32,
+        locations: &[(u32, u32)],
+        data: &[u8],
+    ) -> Result<()> {
         self.forbid_capture(cq, "Writes")?;
         let mut e = Encoder::with_capacity(64 + locations.len() * 8 + data.len());
         e.write_paged(space, page_size, locations, data);
@@ -391,10 +443,19 @@ impl Chip {
     }
 
     /// Enqueues a read of pages; the returned handle yields the bytes once the queue gets there.
-    pub fn enqueue_read_pages(&self, cq: CqId, space: MemSpace, page_size: u32, locations: &[(u32, u32)]) -> Result<PendingRead> {
+    pub fn enqueue_read_pages(
+        &self,
+        cq: CqId,
+        space: MemSpace,
+        page_size: u32,
+        locations: &[(u32, u32)],
+    ) -> Result<PendingRead> {
         self.forbid_capture(cq, "Reads")?;
         let handle = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
-        let slot = Arc::new(ReadSlot { data: Mutex::new(None), cv: Condvar::new() });
+        let slot = Arc::new(ReadSlot {
+            data: Mutex::new(None),
+            cv: Condvar::new(),
+        });
         self.shared.reads.lock().insert(handle, slot.clone());
         let mut e = Encoder::with_capacity(64 + locations.len() * 8);
         e.read_paged(handle, space, page_size, locations);
@@ -402,11 +463,20 @@ impl Chip {
             self.shared.reads.lock().remove(&handle);
             return Err(err);
         }
-        Ok(PendingRead { shared: self.shared.clone(), handle, slot, cq })
+        Ok(PendingRead {
+            shared: self.shared.clone(),
+            handle,
+            slot,
+            cq,
+        })
     }
 
     /// Enqueues a host callback (not traceable): used by the mesh for barriers and mesh events.
-    pub fn enqueue_host_callback(&self, cq: CqId, f: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+    pub fn enqueue_host_callback(
+        &self,
+        cq: CqId,
+        f: impl FnOnce() -> Result<()> + Send + 'static,
+    ) -> Result<()> {
         self.forbid_capture(cq, "Events")?;
         let id = self.shared.register_callback(Box::new(f));
         let mut e = Encoder::with_capacity(16);
@@ -425,7 +495,11 @@ impl Chip {
         q.ring.push(e.bytes, true);
         let state = &self.shared.cq_states[cq.0 as usize];
         let timeout = self.shared.config.operation_timeout;
-        if !state.wait_for(id, Instant::now() + timeout) {
+        // A kernel's own waits (events, fabric semaphores) time out after the operation timeout
+        // with an error that names what they waited on; wait a little longer so that error, not
+        // a bare "finish timed out", is what the host sees.
+        let grace = timeout + timeout / 4 + Duration::from_millis(500);
+        if !state.wait_for(id, Instant::now() + grace) {
             return Err(ChipError::Timeout {
                 what: format!(
                     "finish on chip {} CQ {}: the queue reached event {} of {}",
@@ -434,7 +508,7 @@ impl Chip {
                     state.completed(),
                     id
                 ),
-                seconds: timeout.as_secs_f64(),
+                seconds: grace.as_secs_f64(),
             });
         }
         match state.take_error() {
@@ -494,12 +568,17 @@ impl PendingRead {
             if self.slot.cv.wait_until(&mut g, deadline).timed_out() && g.is_none() {
                 self.shared.reads.lock().remove(&self.handle);
                 return Err(ChipError::Timeout {
-                    what: format!("read {} on chip {} CQ {} did not complete", self.handle, self.shared.id, self.cq.0),
+                    what: format!(
+                        "read {} on chip {} CQ {} did not complete",
+                        self.handle, self.shared.id, self.cq.0
+                    ),
                     seconds: timeout.as_secs_f64(),
                 });
             }
         }
-        let data = g.take().unwrap_or_else(|| Err(ChipError::Queue("read slot emptied twice".into())));
+        let data = g
+            .take()
+            .unwrap_or_else(|| Err(ChipError::Queue("read slot emptied twice".into())));
         drop(g);
         self.shared.reads.lock().remove(&self.handle);
         data

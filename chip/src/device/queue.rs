@@ -31,7 +31,12 @@ pub(crate) struct CqState {
 
 impl CqState {
     pub(crate) fn new() -> CqState {
-        CqState { completed: AtomicU64::new(0), lock: Mutex::new(()), cv: Condvar::new(), error: Mutex::new(None) }
+        CqState {
+            completed: AtomicU64::new(0),
+            lock: Mutex::new(()),
+            cv: Condvar::new(),
+            error: Mutex::new(None),
+        }
     }
 
     pub(crate) fn completed(&self) -> u64 {
@@ -84,7 +89,13 @@ struct RingState {
 
 impl HostRing {
     fn new() -> HostRing {
-        HostRing { state: Mutex::new(RingState { items: VecDeque::new(), sleeping: false }), cv: Condvar::new() }
+        HostRing {
+            state: Mutex::new(RingState {
+                items: VecDeque::new(),
+                sleeping: false,
+            }),
+            cv: Condvar::new(),
+        }
     }
 
     pub(crate) fn push(&self, bytes: Vec<u8>, wake: bool) {
@@ -141,7 +152,11 @@ pub(crate) fn spawn_dispatcher(shared: Arc<ChipShared>, cq: CqId) -> Result<Queu
         .name(name)
         .spawn(move || Dispatcher::new(shared, cq).run(&rx))
         .map_err(|e| ChipError::Queue(format!("cannot start the dispatcher thread: {e}")))?;
-    Ok(QueueHandle { ring, next_event: AtomicU64::new(1), thread: Some(thread) })
+    Ok(QueueHandle {
+        ring,
+        next_event: AtomicU64::new(1),
+        thread: Some(thread),
+    })
 }
 
 struct PendingLaunch {
@@ -170,7 +185,10 @@ impl Dispatcher {
             cq,
             trace_scratch: Vec::new(),
             programs: Vec::new(),
-            launch: PendingLaunch { program: None, addresses: Vec::with_capacity(16) },
+            launch: PendingLaunch {
+                program: None,
+                addresses: Vec::with_capacity(16),
+            },
         }
     }
 
@@ -216,17 +234,29 @@ impl Dispatcher {
             return Ok(p.clone());
         }
         self.programs = self.shared.programs.table();
-        self.programs
-            .get(id as usize)
-            .cloned()
-            .ok_or_else(|| ChipError::Queue(format!("launch of unknown program {id} on chip {}", self.shared.id)))
+        self.programs.get(id as usize).cloned().ok_or_else(|| {
+            ChipError::Queue(format!(
+                "launch of unknown program {id} on chip {}",
+                self.shared.id
+            ))
+        })
     }
 
     fn execute(&mut self, rec: Record<'_>, in_trace: bool) -> Result<Flow> {
         let shared = self.shared.clone();
         match rec {
-            Record::WriteLinear { space, bank, addr, data } => shared.memory.write(space, bank, addr as u64, data)?,
-            Record::WritePaged { space, page_size, locations, data } => {
+            Record::WriteLinear {
+                space,
+                bank,
+                addr,
+                data,
+            } => shared.memory.write(space, bank, addr as u64, data)?,
+            Record::WritePaged {
+                space,
+                page_size,
+                locations,
+                data,
+            } => {
                 for (i, (bank, addr)) in locations.iter().enumerate() {
                     let page = &data[i * page_size as usize..(i + 1) * page_size as usize];
                     shared.memory.write(space, bank, addr as u64, page)?;
@@ -236,21 +266,38 @@ impl Dispatcher {
                 self.launch.program = Some(self.program(program_id)?);
                 self.launch.addresses.clear();
             }
-            Record::WritePacked { program_id, args, .. } => {
-                let p = self.launch.program.as_ref().filter(|p| p.id == program_id).ok_or_else(|| {
-                    ChipError::Queue(format!("runtime args for program {program_id} without its launch"))
-                })?;
+            Record::WritePacked {
+                program_id, args, ..
+            } => {
+                let p = self
+                    .launch
+                    .program
+                    .as_ref()
+                    .filter(|p| p.id == program_id)
+                    .ok_or_else(|| {
+                        ChipError::Queue(format!(
+                            "runtime args for program {program_id} without its launch"
+                        ))
+                    })?;
                 // Core 0's first args are the operand addresses: what the kernel needs.
                 for i in 0..p.operands.len() {
-                    let a = packed_arg(args, i)
-                        .ok_or_else(|| ChipError::Queue(format!("program {program_id}: runtime args too short")))?;
+                    let a = packed_arg(args, i).ok_or_else(|| {
+                        ChipError::Queue(format!("program {program_id}: runtime args too short"))
+                    })?;
                     self.launch.addresses.push(a);
                 }
             }
             Record::GoSignal { program_id } => {
-                let p = self.launch.program.take().filter(|p| p.id == program_id).ok_or_else(|| {
-                    ChipError::Queue(format!("go signal for program {program_id} without its launch"))
-                })?;
+                let p = self
+                    .launch
+                    .program
+                    .take()
+                    .filter(|p| p.id == program_id)
+                    .ok_or_else(|| {
+                        ChipError::Queue(format!(
+                            "go signal for program {program_id} without its launch"
+                        ))
+                    })?;
                 let ctx = KernelContext {
                     chip: shared.id,
                     arch: &shared.config.arch,
@@ -263,7 +310,12 @@ impl Dispatcher {
                 result?;
             }
             Record::Stall | Record::ResetGo => {}
-            Record::ReadPaged { handle, space, page_size, locations } => {
+            Record::ReadPaged {
+                handle,
+                space,
+                page_size,
+                locations,
+            } => {
                 let mut out = vec![0u8; locations.len() * page_size as usize];
                 let mut result = Ok(());
                 for (i, (bank, addr)) in locations.iter().enumerate() {
@@ -278,7 +330,10 @@ impl Dispatcher {
             Record::RecordEvent { event } => self.state().complete(event),
             Record::WaitEvent { cq, event } => {
                 let other = shared.cq_states.get(cq as usize).ok_or_else(|| {
-                    ChipError::Queue(format!("wait for an event of CQ {cq}, which chip {} does not have", shared.id))
+                    ChipError::Queue(format!(
+                        "wait for an event of CQ {cq}, which chip {} does not have",
+                        shared.id
+                    ))
                 })?;
                 let timeout = shared.config.operation_timeout;
                 if !other.wait_for(event, Instant::now() + timeout) {
@@ -295,27 +350,48 @@ impl Dispatcher {
                     });
                 }
             }
-            Record::ExecBuf { trace_id, address, log2_page_size, num_pages, size } => {
+            Record::ExecBuf {
+                trace_id,
+                address,
+                log2_page_size,
+                num_pages,
+                size,
+            } => {
                 if in_trace {
-                    return Err(ChipError::Trace(format!("trace {trace_id} contains a nested EXEC_BUF")));
+                    return Err(ChipError::Trace(format!(
+                        "trace {trace_id} contains a nested EXEC_BUF"
+                    )));
                 }
                 self.replay(trace_id, address, 1u64 << log2_page_size, num_pages, size)?;
             }
             Record::ExecBufEnd => {}
             Record::HostCallback { id } => shared.run_callback(id)?,
-            Record::Discard { space, address, size } => shared.discard_free_range(space, address, size),
+            Record::Discard {
+                space,
+                address,
+                size,
+            } => shared.discard_free_range(space, address, size),
             Record::Terminate => return Ok(Flow::Stop),
         }
         Ok(Flow::Continue)
     }
 
     /// Reads a trace's bytes from DRAM (interleaved pages) and executes them.
-    fn replay(&mut self, trace_id: u32, address: u32, page_size: u64, num_pages: u32, size: u64) -> Result<()> {
+    fn replay(
+        &mut self,
+        trace_id: u32,
+        address: u32,
+        page_size: u64,
+        num_pages: u32,
+        size: u64,
+    ) -> Result<()> {
         let shared = self.shared.clone();
         let banks = shared.config.arch.num_dram_banks as u64;
         let total = page_size as usize * num_pages as usize;
         if (size as usize) > total {
-            return Err(ChipError::Trace(format!("trace {trace_id}: {size} B do not fit in {num_pages} pages")));
+            return Err(ChipError::Trace(format!(
+                "trace {trace_id}: {size} B do not fit in {num_pages} pages"
+            )));
         }
         let mut bytes = std::mem::take(&mut self.trace_scratch);
         bytes.resize(total, 0);
@@ -323,7 +399,9 @@ impl Dispatcher {
             let bank = (p % banks) as u32;
             let addr = address as u64 + (p / banks) * page_size;
             let dst = &mut bytes[(p * page_size) as usize..((p + 1) * page_size) as usize];
-            shared.memory.read(crate::allocator::MemSpace::Dram, bank, addr, dst)?;
+            shared
+                .memory
+                .read(crate::allocator::MemSpace::Dram, bank, addr, dst)?;
         }
         let started = Instant::now();
         let mut offset = 0;
@@ -341,7 +419,10 @@ impl Dispatcher {
                     }
                 }
                 Err(e) => {
-                    result = Err(ChipError::Trace(format!("trace {trace_id} on chip {} is corrupt: {e}", shared.id)));
+                    result = Err(ChipError::Trace(format!(
+                        "trace {trace_id} on chip {} is corrupt: {e}",
+                        shared.id
+                    )));
                     break;
                 }
             }

@@ -41,7 +41,8 @@ impl Capture {
         self.bytes.extend_from_slice(bytes);
         self.commands += 1;
         for r in refs {
-            self.refs.insert((r.buffer_type, r.address, r.size, r.access != Access::Read));
+            self.refs
+                .insert((r.buffer_type, r.address, r.size, r.access != Access::Read));
         }
     }
 }
@@ -155,7 +156,12 @@ impl Chip {
         let id = table.next_id;
         table.next_id += 1;
         table.capturing.insert(id, cq);
-        *cap = Some(Capture { trace_id: id, bytes: Vec::new(), refs: BTreeSet::new(), commands: 0 });
+        *cap = Some(Capture {
+            trace_id: id,
+            bytes: Vec::new(),
+            refs: BTreeSet::new(),
+            commands: 0,
+        });
         Ok(TraceId(id))
     }
 
@@ -199,7 +205,10 @@ impl Chip {
                 // Fragmented region: name a size that fits the live traces plus this one end to end.
                 let top = self.with_allocator(|a| {
                     let m = a.manager(BufferType::Trace);
-                    m.allocated_blocks().map(|(addr, b)| addr + b.size - m.base()).max().unwrap_or(0)
+                    m.allocated_blocks()
+                        .map(|(addr, b)| addr + b.size - m.base())
+                        .max()
+                        .unwrap_or(0)
                 });
                 return Err(self.trace_region_error(top * banks + padded));
             }
@@ -217,8 +226,17 @@ impl Chip {
             for &(t, address, size, writes) in &capture.refs {
                 let live = a.overlapping(t, address, size);
                 match live.iter().find(|(addr, _)| *addr == address) {
-                    Some((_, b)) => guards.push(Guard { buffer_type: t, address, size, buffer_id: b.buffer_id }),
-                    None if writes => private.push(PrivateRange { buffer_type: t, address, size }),
+                    Some((_, b)) => guards.push(Guard {
+                        buffer_type: t,
+                        address,
+                        size,
+                        buffer_id: b.buffer_id,
+                    }),
+                    None if writes => private.push(PrivateRange {
+                        buffer_type: t,
+                        address,
+                        size,
+                    }),
                     None => {}
                 }
             }
@@ -296,7 +314,11 @@ impl Chip {
                 Some(t) => t,
                 None => return Err(self.unknown_trace(&table, tid, "execute")),
             };
-            if self.shared.sanitizer.load(std::sync::atomic::Ordering::Relaxed) {
+            if self
+                .shared
+                .sanitizer
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
                 self.sanitize(tid, t)?;
             }
             t.replays += 1;
@@ -305,7 +327,13 @@ impl Chip {
             }
             e.simple(Opcode::ResetGo, 0, 0);
             e.simple(Opcode::Stall, 0, 0);
-            e.exec_buf(tid.0, t.alloc.address as u32, t.page_size.trailing_zeros() as u16, t.num_pages as u32, t.size);
+            e.exec_buf(
+                tid.0,
+                t.alloc.address as u32,
+                t.page_size.trailing_zeros() as u16,
+                t.num_pages as u32,
+                t.size,
+            );
             if let Some(f) = after {
                 e.simple(Opcode::HostCallback, 0, self.shared.register_callback(f));
             }
@@ -395,7 +423,10 @@ impl Chip {
     /// Commands decoded and wall time of the last replay of a trace (kernels included).
     pub fn last_replay(&self, tid: TraceId) -> Option<(u64, Duration)> {
         let table = self.shared.traces.lock();
-        table.traces.get(&tid.0).map(|t| (t.replayed_commands, t.last_replay))
+        table
+            .traces
+            .get(&tid.0)
+            .map(|t| (t.replayed_commands, t.last_replay))
     }
 
     pub fn trace_stats(&self) -> TraceStats {
@@ -409,6 +440,8 @@ impl Chip {
 
     /// Turns the replay sanitizer on or off (it starts as `ChipConfig::replay_sanitizer`).
     pub fn set_replay_sanitizer(&self, on: bool) {
-        self.shared.sanitizer.store(on, std::sync::atomic::Ordering::Relaxed);
+        self.shared
+            .sanitizer
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 }

@@ -22,22 +22,52 @@ impl Kernel for MoveKernel {
     fn execute(&self, ctx: &KernelContext, addr: &[u32]) -> Result<()> {
         let data = read_logical(ctx, &self.input, addr[0])?;
         let data = match (data, self.out.dtype) {
-            (HostData::F32(v), DataType::UInt32) => {
-                HostData::U32(v.into_iter().map(|x| if x.is_nan() || x <= 0.0 { 0 } else { x.round() as u32 }).collect())
+            (HostData::F32(v), DataType::UInt32) => HostData::U32(
+                v.into_iter()
+                    .map(|x| {
+                        if x.is_nan() || x <= 0.0 {
+                            0
+                        } else {
+                            x.round() as u32
+                        }
+                    })
+                    .collect(),
+            ),
+            (HostData::U32(v), dt) if dt != DataType::UInt32 => {
+                HostData::F32(v.into_iter().map(|x| x as f32).collect())
             }
-            (HostData::U32(v), dt) if dt != DataType::UInt32 => HostData::F32(v.into_iter().map(|x| x as f32).collect()),
             (d, _) => d,
         };
         write_logical(ctx, &self.out, addr[1], &data)
     }
     fn cost(&self) -> KernelCost {
-        KernelCost { dram_bytes: (self.input.buffer_size() + self.out.buffer_size()) as f64, ..Default::default() }
+        KernelCost {
+            dram_bytes: (self.input.buffer_size() + self.out.buffer_size()) as f64,
+            ..Default::default()
+        }
     }
 }
 
-fn move_op(name: &'static str, a: &Tensor, out_spec: TensorSpec, opts: &OpOptions) -> Result<Tensor> {
-    let launch = OpLaunch { name, attributes: String::new(), inputs: vec![a], output_spec: out_spec, extra_args: 0 };
-    run_op(launch, opts, |ins, out| Ok(Arc::new(MoveKernel { name, input: ins[0].clone(), out: out.clone() })))
+fn move_op(
+    name: &'static str,
+    a: &Tensor,
+    out_spec: TensorSpec,
+    opts: &OpOptions,
+) -> Result<Tensor> {
+    let launch = OpLaunch {
+        name,
+        attributes: String::new(),
+        inputs: vec![a],
+        output_spec: out_spec,
+        extra_args: 0,
+    };
+    run_op(launch, opts, |ins, out| {
+        Ok(Arc::new(MoveKernel {
+            name,
+            input: ins[0].clone(),
+            out: out.clone(),
+        }))
+    })
 }
 
 fn spec_with(a: &Tensor, f: impl FnOnce(&mut TensorSpec)) -> TensorSpec {
@@ -65,7 +95,11 @@ pub fn typecast(a: &Tensor, dtype: DataType, opts: &OpOptions) -> Result<Tensor>
 }
 
 /// Moves a tensor to another memory config (DRAM <-> L1, interleaved <-> sharded).
-pub fn to_memory_config(a: &Tensor, memory_config: &MemoryConfig, opts: &OpOptions) -> Result<Tensor> {
+pub fn to_memory_config(
+    a: &Tensor,
+    memory_config: &MemoryConfig,
+    opts: &OpOptions,
+) -> Result<Tensor> {
     let spec = spec_with(a, |s| {
         s.memory_config = memory_config.clone();
         if let Some(dt) = opts.dtype {
@@ -76,9 +110,18 @@ pub fn to_memory_config(a: &Tensor, memory_config: &MemoryConfig, opts: &OpOptio
 }
 
 /// Reshards into `memory_config`, writing into `output` when given (the seed's in-place reshard).
-pub fn reshard(a: &Tensor, memory_config: &MemoryConfig, output: Option<&Tensor>, cq: crate::device::CqId) -> Result<Tensor> {
+pub fn reshard(
+    a: &Tensor,
+    memory_config: &MemoryConfig,
+    output: Option<&Tensor>,
+    cq: crate::device::CqId,
+) -> Result<Tensor> {
     let spec = spec_with(a, |s| s.memory_config = memory_config.clone());
-    let opts = OpOptions { output: output.cloned(), cq, ..Default::default() };
+    let opts = OpOptions {
+        output: output.cloned(),
+        cq,
+        ..Default::default()
+    };
     move_op("Reshard", a, spec, &opts)
 }
 
@@ -97,7 +140,16 @@ pub fn to_layout(a: &Tensor, layout: Layout, opts: &OpOptions) -> Result<Tensor>
             s.memory_config = mc.clone();
         }
     });
-    move_op(if layout == Layout::Tile { "Tilize" } else { "Untilize" }, a, spec, opts)
+    move_op(
+        if layout == Layout::Tile {
+            "Tilize"
+        } else {
+            "Untilize"
+        },
+        a,
+        spec,
+        opts,
+    )
 }
 
 /// Copies `a` into `opts.output` (or a new tensor of the same spec).

@@ -29,7 +29,8 @@ impl Kernel for BinaryKernel {
     fn cost(&self) -> KernelCost {
         KernelCost {
             flops: self.out.volume() as f64,
-            dram_bytes: (self.a.buffer_size() + self.b.buffer_size() + self.out.buffer_size()) as f64,
+            dram_bytes: (self.a.buffer_size() + self.b.buffer_size() + self.out.buffer_size())
+                as f64,
             ..Default::default()
         }
     }
@@ -52,13 +53,32 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, opts: &OpOptions) -> Result<
     };
     check_float(name, a)?;
     check_float(name, b)?;
-    let shape = compute::broadcast_shape(a.shape(), b.shape()).map_err(|e| ChipError::ShapeMismatch {
-        op: name.into(),
-        detail: format!("{} and {} do not broadcast: {e}", a.name(), b.name()),
-    })?;
-    let out_spec = TensorSpec::new(shape, opts.dtype.unwrap_or(a.dtype()), a.spec().layout, default_memory_config(a.spec(), opts));
-    let launch = OpLaunch { name: "BinaryNg", attributes: format!("{op:?}"), inputs: vec![a, b], output_spec: out_spec, extra_args: 2 };
-    run_op(launch, opts, |ins, out| Ok(Arc::new(BinaryKernel { op, a: ins[0].clone(), b: ins[1].clone(), out: out.clone() })))
+    let shape =
+        compute::broadcast_shape(a.shape(), b.shape()).map_err(|e| ChipError::ShapeMismatch {
+            op: name.into(),
+            detail: format!("{} and {} do not broadcast: {e}", a.name(), b.name()),
+        })?;
+    let out_spec = TensorSpec::new(
+        shape,
+        opts.dtype.unwrap_or(a.dtype()),
+        a.spec().layout,
+        default_memory_config(a.spec(), opts),
+    );
+    let launch = OpLaunch {
+        name: "BinaryNg",
+        attributes: format!("{op:?}"),
+        inputs: vec![a, b],
+        output_spec: out_spec,
+        extra_args: 2,
+    };
+    run_op(launch, opts, |ins, out| {
+        Ok(Arc::new(BinaryKernel {
+            op,
+            a: ins[0].clone(),
+            b: ins[1].clone(),
+            out: out.clone(),
+        }))
+    })
 }
 
 pub fn add(a: &Tensor, b: &Tensor, opts: &OpOptions) -> Result<Tensor> {
@@ -108,7 +128,12 @@ impl Kernel for RowKernel {
                 compute::rms_norm_last_dim(&mut x, cols, gamma.as_deref(), epsilon)?;
             }
         }
-        write_logical(ctx, &self.out, *addr.last().unwrap_or(&0), &HostData::F32(x))
+        write_logical(
+            ctx,
+            &self.out,
+            *addr.last().unwrap_or(&0),
+            &HostData::F32(x),
+        )
     }
     fn cost(&self) -> KernelCost {
         KernelCost {
@@ -119,7 +144,13 @@ impl Kernel for RowKernel {
     }
 }
 
-fn row_op(name: &'static str, op: RowOp, a: &Tensor, gamma: Option<&Tensor>, opts: &OpOptions) -> Result<Tensor> {
+fn row_op(
+    name: &'static str,
+    op: RowOp,
+    a: &Tensor,
+    gamma: Option<&Tensor>,
+    opts: &OpOptions,
+) -> Result<Tensor> {
     check_float(name, a)?;
     let mut inputs = vec![a];
     if let Some(g) = gamma {
@@ -128,15 +159,35 @@ fn row_op(name: &'static str, op: RowOp, a: &Tensor, gamma: Option<&Tensor>, opt
         if g.spec().volume() != cols {
             return Err(ChipError::ShapeMismatch {
                 op: name.into(),
-                detail: format!("gamma {} must hold one value per column ({cols}) of {}", g.name(), a.name()),
+                detail: format!(
+                    "gamma {} must hold one value per column ({cols}) of {}",
+                    g.name(),
+                    a.name()
+                ),
             });
         }
         inputs.push(g);
     }
-    let out_spec = TensorSpec::new(a.shape().to_vec(), opts.dtype.unwrap_or(a.dtype()), a.spec().layout, default_memory_config(a.spec(), opts));
-    let launch = OpLaunch { name, attributes: format!("{op:?}"), inputs, output_spec: out_spec, extra_args: 1 };
+    let out_spec = TensorSpec::new(
+        a.shape().to_vec(),
+        opts.dtype.unwrap_or(a.dtype()),
+        a.spec().layout,
+        default_memory_config(a.spec(), opts),
+    );
+    let launch = OpLaunch {
+        name,
+        attributes: format!("{op:?}"),
+        inputs,
+        output_spec: out_spec,
+        extra_args: 1,
+    };
     run_op(launch, opts, |ins, out| {
-        Ok(Arc::new(RowKernel { op, input: ins[0].clone(), gamma: ins.get(1).cloned(), out: out.clone() }))
+        Ok(Arc::new(RowKernel {
+            op,
+            input: ins[0].clone(),
+            gamma: ins.get(1).cloned(),
+            out: out.clone(),
+        }))
     })
 }
 
@@ -171,6 +222,20 @@ pub fn softmax(a: &Tensor, opts: &OpOptions) -> Result<Tensor> {
 }
 
 /// RMS norm over the last dim, optionally scaled by `gamma` (one value per column).
-pub fn rms_norm(a: &Tensor, gamma: Option<&Tensor>, epsilon: f32, opts: &OpOptions) -> Result<Tensor> {
-    row_op("RMSNorm", RowOp::RmsNorm { epsilon, has_gamma: gamma.is_some() }, a, gamma, opts)
+pub fn rms_norm(
+    a: &Tensor,
+    gamma: Option<&Tensor>,
+    epsilon: f32,
+    opts: &OpOptions,
+) -> Result<Tensor> {
+    row_op(
+        "RMSNorm",
+        RowOp::RmsNorm {
+            epsilon,
+            has_gamma: gamma.is_some(),
+        },
+        a,
+        gamma,
+        opts,
+    )
 }

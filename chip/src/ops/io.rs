@@ -17,7 +17,12 @@ pub fn read_logical(ctx: &KernelContext, spec: &TensorSpec, address: u32) -> Res
 }
 
 /// Encodes logical values into a tensor's pages at `address`.
-pub fn write_logical(ctx: &KernelContext, spec: &TensorSpec, address: u32, data: &HostData) -> Result<()> {
+pub fn write_logical(
+    ctx: &KernelContext,
+    spec: &TensorSpec,
+    address: u32,
+    data: &HostData,
+) -> Result<()> {
     let pages = spec.page_map(ctx.arch, address as u64)?;
     let page = pages.map.page_size as usize;
     let bytes = encode_pages(spec, data)?;

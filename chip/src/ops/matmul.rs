@@ -97,13 +97,24 @@ pub fn matmul(a: &Tensor, b: &Tensor, config: &MatmulConfig) -> Result<Tensor> {
     if k != kb {
         return Err(ChipError::ShapeMismatch {
             op: "matmul".into(),
-            detail: format!("inner dims differ: {} is {:?}, {} is {:?} (K {} vs {})", a.name(), sa, b.name(), sb, k, kb),
+            detail: format!(
+                "inner dims differ: {} is {:?}, {} is {:?} (K {} vs {})",
+                a.name(),
+                sa,
+                b.name(),
+                sb,
+                k,
+                kb
+            ),
         });
     }
     if batch_b != 1 && batch_b != batch_a {
         return Err(ChipError::ShapeMismatch {
             op: "matmul".into(),
-            detail: format!("batch of {} ({batch_b}) must be 1 or equal a's ({batch_a})", b.name()),
+            detail: format!(
+                "batch of {} ({batch_b}) must be 1 or equal a's ({batch_a})",
+                b.name()
+            ),
         });
     }
     if let Some(bias) = &config.bias {
@@ -111,23 +122,42 @@ pub fn matmul(a: &Tensor, b: &Tensor, config: &MatmulConfig) -> Result<Tensor> {
         if bs.last() != Some(&n) || bs.iter().rev().skip(1).any(|&d| d != 1) {
             return Err(ChipError::ShapeMismatch {
                 op: "matmul".into(),
-                detail: format!("bias {} must be [N] or [1, .., 1, N] with N = {n}", bias.name()),
+                detail: format!(
+                    "bias {} must be [N] or [1, .., 1, N] with N = {n}",
+                    bias.name()
+                ),
             });
         }
     }
     let mut out_shape = sa[..sa.len() - 1].to_vec();
     out_shape.push(n);
     let opts = &config.options;
-    let out_spec = TensorSpec::new(out_shape, opts.dtype.unwrap_or(a.dtype()), Layout::Tile, default_memory_config(a.spec(), opts));
+    let out_spec = TensorSpec::new(
+        out_shape,
+        opts.dtype.unwrap_or(a.dtype()),
+        Layout::Tile,
+        default_memory_config(a.spec(), opts),
+    );
     let mut inputs = vec![a, b];
     if let Some(bias) = &config.bias {
         inputs.push(bias);
     }
-    let dims = Dims { batch_a, batch_b, m, k, n };
+    let dims = Dims {
+        batch_a,
+        batch_b,
+        m,
+        k,
+        n,
+    };
     let activation = config.activation;
     let launch = OpLaunch {
         name: "Matmul",
-        attributes: format!("{:?} {:?} bias={}", activation, config.math_fidelity, config.bias.is_some()),
+        attributes: format!(
+            "{:?} {:?} bias={}",
+            activation,
+            config.math_fidelity,
+            config.bias.is_some()
+        ),
         inputs,
         output_spec: out_spec,
         extra_args: 6,

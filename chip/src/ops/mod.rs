@@ -11,7 +11,8 @@ mod matmul;
 
 pub use data_movement::{copy, reshard, to_layout, to_memory_config, typecast};
 pub use eltwise::{
-    add, binary, exp, gelu, mul, reciprocal, relu, rms_norm, sigmoid, silu, softmax, sub, tanh, unary,
+    add, binary, exp, gelu, mul, reciprocal, relu, rms_norm, sigmoid, silu, softmax, sub, tanh,
+    unary,
 };
 pub use io::{read_logical, write_logical};
 pub use matmul::{matmul, MatmulConfig};
@@ -35,10 +36,16 @@ pub struct OpOptions {
 
 impl OpOptions {
     pub fn on_cq(cq: CqId) -> OpOptions {
-        OpOptions { cq, ..Default::default() }
+        OpOptions {
+            cq,
+            ..Default::default()
+        }
     }
     pub fn into_output(output: &Tensor) -> OpOptions {
-        OpOptions { output: Some(output.clone()), ..Default::default() }
+        OpOptions {
+            output: Some(output.clone()),
+            ..Default::default()
+        }
     }
 }
 
@@ -54,7 +61,12 @@ pub(crate) fn default_memory_config(input: &TensorSpec, opts: &OpOptions) -> Mem
 }
 
 /// Work split of an op over the compute grid: output pages spread over up to all cores.
-pub(crate) fn split_over_grid(chip_cores: u32, units: u64, extra_args: u16, operands: usize) -> CoreSplit {
+pub(crate) fn split_over_grid(
+    chip_cores: u32,
+    units: u64,
+    extra_args: u16,
+    operands: usize,
+) -> CoreSplit {
     let cores = (units.max(1)).min(chip_cores as u64) as u32;
     CoreSplit {
         cores,
@@ -78,7 +90,10 @@ pub(crate) fn run_op(
     opts: &OpOptions,
     make_kernel: impl FnOnce(&[TensorSpec], &TensorSpec) -> Result<Arc<dyn Kernel>>,
 ) -> Result<Tensor> {
-    let first = launch.inputs.first().ok_or_else(|| ChipError::InvalidConfig(format!("{} needs inputs", launch.name)))?;
+    let first = launch
+        .inputs
+        .first()
+        .ok_or_else(|| ChipError::InvalidConfig(format!("{} needs inputs", launch.name)))?;
     let chip = first.chip().clone();
     let mut addresses = Vec::with_capacity(launch.inputs.len() + 1);
     let mut ids = Vec::with_capacity(launch.inputs.len() + 1);
@@ -95,7 +110,9 @@ pub(crate) fn run_op(
         addresses.push(a.address as u32);
         ids.push(a.id);
     }
-    launch.output_spec.validate(chip.arch(), &format!("{} output", launch.name))?;
+    launch
+        .output_spec
+        .validate(chip.arch(), &format!("{} output", launch.name))?;
     let output = match &opts.output {
         Some(out) => {
             if out.spec() != &launch.output_spec {
@@ -109,7 +126,11 @@ pub(crate) fn run_op(
                 });
             }
             if !Arc::ptr_eq(out.chip(), &chip) {
-                return Err(ChipError::InvalidConfig(format!("{}: output {} is on another chip", launch.name, out.name())));
+                return Err(ChipError::InvalidConfig(format!(
+                    "{}: output {} is on another chip",
+                    launch.name,
+                    out.name()
+                )));
             }
             out.clone()
         }
@@ -120,22 +141,50 @@ pub(crate) fn run_op(
     ids.push(out_alloc.id);
 
     let in_specs: Vec<TensorSpec> = launch.inputs.iter().map(|t| t.spec().clone()).collect();
-    let key = program_key(&(launch.name, &launch.attributes, &in_specs, &launch.output_spec));
+    let key = program_key(&(
+        launch.name,
+        &launch.attributes,
+        &in_specs,
+        &launch.output_spec,
+    ));
     let capturing = chip.is_capturing(opts.cq);
     let arch = chip.arch().clone();
     let program = chip.program_cache().get_or_compile(
         key,
         !capturing,
-        || format!("{}({}) on {:?}", launch.name, launch.attributes, in_specs.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+        || {
+            format!(
+                "{}({}) on {:?}",
+                launch.name,
+                launch.attributes,
+                in_specs.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+            )
+        },
         || {
             let kernel = make_kernel(&in_specs, &launch.output_spec)?;
             let mut operands = Vec::new();
-            for (t, access) in launch.inputs.iter().map(|t| (t, Access::Read)).chain(std::iter::once((&&output, Access::Write))) {
+            for (t, access) in launch
+                .inputs
+                .iter()
+                .map(|t| (t, Access::Read))
+                .chain(std::iter::once((&&output, Access::Write)))
+            {
                 let req = t.spec().allocation_request(&arch)?;
-                let per_bank = chip.with_allocator(|a| a.per_bank_size(&req)).map(|x| x.0)?;
-                operands.push(OperandInfo { buffer_type: t.spec().memory_config.buffer_type, access, per_bank_size: per_bank });
+                let per_bank = chip
+                    .with_allocator(|a| a.per_bank_size(&req))
+                    .map(|x| x.0)?;
+                operands.push(OperandInfo {
+                    buffer_type: t.spec().memory_config.buffer_type,
+                    access,
+                    per_bank_size: per_bank,
+                });
             }
-            let split = split_over_grid(arch.num_compute_cores(), launch.output_spec.num_pages(), launch.extra_args, operands.len());
+            let split = split_over_grid(
+                arch.num_compute_cores(),
+                launch.output_spec.num_pages(),
+                launch.extra_args,
+                operands.len(),
+            );
             Ok(Program::new(kernel, operands, split, Vec::new()))
         },
     )?;

@@ -51,7 +51,9 @@ pub enum Blocking {
 impl Tensor {
     /// `allocate_tensor_on_device`: a tensor whose contents are whatever the memory holds.
     pub fn allocate(chip: &Arc<Chip>, spec: TensorSpec) -> Result<Tensor> {
-        let req = spec.allocation_request(chip.arch()).map_err(|e| rename(e, &spec))?;
+        let req = spec
+            .allocation_request(chip.arch())
+            .map_err(|e| rename(e, &spec))?;
         let alloc = chip.allocate(&req)?;
         Ok(Tensor {
             inner: Arc::new(TensorInner {
@@ -64,7 +66,13 @@ impl Tensor {
     }
 
     /// Host tensor to device: allocate, then write through `cq`.
-    pub fn from_host(host: &HostTensor, chip: &Arc<Chip>, layout: Layout, memory_config: MemoryConfig, cq: CqId) -> Result<Tensor> {
+    pub fn from_host(
+        host: &HostTensor,
+        chip: &Arc<Chip>,
+        layout: Layout,
+        memory_config: MemoryConfig,
+        cq: CqId,
+    ) -> Result<Tensor> {
         let spec = TensorSpec::new(host.shape.clone(), host.dtype, layout, memory_config);
         let t = Tensor::allocate(chip, spec)?;
         t.write_from_host(host, cq)?;
@@ -91,12 +99,24 @@ impl Tensor {
     }
     /// How errors name this tensor.
     pub fn name(&self) -> String {
-        format!("tensor #{} {} on chip {}", self.inner.id, self.inner.spec, self.inner.chip.id())
+        format!(
+            "tensor #{} {} on chip {}",
+            self.inner.id,
+            self.inner.spec,
+            self.inner.chip.id()
+        )
     }
 
     /// The live allocation, or an error naming the tensor and what was attempted.
     pub fn allocation(&self, action: &'static str) -> Result<Allocation> {
-        self.inner.alloc.lock().clone().ok_or_else(|| ChipError::Deallocated { tensor: self.name(), action })
+        self.inner
+            .alloc
+            .lock()
+            .clone()
+            .ok_or_else(|| ChipError::Deallocated {
+                tensor: self.name(),
+                action,
+            })
     }
 
     pub fn buffer_address(&self) -> Result<u64> {
@@ -112,7 +132,10 @@ impl Tensor {
         let alloc = self.inner.alloc.lock().take();
         match alloc {
             Some(a) => self.inner.chip.deallocate(&a),
-            None => Err(ChipError::Deallocated { tensor: self.name(), action: "deallocated again (double free)" }),
+            None => Err(ChipError::Deallocated {
+                tensor: self.name(),
+                action: "deallocated again (double free)",
+            }),
         }
     }
 
@@ -147,15 +170,29 @@ impl Tensor {
         }
         let (pages, locs) = self.locations()?;
         let bytes = encode_pages(spec, &host.data)?;
-        self.inner.chip.enqueue_write_pages(cq, pages.map.space, pages.map.page_size as u32, &locs, &bytes)
+        self.inner.chip.enqueue_write_pages(
+            cq,
+            pages.map.space,
+            pages.map.page_size as u32,
+            &locs,
+            &bytes,
+        )
     }
 
     /// Reads the tensor back. `Blocking::No` returns a pending read: its data is valid once the
     /// queue reaches it (after a synchronize, or `wait`).
     pub fn to_host_async(&self, cq: CqId) -> Result<PendingTensorRead> {
         let (pages, locs) = self.locations()?;
-        let read = self.inner.chip.enqueue_read_pages(cq, pages.map.space, pages.map.page_size as u32, &locs)?;
-        Ok(PendingTensorRead { read, spec: self.inner.spec.clone() })
+        let read = self.inner.chip.enqueue_read_pages(
+            cq,
+            pages.map.space,
+            pages.map.page_size as u32,
+            &locs,
+        )?;
+        Ok(PendingTensorRead {
+            read,
+            spec: self.inner.spec.clone(),
+        })
     }
 
     pub fn to_host(&self, cq: CqId) -> Result<HostTensor> {
@@ -172,7 +209,11 @@ impl PendingTensorRead {
     pub fn wait(self) -> Result<HostTensor> {
         let bytes = self.read.wait()?;
         let data = decode_pages(&self.spec, &bytes)?;
-        Ok(HostTensor { shape: self.spec.shape.clone(), dtype: self.spec.dtype, data })
+        Ok(HostTensor {
+            shape: self.spec.shape.clone(),
+            dtype: self.spec.dtype,
+            data,
+        })
     }
     pub fn is_ready(&self) -> bool {
         self.read.is_ready()
@@ -181,7 +222,10 @@ impl PendingTensorRead {
 
 fn rename(e: ChipError, spec: &TensorSpec) -> ChipError {
     match e {
-        ChipError::InvalidShardSpec { reason, .. } => ChipError::InvalidShardSpec { tensor: format!("tensor {spec}"), reason },
+        ChipError::InvalidShardSpec { reason, .. } => ChipError::InvalidShardSpec {
+            tensor: format!("tensor {spec}"),
+            reason,
+        },
         other => other,
     }
 }

@@ -37,29 +37,50 @@ pub struct HostTensor {
 
 impl HostTensor {
     /// A float tensor; values are rounded to `dtype` now (bfloat8_b later, per tile block).
-    pub fn from_f32(shape: impl Into<Vec<usize>>, dtype: DataType, mut data: Vec<f32>) -> Result<HostTensor> {
+    pub fn from_f32(
+        shape: impl Into<Vec<usize>>,
+        dtype: DataType,
+        mut data: Vec<f32>,
+    ) -> Result<HostTensor> {
         let shape = shape.into();
         check_volume(&shape, data.len())?;
         match dtype {
             DataType::UInt32 => {
-                return Err(ChipError::Data("UINT32 tensors take integer data: use HostTensor::from_u32".into()))
+                return Err(ChipError::Data(
+                    "UINT32 tensors take integer data: use HostTensor::from_u32".into(),
+                ))
             }
-            DataType::BFloat16 => data.par_iter_mut().with_min_len(1 << 14).for_each(|x| *x = format::round_bf16(*x)),
+            DataType::BFloat16 => data
+                .par_iter_mut()
+                .with_min_len(1 << 14)
+                .for_each(|x| *x = format::round_bf16(*x)),
             DataType::Float32 | DataType::BFloat8B => {}
         }
-        Ok(HostTensor { shape, dtype, data: HostData::F32(data) })
+        Ok(HostTensor {
+            shape,
+            dtype,
+            data: HostData::F32(data),
+        })
     }
 
     pub fn from_u32(shape: impl Into<Vec<usize>>, data: Vec<u32>) -> Result<HostTensor> {
         let shape = shape.into();
         check_volume(&shape, data.len())?;
-        Ok(HostTensor { shape, dtype: DataType::UInt32, data: HostData::U32(data) })
+        Ok(HostTensor {
+            shape,
+            dtype: DataType::UInt32,
+            data: HostData::U32(data),
+        })
     }
 
     pub fn zeros(shape: impl Into<Vec<usize>>, dtype: DataType) -> HostTensor {
         let shape = shape.into();
         let n = shape.iter().product();
-        let data = if dtype == DataType::UInt32 { HostData::U32(vec![0; n]) } else { HostData::F32(vec![0.0; n]) };
+        let data = if dtype == DataType::UInt32 {
+            HostData::U32(vec![0; n])
+        } else {
+            HostData::F32(vec![0.0; n])
+        };
         HostTensor { shape, dtype, data }
     }
 
@@ -104,11 +125,15 @@ pub fn encode_pages(spec: &TensorSpec, data: &HostData) -> Result<Vec<u8>> {
         }
         (Layout::Tile, HostData::U32(v)) => {
             let tiled = format::tilize(v, &spec.shape)?;
-            out.par_chunks_mut(4).zip(tiled.par_iter()).for_each(|(o, x)| o.copy_from_slice(&x.to_le_bytes()));
+            out.par_chunks_mut(4)
+                .zip(tiled.par_iter())
+                .for_each(|(o, x)| o.copy_from_slice(&x.to_le_bytes()));
         }
         (Layout::RowMajor, HostData::F32(v)) => encode_elems(spec.dtype, v, &mut out)?,
         (Layout::RowMajor, HostData::U32(v)) => {
-            out.par_chunks_mut(4).zip(v.par_iter()).for_each(|(o, x)| o.copy_from_slice(&x.to_le_bytes()));
+            out.par_chunks_mut(4)
+                .zip(v.par_iter())
+                .for_each(|(o, x)| o.copy_from_slice(&x.to_le_bytes()));
         }
     }
     Ok(out)
@@ -129,23 +154,34 @@ fn encode_float_tiles(dtype: DataType, tiled: &[f32], out: &mut [u8]) -> Result<
 fn encode_elems(dtype: DataType, v: &[f32], out: &mut [u8]) -> Result<()> {
     const CHUNK: usize = 4096;
     match dtype {
-        DataType::BFloat16 => out.par_chunks_mut(2 * CHUNK).zip(v.par_chunks(CHUNK)).for_each(|(o, x)| {
-            for (b, f) in o.chunks_exact_mut(2).zip(x) {
-                b.copy_from_slice(&half::bf16::from_f32(*f).to_bits().to_le_bytes());
-            }
-        }),
-        DataType::Float32 => out.par_chunks_mut(4 * CHUNK).zip(v.par_chunks(CHUNK)).for_each(|(o, x)| {
-            for (b, f) in o.chunks_exact_mut(4).zip(x) {
-                b.copy_from_slice(&f.to_le_bytes());
-            }
-        }),
-        DataType::UInt32 => out.par_chunks_mut(4 * CHUNK).zip(v.par_chunks(CHUNK)).for_each(|(o, x)| {
-            for (b, f) in o.chunks_exact_mut(4).zip(x) {
-                b.copy_from_slice(&(*f as u32).to_le_bytes());
-            }
-        }),
+        DataType::BFloat16 => out
+            .par_chunks_mut(2 * CHUNK)
+            .zip(v.par_chunks(CHUNK))
+            .for_each(|(o, x)| {
+                for (b, f) in o.chunks_exact_mut(2).zip(x) {
+                    b.copy_from_slice(&half::bf16::from_f32(*f).to_bits().to_le_bytes());
+                }
+            }),
+        DataType::Float32 => out
+            .par_chunks_mut(4 * CHUNK)
+            .zip(v.par_chunks(CHUNK))
+            .for_each(|(o, x)| {
+                for (b, f) in o.chunks_exact_mut(4).zip(x) {
+                    b.copy_from_slice(&f.to_le_bytes());
+                }
+            }),
+        DataType::UInt32 => out
+            .par_chunks_mut(4 * CHUNK)
+            .zip(v.par_chunks(CHUNK))
+            .for_each(|(o, x)| {
+                for (b, f) in o.chunks_exact_mut(4).zip(x) {
+                    b.copy_from_slice(&(*f as u32).to_le_bytes());
+                }
+            }),
         DataType::BFloat8B => {
-            return Err(ChipError::Data("BFLOAT8_B exists only in TILE layout".into()));
+            return Err(ChipError::Data(
+                "BFLOAT8_B exists only in TILE layout".into(),
+            ));
         }
     }
     Ok(())
@@ -155,10 +191,16 @@ fn encode_elems(dtype: DataType, v: &[f32], out: &mut [u8]) -> Result<()> {
 pub fn decode_pages(spec: &TensorSpec, bytes: &[u8]) -> Result<HostData> {
     let expected = spec.num_pages() as usize * spec.page_size() as usize;
     if bytes.len() != expected {
-        return Err(ChipError::Data(format!("{} bytes of pages, expected {expected} for {spec}", bytes.len())));
+        return Err(ChipError::Data(format!(
+            "{} bytes of pages, expected {expected} for {spec}",
+            bytes.len()
+        )));
     }
     if spec.dtype == DataType::UInt32 {
-        let vals: Vec<u32> = bytes.par_chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let vals: Vec<u32> = bytes
+            .par_chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
         return Ok(HostData::U32(match spec.layout {
             Layout::Tile => format::untilize(&vals, &spec.shape)?,
             Layout::RowMajor => vals,
@@ -177,23 +219,30 @@ pub fn decode_floats(dtype: DataType, bytes: &[u8]) -> Result<Vec<f32>> {
     Ok(match dtype {
         DataType::BFloat16 => {
             let mut out = vec![0f32; bytes.len() / 2];
-            out.par_chunks_mut(CHUNK).zip(bytes.par_chunks(2 * CHUNK)).for_each(|(o, b)| {
-                for (f, x) in o.iter_mut().zip(b.chunks_exact(2)) {
-                    *f = half::bf16::from_bits(u16::from_le_bytes([x[0], x[1]])).to_f32();
-                }
-            });
+            out.par_chunks_mut(CHUNK)
+                .zip(bytes.par_chunks(2 * CHUNK))
+                .for_each(|(o, b)| {
+                    for (f, x) in o.iter_mut().zip(b.chunks_exact(2)) {
+                        *f = half::bf16::from_bits(u16::from_le_bytes([x[0], x[1]])).to_f32();
+                    }
+                });
             out
         }
         DataType::Float32 => {
             let mut out = vec![0f32; bytes.len() / 4];
-            out.par_chunks_mut(CHUNK).zip(bytes.par_chunks(4 * CHUNK)).for_each(|(o, b)| {
-                for (f, x) in o.iter_mut().zip(b.chunks_exact(4)) {
-                    *f = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
-                }
-            });
+            out.par_chunks_mut(CHUNK)
+                .zip(bytes.par_chunks(4 * CHUNK))
+                .for_each(|(o, b)| {
+                    for (f, x) in o.iter_mut().zip(b.chunks_exact(4)) {
+                        *f = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+                    }
+                });
             out
         }
-        DataType::UInt32 => bytes.par_chunks_exact(4).map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]) as f32).collect(),
+        DataType::UInt32 => bytes
+            .par_chunks_exact(4)
+            .map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]) as f32)
+            .collect(),
         DataType::BFloat8B => {
             let mut out = vec![0f32; bytes.len() / BFP8_TILE_BYTES * TILE_ELEMS];
             out.par_chunks_mut(TILE_ELEMS)

@@ -7,6 +7,6 @@ mod spec;
 pub use device::{Blocking, PendingTensorRead, Tensor};
 pub use host::{decode_floats, decode_pages, encode_pages, HostData, HostTensor};
 pub use spec::{
-    CoreRange, DataType, Layout, MemoryConfig, PageGrid, ShardOrientation, ShardSpec, TensorMemoryLayout, TensorPages,
-    TensorSpec, TILE,
+    CoreRange, DataType, Layout, MemoryConfig, PageGrid, ShardOrientation, ShardSpec,
+    TensorMemoryLayout, TensorPages, TensorSpec, TILE,
 };

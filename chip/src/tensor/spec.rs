@@ -88,7 +88,10 @@ impl CoreRange {
     }
     /// The first `n` cores of a grid `cols` wide, as one or two ranges' worth of cores.
     pub fn grid(cols: u32, rows: u32) -> CoreRange {
-        CoreRange { start: (0, 0), end: (cols.saturating_sub(1), rows.saturating_sub(1)) }
+        CoreRange {
+            start: (0, 0),
+            end: (cols.saturating_sub(1), rows.saturating_sub(1)),
+        }
     }
 }
 
@@ -102,7 +105,11 @@ pub struct ShardSpec {
 
 impl ShardSpec {
     pub fn new(grid: CoreRange, shape: [usize; 2]) -> ShardSpec {
-        ShardSpec { grid: vec![grid], shape, orientation: ShardOrientation::RowMajor }
+        ShardSpec {
+            grid: vec![grid],
+            shape,
+            orientation: ShardOrientation::RowMajor,
+        }
     }
 
     /// The cores in shard order.
@@ -138,13 +145,27 @@ pub struct MemoryConfig {
 }
 
 impl MemoryConfig {
-    pub const DRAM: MemoryConfig =
-        MemoryConfig { memory_layout: TensorMemoryLayout::Interleaved, buffer_type: BufferType::Dram, shard_spec: None };
-    pub const L1: MemoryConfig =
-        MemoryConfig { memory_layout: TensorMemoryLayout::Interleaved, buffer_type: BufferType::L1, shard_spec: None };
+    pub const DRAM: MemoryConfig = MemoryConfig {
+        memory_layout: TensorMemoryLayout::Interleaved,
+        buffer_type: BufferType::Dram,
+        shard_spec: None,
+    };
+    pub const L1: MemoryConfig = MemoryConfig {
+        memory_layout: TensorMemoryLayout::Interleaved,
+        buffer_type: BufferType::L1,
+        shard_spec: None,
+    };
 
-    pub fn sharded(layout: TensorMemoryLayout, buffer_type: BufferType, spec: ShardSpec) -> MemoryConfig {
-        MemoryConfig { memory_layout: layout, buffer_type, shard_spec: Some(spec) }
+    pub fn sharded(
+        layout: TensorMemoryLayout,
+        buffer_type: BufferType,
+        spec: ShardSpec,
+    ) -> MemoryConfig {
+        MemoryConfig {
+            memory_layout: layout,
+            buffer_type,
+            shard_spec: Some(spec),
+        }
     }
     pub fn is_sharded(&self) -> bool {
         self.memory_layout != TensorMemoryLayout::Interleaved
@@ -173,7 +194,11 @@ impl fmt::Display for TensorSpec {
             TensorMemoryLayout::WidthSharded => "width-sharded",
             TensorMemoryLayout::BlockSharded => "block-sharded",
         };
-        write!(f, "{:?} {} {:?} {} {}", self.shape, self.dtype, self.layout, self.memory_config.buffer_type, mem)
+        write!(
+            f,
+            "{:?} {} {:?} {} {}",
+            self.shape, self.dtype, self.layout, self.memory_config.buffer_type, mem
+        )
     }
 }
 
@@ -185,8 +210,18 @@ pub struct PageGrid {
 }
 
 impl TensorSpec {
-    pub fn new(shape: impl Into<Vec<usize>>, dtype: DataType, layout: Layout, memory_config: MemoryConfig) -> TensorSpec {
-        TensorSpec { shape: shape.into(), dtype, layout, memory_config }
+    pub fn new(
+        shape: impl Into<Vec<usize>>,
+        dtype: DataType,
+        layout: Layout,
+        memory_config: MemoryConfig,
+    ) -> TensorSpec {
+        TensorSpec {
+            shape: shape.into(),
+            dtype,
+            layout,
+            memory_config,
+        }
     }
 
     pub fn volume(&self) -> usize {
@@ -195,7 +230,11 @@ impl TensorSpec {
     /// Last dim (width) and the product of the others (height, with leading dims flattened).
     pub fn height_width(&self) -> (usize, usize) {
         let w = *self.shape.last().unwrap_or(&1);
-        let h = if self.shape.len() >= 2 { self.shape[self.shape.len() - 2] } else { 1 };
+        let h = if self.shape.len() >= 2 {
+            self.shape[self.shape.len() - 2]
+        } else {
+            1
+        };
         (h, w)
     }
     pub fn batch(&self) -> usize {
@@ -225,7 +264,9 @@ impl TensorSpec {
     pub fn page_size(&self) -> u64 {
         match self.layout {
             Layout::Tile => self.dtype.tile_bytes(),
-            Layout::RowMajor => self.height_width().1 as u64 * self.dtype.row_major_elem_bytes().unwrap_or(1),
+            Layout::RowMajor => {
+                self.height_width().1 as u64 * self.dtype.row_major_elem_bytes().unwrap_or(1)
+            }
         }
     }
 
@@ -236,7 +277,10 @@ impl TensorSpec {
                 rows: (self.batch() * h.div_ceil(TILE)) as u64,
                 cols: w.div_ceil(TILE) as u64,
             },
-            Layout::RowMajor => PageGrid { rows: (self.batch() * h) as u64, cols: 1 },
+            Layout::RowMajor => PageGrid {
+                rows: (self.batch() * h) as u64,
+                cols: 1,
+            },
         }
     }
 
@@ -255,7 +299,10 @@ impl TensorSpec {
         if self.shape.is_empty() || self.shape.contains(&0) {
             return Err(ChipError::ShapeMismatch {
                 op: name.to_string(),
-                detail: format!("shape {:?} has no elements; every dim must be at least 1", self.shape),
+                detail: format!(
+                    "shape {:?} has no elements; every dim must be at least 1",
+                    self.shape
+                ),
             });
         }
         if self.layout == Layout::RowMajor && self.dtype == DataType::BFloat8B {
@@ -289,19 +336,38 @@ impl TensorSpec {
 
     /// For a sharded spec: the bank of every shard, pages per shard, and shard shape in pages.
     fn shard_layout(&self, arch: &ArchSpec, name: &str) -> Result<ShardLayout> {
-        let bad = |reason: String| ChipError::InvalidShardSpec { tensor: name.to_string(), reason };
-        let spec = self.memory_config.shard_spec.as_ref().ok_or_else(|| bad("missing shard spec".into()))?;
+        let bad = |reason: String| ChipError::InvalidShardSpec {
+            tensor: name.to_string(),
+            reason,
+        };
+        let spec = self
+            .memory_config
+            .shard_spec
+            .as_ref()
+            .ok_or_else(|| bad("missing shard spec".into()))?;
         let [sh, sw] = spec.shape;
         if sh == 0 || sw == 0 {
             return Err(bad(format!("shard shape {:?} is empty", spec.shape)));
         }
         let (h, w) = self.height_width();
-        let total_h = self.batch() * if self.layout == Layout::Tile { h.div_ceil(TILE) * TILE } else { h };
-        let total_w = if self.layout == Layout::Tile { w.div_ceil(TILE) * TILE } else { w };
+        let total_h = self.batch()
+            * if self.layout == Layout::Tile {
+                h.div_ceil(TILE) * TILE
+            } else {
+                h
+            };
+        let total_w = if self.layout == Layout::Tile {
+            w.div_ceil(TILE) * TILE
+        } else {
+            w
+        };
         let (page_h, page_w) = match self.layout {
             Layout::Tile => {
                 if sh % TILE != 0 || sw % TILE != 0 {
-                    return Err(bad(format!("shard shape {:?} must be a multiple of the 32x32 tile", spec.shape)));
+                    return Err(bad(format!(
+                        "shard shape {:?} must be a multiple of the 32x32 tile",
+                        spec.shape
+                    )));
                 }
                 (sh / TILE, sw / TILE)
             }
@@ -316,10 +382,14 @@ impl TensorSpec {
         };
         match self.memory_config.memory_layout {
             TensorMemoryLayout::HeightSharded if sw != total_w => {
-                return Err(bad(format!("height sharding keeps whole rows: shard width {sw} != tensor width {total_w}")))
+                return Err(bad(format!(
+                    "height sharding keeps whole rows: shard width {sw} != tensor width {total_w}"
+                )))
             }
             TensorMemoryLayout::WidthSharded if sh != total_h => {
-                return Err(bad(format!("width sharding keeps whole columns: shard height {sh} != tensor height {total_h}")))
+                return Err(bad(format!(
+                "width sharding keeps whole columns: shard height {sh} != tensor height {total_h}"
+            )))
             }
             _ => {}
         }
@@ -330,8 +400,13 @@ impl TensorSpec {
             BufferType::Dram => (arch.num_dram_banks, 1, "DRAM banks"),
             _ => (arch.compute_grid.0, arch.compute_grid.1, "compute grid"),
         };
-        if let Some(c) = cores.iter().find(|(x, y)| *x >= grid_cols || *y >= grid_rows) {
-            return Err(bad(format!("core {c:?} is outside the {space} ({grid_cols}x{grid_rows})")));
+        if let Some(c) = cores
+            .iter()
+            .find(|(x, y)| *x >= grid_cols || *y >= grid_rows)
+        {
+            return Err(bad(format!(
+                "core {c:?} is outside the {space} ({grid_cols}x{grid_rows})"
+            )));
         }
         let num_shards = shards_h * shards_w;
         if num_shards > cores.len() {
@@ -340,8 +415,16 @@ impl TensorSpec {
                 cores.len()
             )));
         }
-        let banks = cores[..num_shards].iter().map(|(x, y)| y * grid_cols + x).collect();
-        Ok(ShardLayout { banks, page_h: page_h as u64, page_w: page_w as u64, shards_w: shards_w as u64 })
+        let banks = cores[..num_shards]
+            .iter()
+            .map(|(x, y)| y * grid_cols + x)
+            .collect();
+        Ok(ShardLayout {
+            banks,
+            page_h: page_h as u64,
+            page_w: page_w as u64,
+            shards_w: shards_w as u64,
+        })
     }
 
     /// What the allocator must reserve for this tensor.
@@ -349,7 +432,10 @@ impl TensorSpec {
         self.validate(arch, "tensor")?;
         let placement = if self.memory_config.is_sharded() {
             let l = self.shard_layout(arch, "tensor")?;
-            Placement::Sharded { banks: l.banks, pages_per_shard: l.page_h * l.page_w }
+            Placement::Sharded {
+                banks: l.banks,
+                pages_per_shard: l.page_h * l.page_w,
+            }
         } else {
             Placement::Interleaved
         };
@@ -374,7 +460,11 @@ impl TensorSpec {
             crate::allocator::MemSpace::Dram => arch.num_dram_banks,
             _ => arch.num_l1_banks(),
         };
-        let shard = if self.memory_config.is_sharded() { Some(self.shard_layout(arch, "tensor")?) } else { None };
+        let shard = if self.memory_config.is_sharded() {
+            Some(self.shard_layout(arch, "tensor")?)
+        } else {
+            None
+        };
         Ok(TensorPages {
             map: PageMap {
                 space: t.space(),
@@ -433,9 +523,19 @@ mod tests {
         assert_eq!(s(DataType::Float32).page_size(), 4096);
         assert_eq!(s(DataType::BFloat8B).page_size(), 1088);
         assert_eq!(s(DataType::BFloat16).num_pages(), 4);
-        let rm = TensorSpec::new(vec![3, 5, 7], DataType::BFloat16, Layout::RowMajor, MemoryConfig::DRAM);
+        let rm = TensorSpec::new(
+            vec![3, 5, 7],
+            DataType::BFloat16,
+            Layout::RowMajor,
+            MemoryConfig::DRAM,
+        );
         assert_eq!((rm.page_size(), rm.num_pages()), (14, 15));
-        let odd = TensorSpec::new(vec![2, 33, 65], DataType::BFloat16, Layout::Tile, MemoryConfig::DRAM);
+        let odd = TensorSpec::new(
+            vec![2, 33, 65],
+            DataType::BFloat16,
+            Layout::Tile,
+            MemoryConfig::DRAM,
+        );
         assert_eq!(odd.padded_shape(), vec![2, 64, 96]);
         assert_eq!(odd.num_pages(), 2 * 2 * 3);
     }
@@ -444,20 +544,42 @@ mod tests {
     fn shard_spec_errors_name_the_problem() {
         let wh = ArchSpec::wormhole_b0();
         let mc = |layout, shape| {
-            MemoryConfig::sharded(layout, BufferType::L1, ShardSpec::new(CoreRange::grid(2, 1), shape))
+            MemoryConfig::sharded(
+                layout,
+                BufferType::L1,
+                ShardSpec::new(CoreRange::grid(2, 1), shape),
+            )
         };
-        let t = TensorSpec::new(vec![1, 1, 128, 64], DataType::BFloat16, Layout::Tile, mc(TensorMemoryLayout::HeightSharded, [32, 64]));
+        let t = TensorSpec::new(
+            vec![1, 1, 128, 64],
+            DataType::BFloat16,
+            Layout::Tile,
+            mc(TensorMemoryLayout::HeightSharded, [32, 64]),
+        );
         let e = t.validate(&wh, "x").unwrap_err().to_string();
         assert!(e.contains("4 shards") && e.contains("only 2 cores"), "{e}");
-        let t = TensorSpec::new(vec![1, 1, 64, 64], DataType::BFloat16, Layout::Tile, mc(TensorMemoryLayout::HeightSharded, [32, 32]));
-        assert!(t.validate(&wh, "x").unwrap_err().to_string().contains("whole rows"));
+        let t = TensorSpec::new(
+            vec![1, 1, 64, 64],
+            DataType::BFloat16,
+            Layout::Tile,
+            mc(TensorMemoryLayout::HeightSharded, [32, 32]),
+        );
+        assert!(t
+            .validate(&wh, "x")
+            .unwrap_err()
+            .to_string()
+            .contains("whole rows"));
         let far = MemoryConfig::sharded(
             TensorMemoryLayout::HeightSharded,
             BufferType::L1,
             ShardSpec::new(CoreRange::new((0, 0), (8, 0)), [32, 64]),
         );
         let t = TensorSpec::new(vec![1, 1, 64, 64], DataType::BFloat16, Layout::Tile, far);
-        assert!(t.validate(&wh, "x").unwrap_err().to_string().contains("outside the compute grid"));
+        assert!(t
+            .validate(&wh, "x")
+            .unwrap_err()
+            .to_string()
+            .contains("outside the compute grid"));
     }
 
     #[test]
