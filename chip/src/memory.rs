@@ -113,24 +113,43 @@ impl DeviceMemory {
         Ok(())
     }
 
-    /// Drops the chunks entirely inside [addr, addr + len) of one bank: freed buffers give their
-    /// host memory back.
+    /// Drops the chunks entirely inside [addr, addr + len) of one bank: freed memory gives its
+    /// host memory back. The range is clipped to the bank, and the bank's top ends its last
+    /// chunk (L1's top, 0x16E000, is not chunk-aligned).
     pub fn discard(&self, space: MemSpace, bank: u32, addr: u64, len: u64) {
-        let Ok(lock) = self.bank(space, bank, addr, len) else {
+        let size = self.bank_size(space);
+        let end = addr.saturating_add(len).min(size);
+        if end <= addr {
+            return;
+        }
+        let Ok(lock) = self.bank(space, bank, addr, end - addr) else {
             return;
         };
         let first = addr.div_ceil(CHUNK_SIZE);
-        let end = (addr + len) / CHUNK_SIZE;
-        if first >= end {
+        let last = if end == size {
+            size.div_ceil(CHUNK_SIZE)
+        } else {
+            end / CHUNK_SIZE
+        };
+        if first >= last {
             return;
         }
         let mut b = lock.write();
-        if (end - first) as usize > b.chunks.len() {
-            b.chunks.retain(|k, _| *k < first || *k >= end);
+        if (last - first) as usize > b.chunks.len() {
+            b.chunks.retain(|k, _| *k < first || *k >= last);
         } else {
-            for c in first..end {
+            for c in first..last {
                 b.chunks.remove(&c);
             }
+        }
+    }
+
+    /// Bytes of one bank's address space.
+    pub fn bank_size(&self, space: MemSpace) -> u64 {
+        match space {
+            MemSpace::Dram => self.dram_bank_size,
+            MemSpace::L1 => self.l1_bank_size,
+            MemSpace::Host => self.host_size,
         }
     }
 
@@ -168,6 +187,13 @@ mod tests {
         assert_eq!(back, data);
         assert!(m.resident_bytes() <= 4 * CHUNK_SIZE);
         m.discard(MemSpace::Dram, 3, 0, 1 << 30);
+        assert_eq!(m.resident_bytes(), 0);
+        // L1's top ends the last chunk: a range reaching the top drops it.
+        let top = 1_499_136;
+        m.write(MemSpace::L1, 5, top - 4000, &[1u8; 4000]).unwrap();
+        m.discard(MemSpace::L1, 5, top - 8000, 7999);
+        assert_eq!(m.resident_bytes(), CHUNK_SIZE, "a partly freed chunk stays");
+        m.discard(MemSpace::L1, 5, 91 * CHUNK_SIZE, 1 << 30);
         assert_eq!(m.resident_bytes(), 0);
         assert!(m.read(MemSpace::L1, 64, 0, &mut back).is_err());
         assert!(m.write(MemSpace::L1, 0, 1_499_130, &[0u8; 16]).is_err());

@@ -10,7 +10,7 @@ pub use queue::{default_operation_timeout, CqId};
 pub use trace::{trace_page_size, TraceId, TraceInfo, TraceStats};
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,9 +22,9 @@ use crate::allocator::{
     MemSpace, Statistics, UsageCounters,
 };
 use crate::arch::ArchSpec;
-use crate::command::{Encoder, Opcode};
+use crate::command::{space_code, Encoder, Opcode};
 use crate::error::{ChipError, Result};
-use crate::memory::DeviceMemory;
+use crate::memory::{DeviceMemory, CHUNK_SIZE};
 use crate::program::{Program, ProgramCache};
 use queue::{CqState, QueueHandle};
 use trace::{Capture, TraceTable};
@@ -85,6 +85,9 @@ pub(crate) struct ChipShared {
     callbacks: Mutex<HashMap<u64, Callback>>,
     next_handle: AtomicU64,
     pub(crate) traces: Mutex<TraceTable>,
+    /// Ranges freed on the host whose Discard has not run yet: queued work may still use them.
+    /// Key (space code, address, per-bank size) -> how many such frees are queued.
+    pending_discards: Mutex<BTreeMap<(u8, u64, u64), u32>>,
     launches: AtomicU64,
     kernel_ns: AtomicU64,
     pub(crate) sanitizer: AtomicBool,
@@ -136,20 +139,46 @@ impl ChipShared {
             MemSpace::L1 => &[BufferType::L1, BufferType::L1Small],
             MemSpace::Host => &[BufferType::SystemMemory],
         };
+        let code = space_code(space);
+        // Widened to whole chunks, so buffers smaller than a chunk (most L1 shares) give their
+        // memory back too. Kept: live buffers, ranges freed whose own Discard is still queued
+        // (work before it may read them), and live traces' intermediates (a replay on another
+        // queue may be using them). All three locks are held until the chunks are gone (traces,
+        // allocator, pending: the order used everywhere), so nothing allocated, freed or
+        // captured meanwhile can lose data.
+        let lo = address / CHUNK_SIZE * CHUNK_SIZE;
+        let hi = address
+            .saturating_add(size)
+            .div_ceil(CHUNK_SIZE)
+            .saturating_mul(CHUNK_SIZE);
+        let traces = self.traces.lock();
         let alloc = self.allocator.lock();
-        let mut live: Vec<(u64, u64)> = types
+        let mut pending = self.pending_discards.lock();
+        let key = (code, address, size);
+        if let Some(n) = pending.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                pending.remove(&key);
+            }
+        }
+        let mut keep: Vec<(u64, u64)> = types
             .iter()
             .flat_map(|t| {
                 alloc
-                    .overlapping(*t, address, size)
+                    .overlapping(*t, lo, hi - lo)
                     .into_iter()
                     .map(|(a, b)| (a, a + b.size))
             })
+            .chain(
+                pending
+                    .range((code, 0, 0)..(code, hi, 0))
+                    .map(|(&(_, a, s), _)| (a, a + s)),
+            )
+            .chain(traces.private_ranges(space))
+            .filter(|&(s, e)| s < hi && e > lo)
             .collect();
-        drop(alloc);
-        live.sort_unstable();
-        let mut cursor = address;
-        let end = address + size;
+        keep.sort_unstable();
+        let mut cursor = lo;
         let banks = self.memory.num_banks(space);
         let discard = |from: u64, to: u64| {
             if to > from {
@@ -158,11 +187,14 @@ impl ChipShared {
                 }
             }
         };
-        for (s, e) in live {
-            discard(cursor, s.min(end));
+        for (s, e) in keep {
+            discard(cursor, s.min(hi));
             cursor = cursor.max(e);
         }
-        discard(cursor, end);
+        discard(cursor, hi);
+        drop(pending);
+        drop(alloc);
+        drop(traces);
     }
 }
 
@@ -219,6 +251,7 @@ impl Chip {
             callbacks: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             traces: Mutex::new(TraceTable::default()),
+            pending_discards: Mutex::new(BTreeMap::new()),
             launches: AtomicU64::new(0),
             kernel_ns: AtomicU64::new(0),
             sanitizer: AtomicBool::new(config.replay_sanitizer),
@@ -313,16 +346,31 @@ impl Chip {
     }
 
     pub fn deallocate(&self, alloc: &Allocation) -> Result<()> {
-        self.shared.allocator.lock().deallocate(alloc)?;
+        let open = !self.closed.load(Ordering::Acquire);
+        {
+            let mut a = self.shared.allocator.lock();
+            a.deallocate(alloc)?;
+            // Marked pending under the allocator lock: no discard may see the range free
+            // before it is marked (see discard_free_range).
+            if open {
+                let key = (
+                    space_code(alloc.buffer_type.space()),
+                    alloc.address,
+                    alloc.per_bank_size,
+                );
+                *self.shared.pending_discards.lock().entry(key).or_insert(0) += 1;
+            }
+        }
         // Host memory of the range is returned in queue order, after work that may still read it.
-        if !self.closed.load(Ordering::Acquire) {
+        if open {
             let mut e = Encoder::with_capacity(32);
             e.discard(
                 alloc.buffer_type.space(),
                 alloc.address,
                 alloc.per_bank_size,
             );
-            self.queues[0].ring.push(e.bytes, true);
+            // Housekeeping: no wake-up of its own; it runs with the next command that wakes.
+            self.queues[0].ring.push(e.bytes, false);
         }
         Ok(())
     }
@@ -580,11 +628,17 @@ impl PendingRead {
             .take()
             .unwrap_or_else(|| Err(ChipError::Queue("read slot emptied twice".into())));
         drop(g);
-        self.shared.reads.lock().remove(&self.handle);
         data
     }
 
     pub fn is_ready(&self) -> bool {
         self.slot.data.lock().is_some()
+    }
+}
+
+impl Drop for PendingRead {
+    /// A read dropped unread (or read) leaves no slot behind, so its data is not kept forever.
+    fn drop(&mut self) {
+        self.shared.reads.lock().remove(&self.handle);
     }
 }

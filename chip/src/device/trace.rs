@@ -103,6 +103,15 @@ impl TraceTable {
     fn total_size(&self) -> u64 {
         self.traces.values().map(|t| t.alloc.size()).sum()
     }
+    /// Ranges in `space` that live traces write although no buffer owns them (intermediates
+    /// freed during capture): their host memory must survive frees of neighbouring buffers.
+    pub(crate) fn private_ranges(&self, space: MemSpace) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.traces
+            .values()
+            .flat_map(|t| t.private.iter())
+            .filter(move |p| p.buffer_type.space() == space)
+            .map(|p| (p.address, p.address + p.size))
+    }
 }
 
 /// What a user can learn about one trace.
