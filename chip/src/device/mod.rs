@@ -73,6 +73,44 @@ pub(crate) struct ReadSlot {
 /// A host function a dispatcher runs at its place in the queue (never traced).
 pub type Callback = Box<dyn FnOnce() -> Result<()> + Send>;
 
+/// Ranges freed on the host whose Discard has not run: key (space code, address, per-bank
+/// size) -> how many such frees are queued.
+#[derive(Default)]
+pub(crate) struct PendingDiscards {
+    ranges: BTreeMap<(u8, u64, u64), u32>,
+    /// Largest size queued per space since the set was last empty: bounds overlap queries.
+    max_size: [u64; 3],
+}
+
+impl PendingDiscards {
+    fn add(&mut self, key: (u8, u64, u64)) {
+        *self.ranges.entry(key).or_insert(0) += 1;
+        let m = &mut self.max_size[key.0 as usize % 3];
+        *m = (*m).max(key.2);
+    }
+
+    fn remove(&mut self, key: (u8, u64, u64)) {
+        if let Some(n) = self.ranges.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.ranges.remove(&key);
+                if self.ranges.is_empty() {
+                    self.max_size = [0; 3];
+                }
+            }
+        }
+    }
+
+    /// Queued ranges of `space` that overlap [lo, hi).
+    fn overlapping(&self, code: u8, lo: u64, hi: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let from = lo.saturating_sub(self.max_size[code as usize % 3]);
+        self.ranges
+            .range((code, from, 0)..(code, hi, 0))
+            .map(|(&(_, a, s), _)| (a, a + s))
+            .filter(move |&(a, e)| a < hi && e > lo)
+    }
+}
+
 /// State shared by the host API and the dispatcher threads.
 pub(crate) struct ChipShared {
     pub(crate) id: u32,
@@ -87,7 +125,7 @@ pub(crate) struct ChipShared {
     pub(crate) traces: Mutex<TraceTable>,
     /// Ranges freed on the host whose Discard has not run yet: queued work may still use them.
     /// Key (space code, address, per-bank size) -> how many such frees are queued.
-    pending_discards: Mutex<BTreeMap<(u8, u64, u64), u32>>,
+    pending_discards: Mutex<PendingDiscards>,
     launches: AtomicU64,
     kernel_ns: AtomicU64,
     pub(crate) sanitizer: AtomicBool,
@@ -154,13 +192,7 @@ impl ChipShared {
         let traces = self.traces.lock();
         let alloc = self.allocator.lock();
         let mut pending = self.pending_discards.lock();
-        let key = (code, address, size);
-        if let Some(n) = pending.get_mut(&key) {
-            *n -= 1;
-            if *n == 0 {
-                pending.remove(&key);
-            }
-        }
+        pending.remove((code, address, size));
         let mut keep: Vec<(u64, u64)> = types
             .iter()
             .flat_map(|t| {
@@ -169,19 +201,23 @@ impl ChipShared {
                     .into_iter()
                     .map(|(a, b)| (a, a + b.size))
             })
-            .chain(
-                pending
-                    .range((code, 0, 0)..(code, hi, 0))
-                    .map(|(&(_, a, s), _)| (a, a + s)),
-            )
+            .chain(pending.overlapping(code, lo, hi))
             .chain(traces.private_ranges(space))
             .filter(|&(s, e)| s < hi && e > lo)
             .collect();
         keep.sort_unstable();
         let mut cursor = lo;
         let banks = self.memory.num_banks(space);
+        let bank_size = self.memory.bank_size(space);
         let discard = |from: u64, to: u64| {
-            if to > from {
+            // Only a gap holding a whole chunk (the bank's top ends the last one) frees anything.
+            let to = to.min(bank_size);
+            let whole_end = if to == bank_size {
+                to.div_ceil(CHUNK_SIZE)
+            } else {
+                to / CHUNK_SIZE
+            };
+            if from.div_ceil(CHUNK_SIZE) < whole_end {
                 for b in 0..banks {
                     self.memory.discard(space, b, from, to - from);
                 }
@@ -251,7 +287,7 @@ impl Chip {
             callbacks: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             traces: Mutex::new(TraceTable::default()),
-            pending_discards: Mutex::new(BTreeMap::new()),
+            pending_discards: Mutex::new(PendingDiscards::default()),
             launches: AtomicU64::new(0),
             kernel_ns: AtomicU64::new(0),
             sanitizer: AtomicBool::new(config.replay_sanitizer),
@@ -358,7 +394,7 @@ impl Chip {
                     alloc.address,
                     alloc.per_bank_size,
                 );
-                *self.shared.pending_discards.lock().entry(key).or_insert(0) += 1;
+                self.shared.pending_discards.lock().add(key);
             }
         }
         // Host memory of the range is returned in queue order, after work that may still read it.

@@ -101,7 +101,9 @@ impl HostRing {
     pub(crate) fn push(&self, bytes: Vec<u8>, wake: bool) {
         let mut s = self.state.lock();
         s.items.push_back(bytes);
-        let notify = wake && s.sleeping;
+        // Pushes that do not wake (discards, a mesh's deferred replays) still wake a sleeping
+        // dispatcher once many pile up, so the ring cannot grow without bound.
+        let notify = s.sleeping && (wake || s.items.len() >= UNWOKEN_LIMIT);
         drop(s);
         if notify {
             self.cv.notify_one();
@@ -129,6 +131,9 @@ impl HostRing {
         std::mem::swap(out, &mut s.items);
     }
 }
+
+/// Items a sleeping dispatcher may have queued before a push wakes it regardless.
+const UNWOKEN_LIMIT: usize = 1024;
 
 /// The host's end of one queue.
 pub(crate) struct QueueHandle {
