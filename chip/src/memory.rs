@@ -113,6 +113,31 @@ impl DeviceMemory {
         Ok(())
     }
 
+    /// Calls `f` with the `scratch.len()` bytes at `addr` of one bank: in place when they lie in
+    /// one chunk (no copy, the kernels' page reads), else copied into `scratch`. Unwritten
+    /// memory reads as zero either way.
+    pub fn read_with<R>(
+        &self,
+        space: MemSpace,
+        bank: u32,
+        addr: u64,
+        scratch: &mut [u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        let len = scratch.len();
+        let lock = self.bank(space, bank, addr, len as u64)?;
+        let b = lock.read();
+        let in_chunk = (addr % CHUNK_SIZE) as usize;
+        if in_chunk + len <= CHUNK_SIZE as usize {
+            if let Some(c) = b.chunks.get(&(addr / CHUNK_SIZE)) {
+                return Ok(f(&c[in_chunk..in_chunk + len]));
+            }
+        }
+        drop(b);
+        self.read(space, bank, addr, scratch)?;
+        Ok(f(scratch))
+    }
+
     /// Drops the chunks entirely inside [addr, addr + len) of one bank: freed memory gives its
     /// host memory back. The range is clipped to the bank, and the bank's top ends its last
     /// chunk (L1's top, 0x16E000, is not chunk-aligned).

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::io::{read_logical, write_logical};
+use super::io::{copy_pages, read_logical, write_logical};
 use super::{run_op, OpLaunch, OpOptions};
 use crate::error::{ChipError, Result};
 use crate::program::{Kernel, KernelContext, KernelCost};
@@ -20,6 +20,10 @@ impl Kernel for MoveKernel {
         self.name
     }
     fn execute(&self, ctx: &KernelContext, addr: &[u32]) -> Result<()> {
+        // Same dtype and layout: the pages move as they are, only their places change.
+        if self.input.dtype == self.out.dtype && self.input.layout == self.out.layout {
+            return copy_pages(ctx, &self.input, addr[0], &self.out, addr[1]);
+        }
         let data = read_logical(ctx, &self.input, addr[0])?;
         let data = match (data, self.out.dtype) {
             (HostData::F32(v), DataType::UInt32) => HostData::U32(
