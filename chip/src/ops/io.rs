@@ -5,6 +5,8 @@
 //! 32 rows per rayon task, with no staging copy of the whole tensor. It gives the same values
 //! as the generic path (`encode_pages` / `decode_pages`), which everything else takes.
 
+use std::cell::RefCell;
+
 use rayon::prelude::*;
 
 use crate::allocator::MemSpace;
@@ -54,12 +56,71 @@ pub fn write_logical(
     Ok(())
 }
 
+thread_local! {
+    /// Large f32 buffers a kernel gave back, reused by the next kernel on this (dispatcher)
+    /// thread: fresh multi-MB allocations go back to the OS when freed, and faulting their
+    /// pages in again costs as much as decoding them.
+    static POOL: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Buffers smaller than this are not worth pooling; the pool keeps at most `POOL_BYTES`.
+const POOL_MIN_ELEMS: usize = 1 << 15;
+const POOL_BYTES: usize = 64 << 20;
+
+/// A buffer of `len` f32 values with unspecified (but initialized) contents, pooled if large:
+/// for callers that overwrite every element.
+pub(crate) fn take_f32(len: usize) -> Vec<f32> {
+    if len >= POOL_MIN_ELEMS {
+        let reused = POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            let i = p.iter().position(|v| v.capacity() >= len)?;
+            Some(p.swap_remove(i))
+        });
+        if let Some(mut v) = reused {
+            v.resize(len, 0.0);
+            return v;
+        }
+    }
+    vec![0f32; len]
+}
+
+/// Gives a buffer back to this thread's pool.
+pub(crate) fn recycle_f32(v: Vec<f32>) {
+    if v.capacity() < POOL_MIN_ELEMS {
+        return;
+    }
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        p.push(v);
+        // Keep the largest buffers within the budget.
+        p.sort_unstable_by_key(|v| std::cmp::Reverse(v.capacity()));
+        let mut total = 0;
+        p.retain(|v| {
+            total += v.capacity() * 4;
+            total <= POOL_BYTES
+        });
+    });
+}
+
 /// Reads a float tensor as f32 values.
 pub(crate) fn read_f32(ctx: &KernelContext, spec: &TensorSpec, address: u32) -> Result<Vec<f32>> {
     Ok(match read_logical(ctx, spec, address)? {
         HostData::F32(v) => v,
         HostData::U32(v) => v.into_iter().map(|x| x as f32).collect(),
     })
+}
+
+/// Reads two float tensors; large ones side by side on the rayon pool (one hand-off for both).
+pub(crate) fn read_two_f32(
+    ctx: &KernelContext,
+    a: (&TensorSpec, u32),
+    b: (&TensorSpec, u32),
+) -> Result<(Vec<f32>, Vec<f32>)> {
+    if a.0.volume() + b.0.volume() < PAR_MIN_ELEMS {
+        return Ok((read_f32(ctx, a.0, a.1)?, read_f32(ctx, b.0, b.1)?));
+    }
+    let (x, y) = rayon::join(|| read_f32(ctx, a.0, a.1), || read_f32(ctx, b.0, b.1));
+    Ok((x?, y?))
 }
 
 /// Copies every page of `input` at `src` to `out` at `dst` unchanged (same dtype, layout and
@@ -140,6 +201,42 @@ fn face_offset(r: usize, fc: usize) -> usize {
     ((r / 16) * 2 + fc) * FACE_ELEMS + (r % 16) * FACE_WIDTH
 }
 
+/// Below this many elements a tensor is decoded on the calling thread: a hand-off to the
+/// rayon pool costs tens of microseconds, more than small tensors take.
+const PAR_MIN_ELEMS: usize = 1 << 16;
+
+/// Splits row-major data of `batch` slices of `h x w` into bands of up to 32 rows:
+/// (batch, tile row, band).
+fn bands<T>(data: &mut [T], h: usize, w: usize) -> Vec<(usize, usize, &mut [T])> {
+    data.chunks_mut(h * w)
+        .enumerate()
+        .flat_map(|(b, s)| {
+            s.chunks_mut(TILE_HEIGHT * w)
+                .enumerate()
+                .map(move |(tr, band)| (b, tr, band))
+        })
+        .collect()
+}
+
+/// Runs `f` over bands, in parallel (with per-task scratch from `init`) when they are large.
+fn for_bands<B: Send, S>(
+    bands: Vec<B>,
+    elems: usize,
+    band_elems: usize,
+    init: impl Fn() -> S + Sync + Send,
+    f: impl Fn(&mut S, B) -> Result<()> + Sync + Send,
+) -> Result<()> {
+    if elems < PAR_MIN_ELEMS {
+        let mut scratch = init();
+        return bands.into_iter().try_for_each(|b| f(&mut scratch, b));
+    }
+    let per_task = (PAR_MIN_ELEMS / 2).div_ceil(band_elems.max(1));
+    bands
+        .into_par_iter()
+        .with_min_len(per_task)
+        .try_for_each_init(init, |s, b| f(s, b))
+}
+
 fn read_tiles_f32(
     ctx: &KernelContext,
     spec: &TensorSpec,
@@ -148,33 +245,28 @@ fn read_tiles_f32(
     let Some(t) = tiles(ctx, spec, address)? else {
         return Ok(None);
     };
-    let mut out = vec![0f32; spec.batch() * t.h * t.w];
-    if out.is_empty() {
+    let elems = spec.batch() * t.h * t.w;
+    let mut out = take_f32(elems); // every element is written below
+    if elems == 0 {
         return Ok(Some(out));
     }
-    // One task per band of 32 logical rows (one tile row) of one batch slice.
-    let slice = t.h * t.w;
-    out.par_chunks_mut(slice)
-        .enumerate()
-        .flat_map(|(b, s)| {
-            s.par_chunks_mut(TILE_HEIGHT * t.w)
-                .enumerate()
-                .map(move |(tr, band)| (b, tr, band))
-        })
-        .try_for_each_init(
-            || (vec![0u8; t.page], vec![0f32; TILE_ELEMS]),
-            |(scratch, tile), (b, tr, band)| -> Result<()> {
-                let rows = band.len() / t.w;
-                for tc in 0..t.wt {
-                    let (bank, addr) = t.pages.location(((b * t.ht + tr) * t.wt + tc) as u64);
-                    ctx.memory
-                        .read_with(t.space, bank, addr, scratch, |bytes| {
-                            decode_tile(t.dtype, bytes, tile, band, rows, tc, t.w)
-                        })??;
-                }
-                Ok(())
-            },
-        )?;
+    for_bands(
+        bands(&mut out, t.h, t.w),
+        elems,
+        TILE_HEIGHT * t.w,
+        || (vec![0u8; t.page], vec![0f32; TILE_ELEMS]),
+        |(scratch, tile), (b, tr, band)| {
+            let rows = band.len() / t.w;
+            for tc in 0..t.wt {
+                let (bank, addr) = t.pages.location(((b * t.ht + tr) * t.wt + tc) as u64);
+                ctx.memory
+                    .read_with(t.space, bank, addr, scratch, |bytes| {
+                        decode_tile(t.dtype, bytes, tile, band, rows, tc, t.w)
+                    })??;
+            }
+            Ok(())
+        },
+    )?;
     Ok(Some(out))
 }
 
@@ -224,6 +316,20 @@ fn decode_tile(
     Ok(())
 }
 
+/// f32 to bfloat16 bits, rounding to nearest even; NaN stays a (quiet) NaN. Bit for bit what
+/// `half::bf16::from_f32` gives (tested below), written without branches.
+#[inline]
+fn bf16_bits(v: f32) -> u16 {
+    let x = v.to_bits();
+    let rounded = (x.wrapping_add(0x7FFF + ((x >> 16) & 1)) >> 16) as u16;
+    let nan = ((x >> 16) | 0x40) as u16;
+    if x & 0x7FFF_FFFF > 0x7F80_0000 {
+        nan
+    } else {
+        rounded
+    }
+}
+
 fn not_float() -> ChipError {
     ChipError::Data("the float tile path got a UINT32 tensor".into())
 }
@@ -237,36 +343,40 @@ fn write_tiles_f32(
     let Some(t) = tiles(ctx, spec, address)? else {
         return Ok(false);
     };
-    let expected = spec.batch() * t.h * t.w;
-    if data.len() != expected {
+    let elems = spec.batch() * t.h * t.w;
+    if data.len() != elems {
         return Err(ChipError::Data(format!(
-            "{} values for {spec}, expected {expected}",
+            "{} values for {spec}, expected {elems}",
             data.len()
         )));
     }
-    if expected == 0 {
+    if elems == 0 {
         return Ok(true);
     }
-    let slice = t.h * t.w;
-    data.par_chunks(slice)
+    let bands: Vec<(usize, usize, &[f32])> = data
+        .chunks(t.h * t.w)
         .enumerate()
         .flat_map(|(b, s)| {
-            s.par_chunks(TILE_HEIGHT * t.w)
+            s.chunks(TILE_HEIGHT * t.w)
                 .enumerate()
                 .map(move |(tr, band)| (b, tr, band))
         })
-        .try_for_each_init(
-            || (vec![0u8; t.page], vec![0f32; TILE_ELEMS]),
-            |(bytes, tile), (b, tr, band)| -> Result<()> {
-                let rows = band.len() / t.w;
-                for tc in 0..t.wt {
-                    encode_tile(t.dtype, band, rows, tc, t.w, tile, bytes)?;
-                    let (bank, addr) = t.pages.location(((b * t.ht + tr) * t.wt + tc) as u64);
-                    ctx.memory.write(t.space, bank, addr, bytes)?;
-                }
-                Ok(())
-            },
-        )?;
+        .collect();
+    for_bands(
+        bands,
+        elems,
+        TILE_HEIGHT * t.w,
+        || (vec![0u8; t.page], vec![0f32; TILE_ELEMS]),
+        |(bytes, tile), (b, tr, band)| {
+            let rows = band.len() / t.w;
+            for tc in 0..t.wt {
+                encode_tile(t.dtype, band, rows, tc, t.w, tile, bytes)?;
+                let (bank, addr) = t.pages.location(((b * t.ht + tr) * t.wt + tc) as u64);
+                ctx.memory.write(t.space, bank, addr, bytes)?;
+            }
+            Ok(())
+        },
+    )?;
     Ok(true)
 }
 
@@ -291,8 +401,13 @@ fn encode_tile(
     }
     match dtype {
         DataType::BFloat16 => {
-            for (b, x) in bytes.chunks_exact_mut(2).zip(tile.iter()) {
-                b.copy_from_slice(&half::bf16::from_f32(*x).to_bits().to_le_bytes());
+            // Two branch-free passes over fixed-size arrays: they vectorise.
+            let mut bits = [0u16; TILE_ELEMS];
+            for (o, x) in bits.iter_mut().zip(tile.iter()) {
+                *o = bf16_bits(*x);
+            }
+            for (b, v) in bytes.chunks_exact_mut(2).zip(bits) {
+                b.copy_from_slice(&v.to_le_bytes());
             }
         }
         DataType::Float32 => {
@@ -304,4 +419,32 @@ fn encode_tile(
         DataType::UInt32 => return Err(not_float()),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bf16_bits;
+
+    #[test]
+    fn bf16_bits_matches_half_everywhere() {
+        let special = [
+            0u32,
+            0x8000_0000,
+            0x7F80_0000,
+            0xFF80_0000,
+            0x7FC0_0000,
+            0x7F80_0001,
+            0xFFFF_FFFF,
+            0x7F7F_FFFF,
+            0x0000_8000,
+            0x0001_8000,
+            0x3F80_8000,
+            0x3F81_8000,
+        ];
+        let sampled = (0..4_000_000u64).map(|i| (i * 1_073_741_789 % (1 << 32)) as u32);
+        for bits in special.into_iter().chain(sampled) {
+            let x = f32::from_bits(bits);
+            assert_eq!(bf16_bits(x), half::bf16::from_f32(x).to_bits(), "{bits:#x}");
+        }
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::io::{read_f32, write_logical};
+use super::io::{read_f32, read_two_f32, recycle_f32, take_f32, write_logical};
 use super::{default_memory_config, run_op, unsupported_dtype, OpLaunch, OpOptions};
 use crate::arch::MathFidelity;
 use crate::compute::{self, Activation};
@@ -43,10 +43,12 @@ impl Kernel for MatmulKernel {
 
     fn execute(&self, ctx: &KernelContext, addresses: &[u32]) -> Result<()> {
         let d = self.dims;
-        let a = read_f32(ctx, &self.a, addresses[0])?;
-        let b = read_f32(ctx, &self.b, addresses[1])?;
-        let mut out = vec![0f32; d.batch_a * d.m * d.n];
+        let (a, b) = read_two_f32(ctx, (&self.a, addresses[0]), (&self.b, addresses[1]))?;
+        // sgemm overwrites every element (beta = 0), so a recycled buffer will do.
+        let mut out = take_f32(d.batch_a * d.m * d.n);
         compute::matmul(&a, &b, d.batch_a, d.batch_b, d.m, d.k, d.n, &mut out)?;
+        recycle_f32(a);
+        recycle_f32(b);
         let out_addr = *addresses.last().unwrap_or(&0);
         if let Some(bias_spec) = &self.bias {
             let bias = read_f32(ctx, bias_spec, addresses[2])?;
@@ -55,7 +57,12 @@ impl Kernel for MatmulKernel {
         if let Some(act) = self.activation {
             compute::unary_inplace(act, &mut out);
         }
-        write_logical(ctx, &self.out, out_addr, &HostData::F32(out))
+        let out = HostData::F32(out);
+        write_logical(ctx, &self.out, out_addr, &out)?;
+        if let HostData::F32(v) = out {
+            recycle_f32(v);
+        }
+        Ok(())
     }
 
     fn cost(&self) -> KernelCost {
