@@ -20,6 +20,11 @@ const DRAM_TOP: u64 = 1 << 30;
 const L1_BASE: u64 = 105_824;
 const L1_TOP: u64 = 0x16E000;
 
+/// Proptest cases: `n` for CI speed, or PROPTEST_CASES when set (for a deeper run).
+fn cases(n: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(n)
+}
+
 fn wh() -> ArchSpec {
     ArchSpec::wormhole_b0()
 }
@@ -491,7 +496,7 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(64), ..ProptestConfig::default() })]
 
     /// Random allocate/free over every buffer type: addresses equal the naive first-fit model,
     /// never overlap, stay aligned and inside their region; statistics equal the live sum and
