@@ -169,9 +169,36 @@ impl ChipShared {
         }
     }
 
-    /// Drops the backing chunks of [address, address + size) in every bank of `space`, except
-    /// where a live buffer sits now (it may have been reallocated since the free was queued).
-    pub(crate) fn discard_free_range(&self, space: MemSpace, address: u64, size: u64) {
+    /// Drops the backing chunks of freed ranges (space, address, per-bank size) in every bank,
+    /// except where a live buffer sits now (it may have been reallocated since the free was
+    /// queued). A dispatcher batches a run of frees into one call: one round of locks.
+    pub(crate) fn discard_free_ranges(&self, ranges: &[(MemSpace, u64, u64)]) {
+        // All three locks are held until the chunks are gone (traces, allocator, pending: the
+        // order used everywhere), so nothing allocated, freed or captured meanwhile can lose
+        // data.
+        let traces = self.traces.lock();
+        let alloc = self.allocator.lock();
+        let mut pending = self.pending_discards.lock();
+        for &(space, address, size) in ranges {
+            pending.remove((space_code(space), address, size));
+        }
+        for &(space, address, size) in ranges {
+            self.discard_one(&traces, &alloc, &pending, space, address, size);
+        }
+        drop(pending);
+        drop(alloc);
+        drop(traces);
+    }
+
+    fn discard_one(
+        &self,
+        traces: &TraceTable,
+        alloc: &Allocator,
+        pending: &PendingDiscards,
+        space: MemSpace,
+        address: u64,
+        size: u64,
+    ) {
         let types: &[BufferType] = match space {
             MemSpace::Dram => &[BufferType::Dram, BufferType::Trace],
             MemSpace::L1 => &[BufferType::L1, BufferType::L1Small],
@@ -181,18 +208,12 @@ impl ChipShared {
         // Widened to whole chunks, so buffers smaller than a chunk (most L1 shares) give their
         // memory back too. Kept: live buffers, ranges freed whose own Discard is still queued
         // (work before it may read them), and live traces' intermediates (a replay on another
-        // queue may be using them). All three locks are held until the chunks are gone (traces,
-        // allocator, pending: the order used everywhere), so nothing allocated, freed or
-        // captured meanwhile can lose data.
+        // queue may be using them).
         let lo = address / CHUNK_SIZE * CHUNK_SIZE;
         let hi = address
             .saturating_add(size)
             .div_ceil(CHUNK_SIZE)
             .saturating_mul(CHUNK_SIZE);
-        let traces = self.traces.lock();
-        let alloc = self.allocator.lock();
-        let mut pending = self.pending_discards.lock();
-        pending.remove((code, address, size));
         let mut keep: Vec<(u64, u64)> = types
             .iter()
             .flat_map(|t| {
@@ -228,9 +249,6 @@ impl ChipShared {
             cursor = cursor.max(e);
         }
         discard(cursor, hi);
-        drop(pending);
-        drop(alloc);
-        drop(traces);
     }
 }
 
@@ -369,14 +387,15 @@ impl Chip {
     pub fn allocate(&self, req: &AllocationRequest) -> Result<Allocation> {
         self.check_open()?;
         let alloc = self.shared.allocator.lock().allocate(req)?;
-        if self.shared.traces.lock().has_live_traces() && req.buffer_type != BufferType::Trace {
-            WARNED_ACTIVE_TRACE.with(|w| {
-                if !w.get() {
-                    w.set(true);
-                    tracing::warn!("{}", ACTIVE_TRACE_ALLOCATION_WARNING);
-                    eprintln!("ttmesh | WARNING | {ACTIVE_TRACE_ALLOCATION_WARNING}");
-                }
-            });
+        // Once per thread: the thread-local is checked first, so after the warning an
+        // allocation does not touch the trace table's lock.
+        if req.buffer_type != BufferType::Trace
+            && !WARNED_ACTIVE_TRACE.with(|w| w.get())
+            && self.shared.traces.lock().has_live_traces()
+        {
+            WARNED_ACTIVE_TRACE.with(|w| w.set(true));
+            tracing::warn!("{}", ACTIVE_TRACE_ALLOCATION_WARNING);
+            eprintln!("ttmesh | WARNING | {ACTIVE_TRACE_ALLOCATION_WARNING}");
         }
         Ok(alloc)
     }
@@ -387,7 +406,7 @@ impl Chip {
             let mut a = self.shared.allocator.lock();
             a.deallocate(alloc)?;
             // Marked pending under the allocator lock: no discard may see the range free
-            // before it is marked (see discard_free_range).
+            // before it is marked (see discard_free_ranges).
             if open {
                 let key = (
                     space_code(alloc.buffer_type.space()),

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use parking_lot::{Condvar, Mutex};
 
 use super::ChipShared;
+use crate::allocator::MemSpace;
 use crate::command::{decode, packed_arg, Opcode, Record};
 use crate::error::{ChipError, Result};
 use crate::program::{KernelContext, Program};
@@ -176,6 +177,8 @@ pub(crate) struct Dispatcher {
     trace_scratch: Vec<u8>,
     programs: Vec<Arc<Program>>,
     launch: PendingLaunch,
+    /// Discards waiting to be done together (one round of locks for a run of frees).
+    discards: Vec<(MemSpace, u64, u64)>,
 }
 
 enum Flow {
@@ -194,6 +197,14 @@ impl Dispatcher {
                 program: None,
                 addresses: Vec::with_capacity(16),
             },
+            discards: Vec::new(),
+        }
+    }
+
+    fn flush_discards(&mut self) {
+        if !self.discards.is_empty() {
+            self.shared.discard_free_ranges(&self.discards);
+            self.discards.clear();
         }
     }
 
@@ -210,6 +221,7 @@ impl Dispatcher {
                     return;
                 }
             }
+            self.flush_discards();
         }
     }
 
@@ -248,6 +260,9 @@ impl Dispatcher {
     }
 
     fn execute(&mut self, rec: Record<'_>, in_trace: bool) -> Result<Flow> {
+        if !matches!(rec, Record::Discard { .. }) {
+            self.flush_discards();
+        }
         let shared = self.shared.clone();
         match rec {
             Record::WriteLinear {
@@ -375,7 +390,7 @@ impl Dispatcher {
                 space,
                 address,
                 size,
-            } => shared.discard_free_range(space, address, size),
+            } => self.discards.push((space, address, size)),
             Record::Terminate => return Ok(Flow::Stop),
         }
         Ok(Flow::Continue)
