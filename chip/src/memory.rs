@@ -6,6 +6,7 @@
 //! for live data. Unwritten memory reads as zero.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 
@@ -29,6 +30,10 @@ pub struct DeviceMemory {
     dram_bank_size: u64,
     l1_bank_size: u64,
     host_size: u64,
+    /// DRAM addresses from here up (the TRACE region) count their writes and discards in
+    /// `watched_epoch`, so a dispatcher may keep a trace's bytes between replays.
+    watch_from: AtomicU64,
+    watched_epoch: AtomicU64,
 }
 
 impl DeviceMemory {
@@ -49,6 +54,25 @@ impl DeviceMemory {
             dram_bank_size,
             l1_bank_size,
             host_size,
+            watch_from: AtomicU64::new(u64::MAX),
+            watched_epoch: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts every DRAM write or discard that reaches `from` or above (see `watched_epoch`).
+    pub fn watch_dram_from(&self, from: u64) {
+        self.watch_from.store(from, Ordering::Release);
+        self.watched_epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Changes whenever watched DRAM (the TRACE region) may have changed.
+    pub fn watched_epoch(&self) -> u64 {
+        self.watched_epoch.load(Ordering::Acquire)
+    }
+
+    fn touch(&self, space: MemSpace, end: u64) {
+        if space == MemSpace::Dram && end > self.watch_from.load(Ordering::Relaxed) {
+            self.watched_epoch.fetch_add(1, Ordering::AcqRel);
         }
     }
 
@@ -78,6 +102,7 @@ impl DeviceMemory {
 
     pub fn write(&self, space: MemSpace, bank: u32, addr: u64, data: &[u8]) -> Result<()> {
         let lock = self.bank(space, bank, addr, data.len() as u64)?;
+        self.touch(space, addr + data.len() as u64);
         let mut b = lock.write();
         let mut off = 0usize;
         while off < data.len() {
@@ -150,6 +175,7 @@ impl DeviceMemory {
         let Ok(lock) = self.bank(space, bank, addr, end - addr) else {
             return;
         };
+        self.touch(space, end);
         let first = addr.div_ceil(CHUNK_SIZE);
         let last = if end == size {
             size.div_ceil(CHUNK_SIZE)

@@ -304,3 +304,41 @@ proptest! {
         prop_assert_eq!(t.to_host(CqId(0)).unwrap().data, want);
     }
 }
+
+/// TT-NN's rule: an op given an output tensor writes it in that tensor's memory config.
+#[test]
+fn a_given_output_decides_the_memory_config() {
+    let chip = chip();
+    let (x, held) = upload(
+        &chip,
+        &[64, 64],
+        DataType::BFloat16,
+        Layout::Tile,
+        MemoryConfig::L1,
+        values(8, 4096, -1.0, 1.0),
+    );
+    let mc = MemoryConfig::sharded(
+        TensorMemoryLayout::WidthSharded,
+        BufferType::Dram,
+        ShardSpec::new(CoreRange::grid(2, 1), [64, 32]),
+    );
+    let out = Tensor::allocate(
+        &chip,
+        TensorSpec::new(vec![64, 64], DataType::BFloat16, Layout::Tile, mc),
+    )
+    .unwrap();
+    let y = ops::relu(&x, &OpOptions::into_output(&out)).unwrap();
+    assert_eq!(y.buffer_address().unwrap(), out.buffer_address().unwrap());
+    let want: Vec<f32> = held.iter().map(|v| v.max(0.0)).collect();
+    assert_eq!(read(&out), want);
+    // An explicit memory config that contradicts the output is still an error.
+    let opts = OpOptions {
+        output: Some(out.clone()),
+        memory_config: Some(MemoryConfig::L1),
+        ..Default::default()
+    };
+    assert!(ops::relu(&x, &opts)
+        .unwrap_err()
+        .to_string()
+        .contains("the output tensor given is"));
+}

@@ -292,6 +292,7 @@ impl Chip {
             arch.l1_size_per_core,
             alloc_cfg.system_memory_size,
         );
+        memory.watch_dram_from(arch.dram_bank_size - alloc_cfg.trace_region_per_bank());
         let shared = Arc::new(ChipShared {
             id: config.id,
             cq_states: (0..config.num_command_queues)

@@ -175,6 +175,9 @@ pub(crate) struct Dispatcher {
     cq: CqId,
     /// Reused buffer for trace replays: a replay allocates nothing once warmed up.
     trace_scratch: Vec<u8>,
+    /// Which trace `trace_scratch` holds: (id, address, pages, size, TRACE-region epoch). The
+    /// same key means no byte of the region changed since it was read, so the read is skipped.
+    scratch_key: Option<(u32, u32, u32, u64, u64)>,
     programs: Vec<Arc<Program>>,
     launch: PendingLaunch,
     /// Discards waiting to be done together (one round of locks for a run of frees).
@@ -192,6 +195,7 @@ impl Dispatcher {
             shared,
             cq,
             trace_scratch: Vec::new(),
+            scratch_key: None,
             programs: Vec::new(),
             launch: PendingLaunch {
                 program: None,
@@ -413,17 +417,31 @@ impl Dispatcher {
                 "trace {trace_id}: {size} B do not fit in {num_pages} pages"
             )));
         }
-        let mut bytes = std::mem::take(&mut self.trace_scratch);
-        bytes.resize(total, 0);
-        for p in 0..num_pages as u64 {
-            let bank = (p % banks) as u32;
-            let addr = address as u64 + (p / banks) * page_size;
-            let dst = &mut bytes[(p * page_size) as usize..((p + 1) * page_size) as usize];
-            shared
-                .memory
-                .read(crate::allocator::MemSpace::Dram, bank, addr, dst)?;
-        }
         let started = Instant::now();
+        let mut bytes = std::mem::take(&mut self.trace_scratch);
+        // The epoch is read before the pages: a write racing with the read changes it, and
+        // the next replay reads again.
+        let key = (
+            trace_id,
+            address,
+            num_pages,
+            size,
+            shared.memory.watched_epoch(),
+        );
+        if self.scratch_key != Some(key) {
+            self.scratch_key = None;
+            bytes.resize(total, 0);
+            for p in 0..num_pages as u64 {
+                let bank = (p % banks) as u32;
+                let addr = address as u64 + (p / banks) * page_size;
+                let dst = &mut bytes[(p * page_size) as usize..((p + 1) * page_size) as usize];
+                if let Err(e) = shared.memory.read(MemSpace::Dram, bank, addr, dst) {
+                    self.trace_scratch = bytes;
+                    return Err(e);
+                }
+            }
+            self.scratch_key = Some(key);
+        }
         let mut offset = 0;
         let mut result = Ok(());
         let mut commands = 0u64;

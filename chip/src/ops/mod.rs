@@ -50,8 +50,10 @@ impl OpOptions {
 }
 
 /// Default output memory config: the input's if interleaved, DRAM interleaved otherwise.
+/// A given output tensor decides it when `memory_config` is not set (TT-NN's rule).
 pub(crate) fn default_memory_config(input: &TensorSpec, opts: &OpOptions) -> MemoryConfig {
-    opts.memory_config.clone().unwrap_or_else(|| {
+    let given = opts.output.as_ref().map(|o| o.spec().memory_config.clone());
+    opts.memory_config.clone().or(given).unwrap_or_else(|| {
         if input.memory_config.is_sharded() {
             MemoryConfig::DRAM
         } else {
