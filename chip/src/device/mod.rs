@@ -463,11 +463,22 @@ impl Chip {
         refs: &[trace::BufferRef],
         wake: bool,
     ) -> Result<()> {
+        self.submit_recorded(cq, bytes, wake, || refs.to_vec())
+    }
+
+    /// Like `submit`; the buffer references a capture records are built only when capturing.
+    fn submit_recorded(
+        &self,
+        cq: CqId,
+        bytes: Vec<u8>,
+        wake: bool,
+        refs: impl FnOnce() -> Vec<trace::BufferRef>,
+    ) -> Result<()> {
         let q = self.queue(cq)?;
         {
             let mut cap = self.captures[cq.0 as usize].lock();
             if let Some(c) = cap.as_mut() {
-                c.append(&bytes, refs);
+                c.append(&bytes, &refs());
                 return Ok(());
             }
         }
@@ -501,20 +512,22 @@ impl Chip {
             program.split.args_per_core,
             &args,
         );
-        let refs: Vec<trace::BufferRef> = program
-            .operands
-            .iter()
-            .zip(addresses)
-            .zip(buffer_ids)
-            .map(|((o, &a), &id)| trace::BufferRef {
-                buffer_type: o.buffer_type,
-                address: a as u64,
-                size: o.per_bank_size,
-                buffer_id: id,
-                access: o.access,
-            })
-            .collect();
-        self.submit(cq, e.bytes, &refs)
+        let refs = || {
+            program
+                .operands
+                .iter()
+                .zip(addresses)
+                .zip(buffer_ids)
+                .map(|((o, &a), &id)| trace::BufferRef {
+                    buffer_type: o.buffer_type,
+                    address: a as u64,
+                    size: o.per_bank_size,
+                    buffer_id: id,
+                    access: o.access,
+                })
+                .collect()
+        };
+        self.submit_recorded(cq, e.bytes, true, refs)
     }
 
     fn forbid_capture(&self, cq: CqId, what: &str) -> Result<()> {

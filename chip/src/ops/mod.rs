@@ -108,13 +108,16 @@ pub(crate) fn run_op(
                 first.name()
             )));
         }
-        let a = t.allocation("used as an input")?;
-        addresses.push(a.address as u32);
-        ids.push(a.id);
+        let (address, id) = t.buffer("used as an input")?;
+        addresses.push(address as u32);
+        ids.push(id);
     }
-    launch
-        .output_spec
-        .validate(chip.arch(), &format!("{} output", launch.name))?;
+    // Named only on failure: no string is built on the dispatch path.
+    if launch.output_spec.validate(chip.arch(), "").is_err() {
+        launch
+            .output_spec
+            .validate(chip.arch(), &format!("{} output", launch.name))?;
+    }
     let output = match &opts.output {
         Some(out) => {
             if out.spec() != &launch.output_spec {
@@ -138,11 +141,13 @@ pub(crate) fn run_op(
         }
         None => Tensor::allocate(&chip, launch.output_spec.clone())?,
     };
-    let out_alloc = output.allocation("written as an output")?;
-    addresses.push(out_alloc.address as u32);
-    ids.push(out_alloc.id);
+    let (out_address, out_id) = output.buffer("written as an output")?;
+    addresses.push(out_address as u32);
+    ids.push(out_id);
 
-    let in_specs: Vec<TensorSpec> = launch.inputs.iter().map(|t| t.spec().clone()).collect();
+    // Hashing references hashes the specs themselves: the key is what it was with owned
+    // specs, without cloning them on every dispatch.
+    let in_specs: Vec<&TensorSpec> = launch.inputs.iter().map(|t| t.spec()).collect();
     let key = program_key(&(
         launch.name,
         &launch.attributes,
@@ -150,7 +155,6 @@ pub(crate) fn run_op(
         &launch.output_spec,
     ));
     let capturing = chip.is_capturing(opts.cq);
-    let arch = chip.arch().clone();
     let program = chip.program_cache().get_or_compile(
         key,
         !capturing,
@@ -163,7 +167,9 @@ pub(crate) fn run_op(
             )
         },
         || {
-            let kernel = make_kernel(&in_specs, &launch.output_spec)?;
+            let arch = chip.arch().clone();
+            let owned: Vec<TensorSpec> = in_specs.iter().map(|s| (*s).clone()).collect();
+            let kernel = make_kernel(&owned, &launch.output_spec)?;
             let mut operands = Vec::new();
             for (t, access) in launch
                 .inputs

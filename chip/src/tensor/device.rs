@@ -119,6 +119,17 @@ impl Tensor {
             })
     }
 
+    /// Address and buffer id of the live allocation, without cloning it (the dispatch path).
+    pub(crate) fn buffer(&self, action: &'static str) -> Result<(u64, u64)> {
+        match self.inner.alloc.lock().as_ref() {
+            Some(a) => Ok((a.address, a.id)),
+            None => Err(ChipError::Deallocated {
+                tensor: self.name(),
+                action,
+            }),
+        }
+    }
+
     pub fn buffer_address(&self) -> Result<u64> {
         Ok(self.allocation("addressed")?.address)
     }
