@@ -22,7 +22,10 @@ const L1_TOP: u64 = 0x16E000;
 
 /// Proptest cases: `n` for CI speed, or PROPTEST_CASES when set (for a deeper run).
 fn cases(n: u32) -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(n)
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(n)
 }
 
 fn wh() -> ArchSpec {

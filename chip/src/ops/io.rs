@@ -116,11 +116,20 @@ pub(crate) fn read_two_f32(
     a: (&TensorSpec, u32),
     b: (&TensorSpec, u32),
 ) -> Result<(Vec<f32>, Vec<f32>)> {
-    if a.0.volume() + b.0.volume() < PAR_MIN_ELEMS {
+    let fast = tiles(ctx, a.0, a.1)?.is_some() && tiles(ctx, b.0, b.1)?.is_some();
+    if !fast || a.0.volume() + b.0.volume() < PAR_MIN_ELEMS / 16 {
         return Ok((read_f32(ctx, a.0, a.1)?, read_f32(ctx, b.0, b.1)?));
     }
-    let (x, y) = rayon::join(|| read_f32(ctx, a.0, a.1), || read_f32(ctx, b.0, b.1));
-    Ok((x?, y?))
+    // The buffers come from this (dispatcher) thread's pool: the pool is per thread, and
+    // the two decodes run on rayon's threads.
+    let (mut x, mut y) = (take_f32(a.0.volume()), take_f32(b.0.volume()));
+    let (rx, ry) = rayon::join(
+        || read_tiles_into(ctx, a.0, a.1, &mut x),
+        || read_tiles_into(ctx, b.0, b.1, &mut y),
+    );
+    rx?;
+    ry?;
+    Ok((x, y))
 }
 
 /// Copies every page of `input` at `src` to `out` at `dst` unchanged (same dtype, layout and
@@ -203,7 +212,7 @@ fn face_offset(r: usize, fc: usize) -> usize {
 
 /// Below this many elements a tensor is decoded on the calling thread: a hand-off to the
 /// rayon pool costs tens of microseconds, more than small tensors take.
-const PAR_MIN_ELEMS: usize = 1 << 16;
+const PAR_MIN_ELEMS: usize = 1 << 20;
 
 /// Splits row-major data of `batch` slices of `h x w` into bands of up to 32 rows:
 /// (batch, tile row, band).
@@ -242,16 +251,37 @@ fn read_tiles_f32(
     spec: &TensorSpec,
     address: u32,
 ) -> Result<Option<Vec<f32>>> {
-    let Some(t) = tiles(ctx, spec, address)? else {
+    if tiles(ctx, spec, address)?.is_none() {
         return Ok(None);
+    }
+    let mut out = take_f32(spec.volume()); // every element is written below
+    read_tiles_into(ctx, spec, address, &mut out)?;
+    Ok(Some(out))
+}
+
+/// Decodes a float TILE tensor into `out` (its logical volume long); false if the fast path
+/// does not apply to `spec`.
+fn read_tiles_into(
+    ctx: &KernelContext,
+    spec: &TensorSpec,
+    address: u32,
+    out: &mut [f32],
+) -> Result<bool> {
+    let Some(t) = tiles(ctx, spec, address)? else {
+        return Ok(false);
     };
     let elems = spec.batch() * t.h * t.w;
-    let mut out = take_f32(elems); // every element is written below
+    if out.len() != elems {
+        return Err(ChipError::Data(format!(
+            "{} values for {spec}, expected {elems}",
+            out.len()
+        )));
+    }
     if elems == 0 {
-        return Ok(Some(out));
+        return Ok(true);
     }
     for_bands(
-        bands(&mut out, t.h, t.w),
+        bands(out, t.h, t.w),
         elems,
         TILE_HEIGHT * t.w,
         || (vec![0u8; t.page], vec![0f32; TILE_ELEMS]),
@@ -267,7 +297,7 @@ fn read_tiles_f32(
             Ok(())
         },
     )?;
-    Ok(Some(out))
+    Ok(true)
 }
 
 /// Decodes one tile page into its place in a band of `rows` logical rows `w` wide.
@@ -280,29 +310,9 @@ fn decode_tile(
     tc: usize,
     w: usize,
 ) -> Result<()> {
-    match dtype {
-        DataType::BFloat16 => {
-            for r in 0..rows {
-                for (fc, col, n) in face_cols(tc, w) {
-                    let src = &bytes[face_offset(r, fc) * 2..][..n * 2];
-                    let dst = &mut band[r * w + col..][..n];
-                    for (d, x) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                        *d = f32::from_bits((u16::from_le_bytes([x[0], x[1]]) as u32) << 16);
-                    }
-                }
-            }
-        }
-        DataType::Float32 => {
-            for r in 0..rows {
-                for (fc, col, n) in face_cols(tc, w) {
-                    let src = &bytes[face_offset(r, fc) * 4..][..n * 4];
-                    let dst = &mut band[r * w + col..][..n];
-                    for (d, x) in dst.iter_mut().zip(src.chunks_exact(4)) {
-                        *d = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
-                    }
-                }
-            }
-        }
+    let size = match dtype {
+        DataType::BFloat16 => 2,
+        DataType::Float32 => 4,
         DataType::BFloat8B => {
             format::unpack_bfp8_tile(&bytes[..BFP8_TILE_BYTES], tile)?;
             for r in 0..rows {
@@ -310,10 +320,113 @@ fn decode_tile(
                     band[r * w + col..][..n].copy_from_slice(&tile[face_offset(r, fc)..][..n]);
                 }
             }
+            return Ok(());
         }
         DataType::UInt32 => return Err(not_float()),
+    };
+    // Function items, not pointers: each format's loop is its own inlined copy.
+    if size == 2 {
+        decode_runs(bytes, band, rows, tc, w, 2, decode_bf16_run);
+    } else {
+        decode_runs(bytes, band, rows, tc, w, 4, decode_f32_run);
     }
     Ok(())
+}
+
+#[inline(always)]
+fn decode_runs(
+    bytes: &[u8],
+    band: &mut [f32],
+    rows: usize,
+    tc: usize,
+    w: usize,
+    size: usize,
+    run: impl Fn(&[u8], &mut [f32]),
+) {
+    if rows == TILE_HEIGHT && (tc + 1) * 32 <= w {
+        // A whole tile: two 16-value runs per row, no edge checks.
+        for r in 0..TILE_HEIGHT {
+            let (left, right) = band[r * w + tc * 32..][..32].split_at_mut(16);
+            run(&bytes[face_offset(r, 0) * size..][..16 * size], left);
+            run(&bytes[face_offset(r, 1) * size..][..16 * size], right);
+        }
+        return;
+    }
+    for r in 0..rows {
+        for (fc, col, n) in face_cols(tc, w) {
+            run(
+                &bytes[face_offset(r, fc) * size..][..n * size],
+                &mut band[r * w + col..][..n],
+            );
+        }
+    }
+}
+
+// Face rows are runs of 16 values: fixed-size arrays let the compiler vectorise a run; a
+// partial run (the tensor's right edge) takes the plain loop.
+
+#[inline(always)]
+fn decode_f32_run(src: &[u8], dst: &mut [f32]) {
+    if let (Ok(s), Ok(d)) = (
+        <&[u8; 64]>::try_from(src),
+        <&mut [f32; 16]>::try_from(&mut *dst),
+    ) {
+        for i in 0..16 {
+            d[i] = f32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+        }
+        return;
+    }
+    for (d, x) in dst.iter_mut().zip(src.chunks_exact(4)) {
+        *d = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+    }
+}
+
+#[inline(always)]
+fn decode_bf16_run(src: &[u8], dst: &mut [f32]) {
+    if let (Ok(s), Ok(d)) = (
+        <&[u8; 32]>::try_from(src),
+        <&mut [f32; 16]>::try_from(&mut *dst),
+    ) {
+        for i in 0..16 {
+            d[i] = f32::from_bits((u16::from_le_bytes([s[2 * i], s[2 * i + 1]]) as u32) << 16);
+        }
+        return;
+    }
+    for (d, x) in dst.iter_mut().zip(src.chunks_exact(2)) {
+        *d = f32::from_bits((u16::from_le_bytes([x[0], x[1]]) as u32) << 16);
+    }
+}
+
+#[inline(always)]
+fn encode_f32_run(src: &[f32], dst: &mut [u8]) {
+    if let (Ok(s), Ok(d)) = (
+        <&[f32; 16]>::try_from(src),
+        <&mut [u8; 64]>::try_from(&mut *dst),
+    ) {
+        for i in 0..16 {
+            d[4 * i..4 * i + 4].copy_from_slice(&s[i].to_le_bytes());
+        }
+        return;
+    }
+    for (d, x) in dst.chunks_exact_mut(4).zip(src) {
+        d.copy_from_slice(&x.to_le_bytes());
+    }
+}
+
+#[inline(always)]
+fn encode_bf16_run(src: &[f32], dst: &mut [u8]) {
+    if let (Ok(s), Ok(d)) = (
+        <&[f32; 16]>::try_from(src),
+        <&mut [u8; 32]>::try_from(&mut *dst),
+    ) {
+        for i in 0..16 {
+            d[2 * i..2 * i + 2].copy_from_slice(&bf16_bits(s[i]).to_le_bytes());
+        }
+        return;
+    }
+    for (d, x) in dst.chunks_exact_mut(2).zip(src) {
+        d.copy_from_slice(&bf16_bits(*x).to_le_bytes());
+    }
 }
 
 /// f32 to bfloat16 bits, rounding to nearest even; NaN stays a (quiet) NaN. Bit for bit what
@@ -391,34 +504,59 @@ fn encode_tile(
     bytes: &mut [u8],
 ) -> Result<()> {
     let full = rows == TILE_HEIGHT && (tc + 1) * 32 <= w;
+    let size = match dtype {
+        DataType::BFloat16 => 2,
+        DataType::Float32 => 4,
+        DataType::BFloat8B => {
+            if !full {
+                tile.fill(0.0);
+            }
+            for r in 0..rows {
+                for (fc, col, n) in face_cols(tc, w) {
+                    tile[face_offset(r, fc)..][..n].copy_from_slice(&band[r * w + col..][..n]);
+                }
+            }
+            return Ok(format::pack_bfp8_tile(tile, &mut bytes[..BFP8_TILE_BYTES])?);
+        }
+        DataType::UInt32 => return Err(not_float()),
+    };
     if !full {
-        tile.fill(0.0);
+        bytes.fill(0); // padding: zero bits are 0.0 in both formats
+    }
+    if size == 2 {
+        encode_runs(band, bytes, rows, tc, w, 2, encode_bf16_run);
+    } else {
+        encode_runs(band, bytes, rows, tc, w, 4, encode_f32_run);
+    }
+    Ok(())
+}
+
+#[inline(always)]
+fn encode_runs(
+    band: &[f32],
+    bytes: &mut [u8],
+    rows: usize,
+    tc: usize,
+    w: usize,
+    size: usize,
+    run: impl Fn(&[f32], &mut [u8]),
+) {
+    if rows == TILE_HEIGHT && (tc + 1) * 32 <= w {
+        for r in 0..TILE_HEIGHT {
+            let (left, right) = band[r * w + tc * 32..][..32].split_at(16);
+            run(left, &mut bytes[face_offset(r, 0) * size..][..16 * size]);
+            run(right, &mut bytes[face_offset(r, 1) * size..][..16 * size]);
+        }
+        return;
     }
     for r in 0..rows {
         for (fc, col, n) in face_cols(tc, w) {
-            tile[face_offset(r, fc)..][..n].copy_from_slice(&band[r * w + col..][..n]);
+            run(
+                &band[r * w + col..][..n],
+                &mut bytes[face_offset(r, fc) * size..][..n * size],
+            );
         }
     }
-    match dtype {
-        DataType::BFloat16 => {
-            // Two branch-free passes over fixed-size arrays: they vectorise.
-            let mut bits = [0u16; TILE_ELEMS];
-            for (o, x) in bits.iter_mut().zip(tile.iter()) {
-                *o = bf16_bits(*x);
-            }
-            for (b, v) in bytes.chunks_exact_mut(2).zip(bits) {
-                b.copy_from_slice(&v.to_le_bytes());
-            }
-        }
-        DataType::Float32 => {
-            for (b, x) in bytes.chunks_exact_mut(4).zip(tile.iter()) {
-                b.copy_from_slice(&x.to_le_bytes());
-            }
-        }
-        DataType::BFloat8B => format::pack_bfp8_tile(tile, &mut bytes[..BFP8_TILE_BYTES])?,
-        DataType::UInt32 => return Err(not_float()),
-    }
-    Ok(())
 }
 
 #[cfg(test)]
