@@ -60,7 +60,17 @@ pub fn chip_bench(quick: bool) -> String {
     out
 }
 
+fn quick_note(quick: bool, out: &mut String) {
+    if quick {
+        let _ = writeln!(
+            out,
+            "(quick mode: small sizes, few repetitions; figures are indicative only)"
+        );
+    }
+}
+
 fn chip_bench_into(quick: bool, out: &mut String) -> Result<()> {
+    quick_note(quick, out);
     let chip = open(0)?;
     let sizes: &[(usize, usize)] = if quick {
         &[(256, 3), (512, 2)]
@@ -263,6 +273,7 @@ fn run_chain(x: &Tensor, n: usize) -> Result<Tensor> {
 }
 
 fn trace_bench_into(quick: bool, out: &mut String) -> Result<()> {
+    quick_note(quick, out);
     let chip = open(64 << 20)?;
     let cq = CqId(0);
     let host = HostTensor::from_f32(
