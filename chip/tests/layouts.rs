@@ -16,9 +16,7 @@ use ttmesh_chip::{
 
 /// A grid of at least `n` cores: full rows of 8 (L1) or one row of banks (DRAM).
 fn grid(n: usize, dram: bool) -> CoreRange {
-    if dram {
-        CoreRange::grid(n as u32, 1)
-    } else if n <= 8 {
+    if dram || n <= 8 {
         CoreRange::grid(n as u32, 1)
     } else {
         CoreRange::grid(8, n.div_ceil(8) as u32)

@@ -43,7 +43,7 @@ fn one_tile(chip: &std::sync::Arc<Chip>) -> Tensor {
 fn naive_page(size: u64) -> (u64, u64) {
     let mut best = (0, 0, u64::MAX);
     for page in [1024u64, 2048, 4096] {
-        let padded = (size + 12 * page - 1) / (12 * page) * 12 * page;
+        let padded = size.div_ceil(12 * page) * 12 * page;
         if padded - size <= best.2 {
             best = (page, padded, padded - size);
         }

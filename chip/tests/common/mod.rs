@@ -91,7 +91,9 @@ pub fn check_stored(
                 2f64.powi(-7) * max * (1.0 + 1e-6) + rtol_f32 * x64.abs() + atol
             }
         };
-        if !((g64 - x64).abs() <= bound) {
+        // Written so that a NaN difference fails too.
+        let within = (g64 - x64).abs() <= bound;
+        if !within {
             return Err(format!(
                 "element {i}: got {g} but expected {x} ({dtype}, bound {bound:e})"
             ));
