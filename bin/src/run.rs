@@ -132,12 +132,6 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let closed = mesh.close().map_err(|e| e.to_string());
     let report = result?;
     closed?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
-    }
     if report["correct"] == json!(true) {
         Ok(())
     } else {
@@ -298,8 +292,20 @@ fn run_on(
         "wall_us_per_iter": {"untraced": untraced_wall.as_secs_f64() * 1e6, "traced": traced_wall_us},
         "replay": {"skew_us": skew_us},
     });
-    if !args.json {
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?
+        );
+    } else {
         print_tables(mesh, &value, &reports, &trace_bytes);
+    }
+    // The report is out; keep the mesh, the model's tensors and the trace alive for watchers
+    // (`ttmesh monitor` in another terminal sees exactly what the report says).
+    if args.hold > 0.0 {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::thread::sleep(Duration::from_secs_f64(args.hold));
     }
     Ok(value)
 }
