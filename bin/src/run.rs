@@ -5,13 +5,11 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use ttmesh::ccl::CclArgs;
-use ttmesh::ops::{self, MeshMatmulConfig};
+use ttmesh::models::{random_host, TpMlp};
 use ttmesh::{
-    Activation, CqId, DataType, FabricConfig, HostTensor, Layout, MemoryConfig, MeshConfig,
-    MeshDevice, MeshTensor, ReplicateTensorToMesh, ShardTensorToMesh,
+    CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice, MeshTensor,
+    ReplicateTensorToMesh,
 };
-use ttmesh_chip::compute::reference;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
@@ -45,59 +43,6 @@ pub struct RunArgs {
     /// Tokens per step (rows of the activation).
     #[arg(long, default_value_t = 32)]
     pub tokens: usize,
-}
-
-struct Weights {
-    w1: MeshTensor,
-    w2: MeshTensor,
-}
-
-/// The block, as a user writes it: every op enqueued on every chip, nothing waits.
-fn mlp_block(x: &MeshTensor, w: &Weights) -> ttmesh::Result<MeshTensor> {
-    let up = MeshMatmulConfig {
-        activation: Some(Activation::Gelu { approximate: false }),
-        ..Default::default()
-    };
-    let h = ops::column_parallel_matmul(x, &w.w1, &up, None)?;
-    ops::row_parallel_matmul(&h, &w.w2, &MeshMatmulConfig::default(), &CclArgs::default())
-}
-
-fn random(shape: Vec<usize>, seed: u64, scale: f32) -> Result<HostTensor, String> {
-    let n: usize = shape.iter().product();
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let v = (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect();
-    HostTensor::from_f32(shape, DataType::BFloat16, v).map_err(|e| e.to_string())
-}
-
-/// gelu(x W1) W2 on the host, in f64, from the same bf16 values the device holds.
-fn host_reference(
-    x: &HostTensor,
-    w1: &HostTensor,
-    w2: &HostTensor,
-    t: usize,
-    h: usize,
-    f: usize,
-) -> Result<Vec<f32>, String> {
-    let e = |e: ttmesh_chip::compute::ComputeError| e.to_string();
-    let up = reference::matmul(
-        x.as_f32().unwrap_or(&[]),
-        w1.as_f32().unwrap_or(&[]),
-        1,
-        1,
-        t,
-        h,
-        f,
-    )
-    .map_err(e)?;
-    let act = reference::unary(Activation::Gelu { approximate: false }, &up);
-    reference::matmul(&act, w2.as_f32().unwrap_or(&[]), 1, 1, t, f, h).map_err(e)
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -152,41 +97,21 @@ fn run_on(
     let err = |e: ttmesh::MeshError| e.to_string();
     let cq = CqId(0);
     let inputs = [
-        random(vec![1, 1, t, h], 1, 1.0)?,
-        random(vec![1, 1, t, h], 2, 1.0)?,
+        random_host(&[1, 1, t, h], DataType::BFloat16, 1, 1.0).map_err(err)?,
+        random_host(&[1, 1, t, h], DataType::BFloat16, 2, 1.0).map_err(err)?,
     ];
-    let w1_host = random(vec![h, f], 3, 1.0 / (h as f32).sqrt())?;
-    let w2_host = random(vec![f, h], 4, 1.0 / (f as f32).sqrt())?;
+    let mlp = TpMlp::new(mesh, h, f, 3).map_err(err)?;
     let references: Vec<Vec<f32>> = inputs
         .iter()
-        .map(|x| host_reference(x, &w1_host, &w2_host, t, h, f))
-        .collect::<Result<_, _>>()?;
+        .map(|x| mlp.host_reference(x))
+        .collect::<Result<_, _>>()
+        .map_err(err)?;
     let scale = references
         .iter()
         .flatten()
         .fold(0f32, |m, v| m.max(v.abs()));
     let tolerance = 0.03 * scale + 1e-3;
 
-    let w = Weights {
-        w1: MeshTensor::from_host(
-            &w1_host,
-            mesh,
-            &ShardTensorToMesh(1),
-            Layout::Tile,
-            MemoryConfig::DRAM,
-            cq,
-        )
-        .map_err(err)?,
-        w2: MeshTensor::from_host(
-            &w2_host,
-            mesh,
-            &ShardTensorToMesh(0),
-            Layout::Tile,
-            MemoryConfig::DRAM,
-            cq,
-        )
-        .map_err(err)?,
-    };
     let x = MeshTensor::from_host(
         &inputs[0],
         mesh,
@@ -216,7 +141,7 @@ fn run_on(
         x.copy_from_host(&inputs[i % 2], &ReplicateTensorToMesh, cq)
             .map_err(err)?;
         let started = Instant::now();
-        let y = mlp_block(&x, &w).map_err(err)?;
+        let y = mlp.forward(&x).map_err(err)?;
         if i > 0 {
             untraced_host += started.elapsed();
         }
@@ -231,7 +156,7 @@ fn run_on(
     let mut trace_bytes = vec![0u64; mesh.num_devices()];
     if !args.no_trace {
         let tid = mesh.begin_trace_capture(cq).map_err(err)?;
-        let y = mlp_block(&x, &w);
+        let y = mlp.forward(&x);
         let end = mesh.end_trace_capture(tid, cq);
         let y = y.map_err(err)?;
         end.map_err(err)?;

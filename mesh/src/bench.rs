@@ -13,10 +13,9 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use crate::ccl::{self, CclArgs};
-use crate::ops::{self, MeshMatmulConfig};
 use crate::{
-    Activation, CqId, DataType, FabricConfig, HostTensor, Layout, MemoryConfig, MeshConfig,
-    MeshDevice, MeshTensor, ReplicateTensorToMesh, ShardTensorToMesh, TensorSpec,
+    CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice, MeshTensor,
+    ReplicateTensorToMesh, TensorSpec,
 };
 
 const MIB: usize = 1 << 20;
@@ -95,20 +94,6 @@ struct Row {
     time: Duration,
 }
 
-fn bf16(shape: Vec<usize>, seed: u64) -> Result<HostTensor, String> {
-    let n: usize = shape.iter().product();
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let v = (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        })
-        .collect();
-    HostTensor::from_f32(shape, DataType::BFloat16, v).map_err(|e| e.to_string())
-}
-
 /// Times one collective of `size` bytes per chip (bf16, DRAM, tile layout) on `mesh`.
 fn time_collective(
     mesh: &MeshDevice,
@@ -126,7 +111,8 @@ fn time_collective(
         Op::ReduceScatter => (full.clone(), vec![1, 1, rows, 1024 / n]),
     };
     let x = MeshTensor::from_host(
-        &bf16(in_shape, 7)?,
+        &crate::models::random_host(&in_shape, DataType::BFloat16, 7, 0.5)
+            .map_err(|e| e.to_string())?,
         mesh,
         &ReplicateTensorToMesh,
         Layout::Tile,
@@ -262,17 +248,6 @@ fn collectives(quick: bool, m: f64, out: &mut String) -> Vec<Row> {
     rows
 }
 
-/// The `ttmesh run` block: column-parallel up projection with gelu, row-parallel down
-/// projection + all_reduce (bf16), as bin/src/run.rs builds it.
-fn mlp_block(x: &MeshTensor, w1: &MeshTensor, w2: &MeshTensor) -> crate::Result<MeshTensor> {
-    let up = MeshMatmulConfig {
-        activation: Some(Activation::Gelu { approximate: false }),
-        ..Default::default()
-    };
-    let h = ops::column_parallel_matmul(x, w1, &up, None)?;
-    ops::row_parallel_matmul(&h, w2, &MeshMatmulConfig::default(), &CclArgs::default())
-}
-
 /// Host time per iteration of the run block: enqueueing every op (untraced) vs one lockstep
 /// replay (traced). Each iteration finishes before the next, so queues never back up.
 fn run_block(quick: bool, out: &mut String) -> Result<(f64, f64), String> {
@@ -280,7 +255,7 @@ fn run_block(quick: bool, out: &mut String) -> Result<(f64, f64), String> {
     let mesh = open("t3k", FabricConfig::Fabric1D)?;
     let (t, h, f) = (32, 512, 2048);
     let x = MeshTensor::from_host(
-        &bf16(vec![1, 1, t, h], 1)?,
+        &crate::models::random_host(&[1, 1, t, h], DataType::BFloat16, 1, 1.0).map_err(err)?,
         &mesh,
         &ReplicateTensorToMesh,
         Layout::Tile,
@@ -288,37 +263,21 @@ fn run_block(quick: bool, out: &mut String) -> Result<(f64, f64), String> {
         CqId(0),
     )
     .map_err(err)?;
-    let w1 = MeshTensor::from_host(
-        &bf16(vec![h, f], 2)?,
-        &mesh,
-        &ShardTensorToMesh(1),
-        Layout::Tile,
-        MemoryConfig::DRAM,
-        CqId(0),
-    )
-    .map_err(err)?;
-    let w2 = MeshTensor::from_host(
-        &bf16(vec![f, h], 3)?,
-        &mesh,
-        &ShardTensorToMesh(0),
-        Layout::Tile,
-        MemoryConfig::DRAM,
-        CqId(0),
-    )
-    .map_err(err)?;
+    let mlp = crate::models::TpMlp::new(&mesh, h, f, 2).map_err(err)?;
+    let mlp_block = |x: &MeshTensor| mlp.forward(x);
     let iters = if quick { 10 } else { 50 };
-    let _ = mlp_block(&x, &w1, &w2).map_err(err)?;
+    let _ = mlp_block(&x).map_err(err)?;
     mesh.finish(CqId(0)).map_err(err)?;
     let mut untraced = Duration::ZERO;
     for _ in 0..iters {
         let s = Instant::now();
-        let y = mlp_block(&x, &w1, &w2).map_err(err)?;
+        let y = mlp_block(&x).map_err(err)?;
         untraced += s.elapsed();
         mesh.finish(CqId(0)).map_err(err)?;
         drop(y);
     }
     let tid = mesh.begin_trace_capture(CqId(0)).map_err(err)?;
-    let y = mlp_block(&x, &w1, &w2);
+    let y = mlp_block(&x);
     mesh.end_trace_capture(tid, CqId(0)).map_err(err)?;
     let _y = y.map_err(err)?;
     mesh.execute_trace(tid, CqId(0), true).map_err(err)?;

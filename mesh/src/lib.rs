@@ -12,6 +12,7 @@ pub mod bench;
 pub mod ccl;
 mod device;
 mod error;
+pub mod models;
 mod monitor;
 pub mod ops;
 mod tensor;

@@ -6,17 +6,7 @@ use ttmesh::ops::{self, MeshMatmulConfig, MeshOpOptions};
 use ttmesh::*;
 
 fn random(shape: &[usize], dtype: DataType, seed: u64, scale: f32) -> HostTensor {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let n: usize = shape.iter().product();
-    let v = (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect();
-    HostTensor::from_f32(shape.to_vec(), dtype, v).unwrap()
+    ttmesh::models::random_host(shape, dtype, seed, scale).unwrap()
 }
 
 /// x [.., m, k] @ w [k, n] in f64, from the (already rounded) values the device holds.
