@@ -167,6 +167,9 @@ impl MeshDevice {
             }
         }
         if let Some(e) = first_err {
+            // All or nothing: a trace kept on some chips only would make their TRACE regions
+            // (and every later trace's address) differ from the others'.
+            self.release_partial(tid);
             return Err(e);
         }
         let addrs: Vec<(u32, u64)> = self
@@ -184,6 +187,15 @@ impl MeshDevice {
             ));
         }
         Ok(())
+    }
+
+    /// Releases the trace on the chips that have it (after a capture failed on others).
+    fn release_partial(&self, tid: MeshTraceId) {
+        for c in self.chips() {
+            if c.trace_info(TraceId(tid.0)).is_some() {
+                let _ = c.release_trace(TraceId(tid.0));
+            }
+        }
     }
 
     /// Replays the trace on every chip in lockstep: all chips start behind one barrier.
