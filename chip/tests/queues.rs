@@ -186,3 +186,45 @@ fn kernel_errors_surface_at_finish_and_clear() {
     );
     let _ = Tensor::allocate(&chip, t.spec().clone()).unwrap();
 }
+
+/// A buffer freed on the host while CQ 1 still has a queued read of it: the read sees the data
+/// (as on hardware, where freeing does not erase), even after CQ 0 has passed the free.
+#[test]
+fn freeing_waits_for_every_queue_before_host_memory_goes() {
+    use ttmesh_chip::{ArchSpec, Chip, ChipConfig};
+    let mut cfg = ChipConfig::new(0, ArchSpec::wormhole_b0());
+    cfg.num_command_queues = 2;
+    let chip = Chip::open(cfg).unwrap();
+    let shape = vec![1, 1, 384, 512];
+    let values: Vec<f32> = (0..384 * 512).map(|i| (i % 977) as f32 + 1.0).collect();
+    let host = HostTensor::from_f32(shape, DataType::Float32, values.clone()).unwrap();
+    let t = Tensor::from_host(&host, &chip, Layout::Tile, MemoryConfig::DRAM, CqId(0)).unwrap();
+    chip.finish(CqId(0)).unwrap();
+    let (release, hold) = mpsc::channel::<()>();
+    chip.enqueue_host_callback(CqId(1), move || {
+        let _ = hold.recv_timeout(std::time::Duration::from_secs(20));
+        Ok(())
+    })
+    .unwrap();
+    let read = t.to_host_async(CqId(1)).unwrap();
+    t.deallocate(true).unwrap();
+    chip.finish(CqId(0)).unwrap();
+    release.send(()).unwrap();
+    let got = read.wait().unwrap();
+    let wrong = got
+        .as_f32()
+        .unwrap()
+        .iter()
+        .zip(&values)
+        .filter(|(a, b)| a != b)
+        .count();
+    assert_eq!(
+        wrong,
+        0,
+        "{wrong} of {} values lost: host memory went before CQ 1 read it",
+        values.len()
+    );
+    chip.synchronize().unwrap();
+    // Once both queues passed the free, the host memory is gone.
+    assert_eq!(chip.memory().resident_bytes(), 0);
+}

@@ -414,7 +414,12 @@ impl Chip {
                     alloc.address,
                     alloc.per_bank_size,
                 );
-                self.shared.pending_discards.lock().add(key);
+                // One count per queue: the range stays pending (kept) until every queue has
+                // passed its Discard, so work queued earlier on any queue still reads its data.
+                let mut pending = self.shared.pending_discards.lock();
+                for _ in &self.queues {
+                    pending.add(key);
+                }
             }
         }
         // Host memory of the range is returned in queue order, after work that may still read it.
@@ -426,7 +431,9 @@ impl Chip {
                 alloc.per_bank_size,
             );
             // Housekeeping: no wake-up of its own; it runs with the next command that wakes.
-            self.queues[0].ring.push(e.bytes, false);
+            for q in &self.queues {
+                q.ring.push(e.bytes.clone(), false);
+            }
         }
         Ok(())
     }
