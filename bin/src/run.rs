@@ -45,6 +45,16 @@ pub struct RunArgs {
     pub tokens: usize,
 }
 
+/// Median of per-iteration host times in microseconds: on a shared host a few iterations are
+/// preempted, and a mean would report the scheduler rather than the dispatch path.
+fn median_us(v: &mut [Duration]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable();
+    v[v.len() / 2].as_secs_f64() * 1e6
+}
+
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
         .zip(b)
@@ -135,7 +145,7 @@ fn run_on(
 
     // Untraced: the first iteration compiles every program; later ones hit the program cache.
     let iters = args.iters.max(1);
-    let mut untraced_host = Duration::ZERO;
+    let mut untraced_host = Vec::with_capacity(iters);
     let wall = Instant::now();
     for i in 0..iters {
         x.copy_from_host(&inputs[i % 2], &ReplicateTensorToMesh, cq)
@@ -143,12 +153,12 @@ fn run_on(
         let started = Instant::now();
         let y = mlp.forward(&x).map_err(err)?;
         if i > 0 {
-            untraced_host += started.elapsed();
+            untraced_host.push(started.elapsed());
         }
         check(&y, i % 2)?;
     }
     let untraced_wall = wall.elapsed() / iters as u32;
-    let untraced_us = untraced_host.as_secs_f64() * 1e6 / (iters.max(2) - 1) as f64;
+    let untraced_us = median_us(&mut untraced_host);
 
     let mut traced_us = None;
     let mut traced_wall_us = None;
@@ -166,7 +176,7 @@ fn run_on(
                 .map(|t| t.command_bytes)
                 .unwrap_or(0);
         }
-        let mut host = Duration::ZERO;
+        let mut host = Vec::with_capacity(iters);
         let wall = Instant::now();
         let mut skews = Vec::new();
         for i in 0..iters {
@@ -174,14 +184,14 @@ fn run_on(
                 .map_err(err)?;
             let started = Instant::now();
             mesh.execute_trace(tid, cq, false).map_err(err)?;
-            host += started.elapsed();
+            host.push(started.elapsed());
             check(&y, i % 2)?;
             if let Some(r) = mesh.last_replay() {
                 skews.push(r.skew_us);
             }
         }
         traced_wall_us = Some((wall.elapsed() / iters as u32).as_secs_f64() * 1e6);
-        traced_us = Some(host.as_secs_f64() * 1e6 / iters as f64);
+        traced_us = Some(median_us(&mut host));
         skew_us = skews
             .iter()
             .copied()
@@ -275,11 +285,11 @@ fn print_tables(
     let untraced = v["host_us_per_iter"]["untraced"].as_f64().unwrap_or(0.0);
     match v["host_us_per_iter"]["traced"].as_f64() {
         Some(traced) => println!(
-            "host time per iteration: untraced {untraced:.1} us, traced {traced:.1} us ({:.1}x less); replay skew {:.1} us",
+            "host time per iteration (median): untraced {untraced:.1} us, traced {traced:.1} us ({:.1}x less); replay skew {:.1} us",
             untraced / traced.max(1e-9),
             v["replay"]["skew_us"].as_f64().unwrap_or(0.0)
         ),
-        None => println!("host time per iteration: untraced {untraced:.1} us (trace off)"),
+        None => println!("host time per iteration (median): untraced {untraced:.1} us (trace off)"),
     }
     println!(
         "{} iterations, max abs error {:.5} (tolerance {:.5}): {}",
