@@ -448,9 +448,11 @@ fn build_fabric(
         LinkParams::wormhole()
     };
     let mut spec = FabricSpec::new(cluster.num_chips() as u32, links, axes, params, config);
-    if let Some(t) = mesh.operation_timeout {
-        spec.timeout = t;
-    }
+    // One timeout for every wait of the mesh: the chips' (TTMESH_OPERATION_TIMEOUT_SECONDS,
+    // default 60 s) unless the config sets one; the fabric's own default would differ.
+    spec.timeout = mesh
+        .operation_timeout
+        .unwrap_or_else(ttmesh_chip::device::default_operation_timeout);
     let memories: Vec<Arc<dyn ChipMemory>> = (0..cluster.num_chips() as u32)
         .map(|id| {
             let chip = chips.iter().find(|c| c.id() == id).cloned();
