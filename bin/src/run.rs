@@ -163,6 +163,7 @@ fn run_on(
     let mut traced_us = None;
     let mut traced_wall_us = None;
     let mut skew_us = None;
+    let mut last_replay: Option<ttmesh::ReplayReport> = None;
     let mut trace_bytes = vec![0u64; mesh.num_devices()];
     if !args.no_trace {
         let tid = mesh.begin_trace_capture(cq).map_err(err)?;
@@ -188,6 +189,7 @@ fn run_on(
             check(&y, i % 2)?;
             if let Some(r) = mesh.last_replay() {
                 skews.push(r.skew_us);
+                last_replay = Some(r);
             }
         }
         traced_wall_us = Some((wall.elapsed() / iters as u32).as_secs_f64() * 1e6);
@@ -225,7 +227,10 @@ fn run_on(
         "iterations": iters,
         "host_us_per_iter": {"untraced": untraced_us, "traced": traced_us},
         "wall_us_per_iter": {"untraced": untraced_wall.as_secs_f64() * 1e6, "traced": traced_wall_us},
-        "replay": {"skew_us": skew_us},
+        "replay": {
+            "skew_us": skew_us,
+            "last_per_chip_us": last_replay.as_ref().map(|r| r.per_chip_us.clone()),
+        },
     });
     if args.json {
         println!(
@@ -266,12 +271,17 @@ fn print_tables(
         v["model"]["block"].as_str().unwrap_or("")
     );
     println!(
-        "{:>5} {:>7} {:>12} {:>12} {:>10} {:>12} {:>11} {:>13}",
-        "chip", "coord", "DRAM", "L1", "L1_SMALL", "TRACE", "trace B", "trace region"
+        "{:>5} {:>7} {:>12} {:>12} {:>10} {:>12} {:>11} {:>13} {:>11}",
+        "chip", "coord", "DRAM", "L1", "L1_SMALL", "TRACE", "trace B", "trace region", "replay us"
     );
-    for (r, tb) in reports.iter().zip(trace_bytes) {
+    let replay_us = |i: usize| {
+        v["replay"]["last_per_chip_us"][i]
+            .as_f64()
+            .map_or("-".to_string(), |us| format!("{us:.1}"))
+    };
+    for (i, (r, tb)) in reports.iter().zip(trace_bytes).enumerate() {
         println!(
-            "{:>5} {:>7} {:>12} {:>12} {:>10} {:>12} {:>11} {:>13}",
+            "{:>5} {:>7} {:>12} {:>12} {:>10} {:>12} {:>11} {:>13} {:>11}",
             r.id,
             format!("({},{})", r.coord.row, r.coord.col),
             mib(r.dram_allocated),
@@ -279,13 +289,14 @@ fn print_tables(
             mib(r.l1_small_allocated),
             mib(r.trace_allocated),
             tb,
-            r.trace_region_size
+            r.trace_region_size,
+            replay_us(i)
         );
     }
     let untraced = v["host_us_per_iter"]["untraced"].as_f64().unwrap_or(0.0);
     match v["host_us_per_iter"]["traced"].as_f64() {
         Some(traced) => println!(
-            "host time per iteration (median): untraced {untraced:.1} us, traced {traced:.1} us ({:.1}x less); replay skew {:.1} us",
+            "host time per iteration (median): untraced {untraced:.1} us, traced {traced:.1} us ({:.1}x less); replay skew up to {:.1} us",
             untraced / traced.max(1e-9),
             v["replay"]["skew_us"].as_f64().unwrap_or(0.0)
         ),
