@@ -1,7 +1,7 @@
 //! Elementwise kernels: unary activations (the chip's SFPU ops) and binary ops with numpy
 //! broadcasting (the FPU's eltwise add/sub/mul).
 
-use super::{check_len, checked_product, ComputeError, PAR_MIN_ELEMS};
+use super::{checked_product, ComputeError, PAR_MIN_ELEMS};
 use rayon::prelude::*;
 
 /// Unary ops the emulated SFPU provides. Formulas are the textbook ones; NaN propagates.
@@ -141,17 +141,7 @@ pub fn binary_broadcast(
     b: &[f32],
     b_shape: &[usize],
 ) -> Result<(Vec<f32>, Vec<usize>), ComputeError> {
-    check_len(
-        "binary_broadcast a",
-        checked_product("binary_broadcast a_shape", a_shape)?,
-        a.len(),
-    )?;
-    check_len(
-        "binary_broadcast b",
-        checked_product("binary_broadcast b_shape", b_shape)?,
-        b.len(),
-    )?;
-    let out_shape = broadcast_shape(a_shape, b_shape)?;
+    let out_shape = super::check_broadcast_operands(a, a_shape, b, b_shape)?;
     let out = match op {
         BinaryOp::Add => broadcast_with(a, a_shape, b, b_shape, &out_shape, |x, y| x + y),
         BinaryOp::Sub => broadcast_with(a, a_shape, b, b_shape, &out_shape, |x, y| x - y),

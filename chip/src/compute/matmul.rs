@@ -1,7 +1,7 @@
 //! Batched matmul on matrixmultiply's sgemm: the chip's matmul kernel wraps this, so it must
 //! cost no more than a bare sgemm call.
 
-use super::{check_len, checked_product, ComputeError};
+use super::{check_len, ComputeError};
 use rayon::prelude::*;
 use std::time::Instant;
 
@@ -27,20 +27,7 @@ pub fn matmul(
     n: usize,
     out: &mut [f32],
 ) -> Result<(), ComputeError> {
-    if batch_b != 1 && batch_b != batch_a {
-        return Err(ComputeError::BatchMismatch { batch_a, batch_b });
-    }
-    check_len(
-        "matmul a",
-        checked_product("matmul a", &[batch_a, m, k])?,
-        a.len(),
-    )?;
-    check_len(
-        "matmul b",
-        checked_product("matmul b", &[batch_b, k, n])?,
-        b.len(),
-    )?;
-    let out_len = checked_product("matmul out", &[batch_a, m, n])?;
+    let out_len = super::check_matmul_operands(a, b, batch_a, batch_b, (m, k, n))?;
     check_len("matmul out", out_len, out.len())?;
     if out_len == 0 {
         return Ok(());

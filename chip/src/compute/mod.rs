@@ -91,3 +91,49 @@ pub(crate) fn check_rows(what: &'static str, len: usize, cols: usize) -> Result<
         Err(ComputeError::RowWidth { what, len, cols })
     }
 }
+
+/// Validates matmul operands (shared by the kernel and its reference, which differ only in the
+/// arithmetic): batch rule and lengths. Returns the output length.
+pub(crate) fn check_matmul_operands(
+    a: &[f32],
+    b: &[f32],
+    batch_a: usize,
+    batch_b: usize,
+    (m, k, n): (usize, usize, usize),
+) -> Result<usize, ComputeError> {
+    if batch_b != 1 && batch_b != batch_a {
+        return Err(ComputeError::BatchMismatch { batch_a, batch_b });
+    }
+    check_len(
+        "matmul a",
+        checked_product("matmul a", &[batch_a, m, k])?,
+        a.len(),
+    )?;
+    check_len(
+        "matmul b",
+        checked_product("matmul b", &[batch_b, k, n])?,
+        b.len(),
+    )?;
+    checked_product("matmul out", &[batch_a, m, n])
+}
+
+/// Validates broadcasting operands (shared by the kernel and its reference); returns the
+/// output shape.
+pub(crate) fn check_broadcast_operands(
+    a: &[f32],
+    a_shape: &[usize],
+    b: &[f32],
+    b_shape: &[usize],
+) -> Result<Vec<usize>, ComputeError> {
+    check_len(
+        "binary_broadcast a",
+        checked_product("binary_broadcast a_shape", a_shape)?,
+        a.len(),
+    )?;
+    check_len(
+        "binary_broadcast b",
+        checked_product("binary_broadcast b_shape", b_shape)?,
+        b.len(),
+    )?;
+    broadcast_shape(a_shape, b_shape)
+}

@@ -5,9 +5,7 @@
 //! They validate input like the fast kernels (same errors) but favour plainness over speed:
 //! triple loops, index arithmetic, one pass per formula.
 
-use super::{
-    broadcast_shape, check_len, check_rows, checked_product, Activation, BinaryOp, ComputeError,
-};
+use super::{check_len, check_rows, checked_product, Activation, BinaryOp, ComputeError};
 
 /// Triple-loop batched matmul in f64 (same contract as [`super::matmul`]).
 #[allow(clippy::too_many_arguments)]
@@ -20,20 +18,7 @@ pub fn matmul(
     k: usize,
     n: usize,
 ) -> Result<Vec<f32>, ComputeError> {
-    if batch_b != 1 && batch_b != batch_a {
-        return Err(ComputeError::BatchMismatch { batch_a, batch_b });
-    }
-    check_len(
-        "matmul a",
-        checked_product("matmul a", &[batch_a, m, k])?,
-        a.len(),
-    )?;
-    check_len(
-        "matmul b",
-        checked_product("matmul b", &[batch_b, k, n])?,
-        b.len(),
-    )?;
-    let mut out = vec![0f32; checked_product("matmul out", &[batch_a, m, n])?];
+    let mut out = vec![0f32; super::check_matmul_operands(a, b, batch_a, batch_b, (m, k, n))?];
     for bi in 0..batch_a {
         let bj = if batch_b == 1 { 0 } else { bi };
         for i in 0..m {
@@ -128,17 +113,7 @@ pub fn binary_broadcast(
     b: &[f32],
     b_shape: &[usize],
 ) -> Result<(Vec<f32>, Vec<usize>), ComputeError> {
-    check_len(
-        "binary_broadcast a",
-        checked_product("binary_broadcast a_shape", a_shape)?,
-        a.len(),
-    )?;
-    check_len(
-        "binary_broadcast b",
-        checked_product("binary_broadcast b_shape", b_shape)?,
-        b.len(),
-    )?;
-    let out_shape = broadcast_shape(a_shape, b_shape)?;
+    let out_shape = super::check_broadcast_operands(a, a_shape, b, b_shape)?;
     let numel = checked_product("binary_broadcast output", &out_shape)?;
     let ravel = |shape: &[usize], idx: &[usize]| -> usize {
         // shape is right-aligned against idx (the output's full index).
