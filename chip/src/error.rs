@@ -8,8 +8,8 @@ pub enum ChipError {
     #[error("unknown architecture '{0}': known are wormhole_b0 (n150, n300, T3K, Galaxy) and blackhole (p150, p300)")]
     UnknownArch(String),
 
-    /// tt-metal's exact out-of-memory text.
-    #[error("Out of Memory: Not enough space to allocate {total} B {buffer_type} buffer across {num_banks} banks, where each bank needs to store {per_bank} B, but bank size is {bank_size} B (allocated: {allocated} B, free: {free} B, largest free block: {largest_free} B).")]
+    /// tt-metal's exact out-of-memory text; TT-NN's hint follows when the L1_SMALL region is 0 B.
+    #[error("Out of Memory: Not enough space to allocate {total} B {buffer_type} buffer across {num_banks} banks, where each bank needs to store {per_bank} B, but bank size is {bank_size} B (allocated: {allocated} B, free: {free} B, largest free block: {largest_free} B).{}", empty_region_hint(*.buffer_type, *.bank_size))]
     OutOfMemory {
         total: u64,
         buffer_type: BufferType,
@@ -83,9 +83,61 @@ pub enum ChipError {
 
     #[error("chip {0} is closed")]
     Closed(u32),
+
+    #[error("chip {chip} has no {buffer_type} memory to inspect: {buffer_type} is host memory; ask about DRAM, L1, L1_SMALL or TRACE")]
+    NotDeviceMemory { chip: u32, buffer_type: BufferType },
+
+    #[error("cannot write the memory report of {device} to {}: {source}. Pass a prefix in a folder you can write to", path.display())]
+    ReportWrite {
+        device: String,
+        path: std::path::PathBuf,
+        #[source]
+        source: IoError,
+    },
+}
+
+/// An I/O error that ChipError can hold while staying `Clone` and `PartialEq` (compared by kind
+/// and text).
+#[derive(Debug, Clone)]
+pub struct IoError(pub std::sync::Arc<std::io::Error>);
+
+impl From<std::io::Error> for IoError {
+    fn from(e: std::io::Error) -> Self {
+        IoError(std::sync::Arc::new(e))
+    }
+}
+
+impl PartialEq for IoError {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.kind() == other.0.kind() && self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl std::fmt::Display for IoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for IoError {
+    // The text is this error's own; the chain continues below the io::Error.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
 }
 
 pub type Result<T, E = ChipError> = std::result::Result<T, E>;
+
+/// The sentence TT-NN appends to an out-of-memory error when the L1_SMALL region is 0 B.
+pub const L1_SMALL_EMPTY_HINT: &str = "The L1_SMALL region is 0 B because it is reserved at device open; set l1_small_size large enough for this allocation when opening the device.";
+
+fn empty_region_hint(buffer_type: BufferType, bank_size: u64) -> String {
+    if buffer_type == BufferType::L1Small && bank_size == 0 {
+        format!(" {L1_SMALL_EMPTY_HINT}")
+    } else {
+        String::new()
+    }
+}
 
 impl From<crate::format::FormatError> for ChipError {
     fn from(e: crate::format::FormatError) -> Self {

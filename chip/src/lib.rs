@@ -17,6 +17,7 @@ pub mod compute;
 pub mod device;
 pub mod error;
 pub mod format;
+pub mod inspect;
 pub mod memory;
 pub mod ops;
 pub mod program;
@@ -26,4 +27,10 @@ pub use allocator::{BufferType, Statistics};
 pub use arch::{Arch, ArchSpec, MathFidelity};
 pub use device::{Chip, ChipConfig, CqId, Event, TraceId};
 pub use error::{ChipError, Result};
+pub use inspect::{
+    compute_with_storage_grid_size, dram_grid_size, dump_device_memory_state,
+    get_allocator_base_address, get_dram_alignment, get_l1_alignment,
+    get_max_worker_l1_unreserved_size, get_memory_view, get_region_base_address, CoreCoord,
+    InspectMemory, MemoryBlock, MemoryView,
+};
 pub use tensor::{DataType, HostTensor, Layout, MemoryConfig, Tensor, TensorSpec};

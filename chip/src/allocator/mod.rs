@@ -330,7 +330,17 @@ impl Allocator {
         &self.managers[t as usize]
     }
 
+    /// Banks of a type as TT-NN reports them: an L1_SMALL region of 0 B has no banks (TT-NN
+    /// creates none), while a TRACE region of 0 B still reports one per DRAM bank.
     pub fn num_banks(&self, t: BufferType) -> u32 {
+        if t == BufferType::L1Small && self.managers[t as usize].capacity() == 0 {
+            return 0;
+        }
+        self.physical_banks(t)
+    }
+
+    /// Banks of the memory a type lives in (DRAM banks or compute cores), whatever its size.
+    pub fn physical_banks(&self, t: BufferType) -> u32 {
         match t.space() {
             MemSpace::Dram => self.config.arch.num_dram_banks,
             MemSpace::L1 => self.config.arch.num_l1_banks(),
@@ -355,7 +365,9 @@ impl Allocator {
             )));
         }
         let stride = round_up(req.page_size, self.alignment(t));
-        let num_banks = self.num_banks(t);
+        // Shards are placed on physical banks: an empty L1_SMALL region reports 0 banks, but a
+        // shard on core 0 is still a valid request (it fails for lack of space, with the hint).
+        let num_banks = self.physical_banks(t);
         match &req.placement {
             Placement::Interleaved => {
                 if t == BufferType::L1Small {

@@ -2,10 +2,12 @@
 
 mod device;
 mod host;
+mod shard_config;
 mod spec;
 
 pub use device::{Blocking, PendingTensorRead, Tensor};
 pub use host::{decode_floats, decode_pages, encode_pages, HostData, HostTensor};
+pub use shard_config::{create_sharded_memory_config, CoreGrid, ShardCores, ShardStrategy};
 pub use spec::{
     CoreRange, DataType, Layout, MemoryConfig, PageGrid, ShardOrientation, ShardSpec,
     TensorMemoryLayout, TensorPages, TensorSpec, TILE,
