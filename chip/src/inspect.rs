@@ -122,7 +122,10 @@ impl MemoryView {
 
 /// A device whose memory can be inspected: a chip, or (in `ttmesh`) a mesh of identical chips.
 pub trait InspectMemory {
-    type Error: From<ChipError>;
+    type Error;
+
+    /// The device's own error for a chip-level failure (a mesh adds which chip).
+    fn device_error(&self, e: ChipError) -> Self::Error;
 
     /// The architecture of the device (of every chip, for a mesh).
     fn arch_spec(&self) -> &ArchSpec;
@@ -151,6 +154,10 @@ fn check_device_type(device: u32, t: BufferType) -> Result<()> {
 impl InspectMemory for Chip {
     type Error = ChipError;
 
+    fn device_error(&self, e: ChipError) -> ChipError {
+        e
+    }
+
     fn arch_spec(&self) -> &ArchSpec {
         self.arch()
     }
@@ -172,6 +179,9 @@ impl InspectMemory for Chip {
 
 impl<D: InspectMemory + ?Sized> InspectMemory for Arc<D> {
     type Error = D::Error;
+    fn device_error(&self, e: ChipError) -> D::Error {
+        (**self).device_error(e)
+    }
     fn arch_spec(&self) -> &ArchSpec {
         (**self).arch_spec()
     }
@@ -295,8 +305,13 @@ pub fn dump_device_memory_state<D: InspectMemory + ?Sized>(
         views.push((t, device.memory_view(t)?));
     }
     let files = render_reports(&views);
-    let prefix_path = Path::new(prefix);
-    if let Some(dir) = prefix_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+    // "reports/" names a folder; "reports/before_" a folder and the start of the file names.
+    let dir = if prefix.ends_with('/') || prefix.ends_with(std::path::MAIN_SEPARATOR) {
+        Some(Path::new(prefix))
+    } else {
+        Path::new(prefix).parent()
+    };
+    if let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).map_err(|e| report_error(device, dir, e))?;
     }
     let mut written = Vec::with_capacity(files.len());
@@ -311,12 +326,11 @@ pub fn dump_device_memory_state<D: InspectMemory + ?Sized>(
 }
 
 fn report_error<D: InspectMemory + ?Sized>(device: &D, path: &Path, e: std::io::Error) -> D::Error {
-    ChipError::ReportWrite {
+    device.device_error(ChipError::ReportWrite {
         device: device.device_label(),
         path: path.to_path_buf(),
         source: crate::error::IoError::from(e),
-    }
-    .into()
+    })
 }
 
 /// The three report files (name, contents) for views of [`REPORTED_TYPES`].

@@ -12,6 +12,7 @@ pub mod bench;
 pub mod ccl;
 mod device;
 mod error;
+mod inspect;
 pub mod models;
 mod monitor;
 pub mod ops;
@@ -27,6 +28,16 @@ pub use tensor::{
 pub use trace::{MeshEvent, MeshTraceId, ReplayReport};
 
 pub use ttmesh_ccl::Topology;
+pub use ttmesh_chip::inspect::{
+    compute_with_storage_grid_size, dram_grid_size, dump_device_memory_state,
+    get_allocator_base_address, get_dram_alignment, get_l1_alignment,
+    get_max_worker_l1_unreserved_size, get_memory_view, get_region_base_address, CoreCoord,
+    InspectMemory, MemoryBlock, MemoryView,
+};
+pub use ttmesh_chip::tensor::{
+    create_sharded_memory_config, CoreGrid, CoreRange, ShardCores, ShardOrientation, ShardSpec,
+    ShardStrategy, TensorMemoryLayout,
+};
 pub use ttmesh_chip::{
     compute::Activation, ArchSpec, BufferType, CqId, DataType, HostTensor, Layout, MathFidelity,
     MemoryConfig, TensorSpec,

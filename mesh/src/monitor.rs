@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use ttmesh_chip::allocator::{
     AllocationRequest, AllocatorEvent, AllocatorEventKind, AllocatorListener, Placement,
 };
+use ttmesh_chip::inspect::MemoryView;
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig};
 use ttmesh_fabric::Fabric;
 use ttmesh_monitor::{
@@ -113,15 +114,16 @@ fn attach_chip<W: SlotWrite>(
         identity(&slot, chip.id(), coord);
         for t in BufferType::ALL {
             let Some(kind) = kind_of(t) else { continue };
-            let n = banks[t as usize];
             let usage = chip.usage().snapshot(t);
-            let stats = a.statistics(t);
+            // TT-NN's memory view, the figures `get_memory_view` gives a user.
+            let view = MemoryView::of(a, t);
+            let n = view.num_banks;
             let m = MemoryCounters {
-                allocated: usage.allocated_per_bank * n,
-                capacity: stats.total_allocatable_size_bytes * n,
+                allocated: view.total_bytes_allocated_per_bank * n,
+                capacity: view.total_bytes_per_bank * n,
                 live_buffers: usage.live_buffers,
                 peak: usage.peak_per_bank * n,
-                largest_free: stats.largest_free_block_bytes * n,
+                largest_free: view.largest_contiguous_bytes_free_per_bank * n,
             };
             set_memory(&slot, kind, &m);
         }
@@ -161,7 +163,8 @@ impl Refresher {
                     seen.generation = Some(g);
                     for t in BufferType::ALL {
                         if let Some(kind) = kind_of(t) {
-                            let free = a.manager(t).largest_free_block().0;
+                            // The view's largest contiguous free block, without its table.
+                            let free = a.statistics(t).largest_free_block_bytes;
                             slot.set_largest_free(kind, free * listener.banks[t as usize]);
                         }
                     }
