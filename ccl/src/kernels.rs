@@ -464,14 +464,14 @@ fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipEr
         let mut from_left: Option<Vec<f32>> = None;
         if run.left.is_none() {
             if let Some(r) = run.right {
-                for c in 1..n {
-                    run.send(r, c, &f32_bytes(&chunks[c]))?;
+                for (c, chunk) in chunks.iter().enumerate().take(n).skip(1) {
+                    run.send(r, c, &f32_bytes(chunk))?;
                 }
             }
         } else {
-            for c in pos..n {
+            for (c, chunk) in chunks.iter().enumerate().take(n).skip(pos) {
                 run.wait_slot(c)?;
-                let mut p = chunks[c].clone();
+                let mut p = chunk.clone();
                 add_bytes(&mut p, &run.read_slot(c, len)?);
                 if c == pos {
                     from_left = Some(p);

@@ -474,7 +474,7 @@ pub fn all_reduce(
             spec.shape[d] % n == 0
                 && (d + 2 < spec.shape.len()
                     || spec.layout == Layout::RowMajor
-                    || (spec.shape[d] / n) % 32 == 0)
+                    || (spec.shape[d] / n).is_multiple_of(32))
         })
         .or_else(|| {
             (0..spec.shape.len())

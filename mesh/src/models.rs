@@ -42,7 +42,7 @@ impl TpMlp {
     /// Random bf16 weights (scaled by 1/sqrt(fan-in)) placed on the mesh.
     pub fn new(mesh: &MeshDevice, hidden: usize, ffn: usize, seed: u64) -> Result<TpMlp> {
         let n = mesh.num_devices();
-        if ffn % (32 * n) != 0 || hidden % 32 != 0 || hidden == 0 {
+        if !ffn.is_multiple_of(32 * n) || !hidden.is_multiple_of(32) || hidden == 0 {
             return Err(invalid(
                 "TpMlp",
                 format!(

@@ -42,7 +42,7 @@ pub fn split(host: &HostTensor, dim: usize, n: usize) -> Result<Vec<HostTensor>>
             format!("dim {dim} is out of range for shape {shape:?}"),
         ));
     }
-    if shape[dim] % n != 0 {
+    if !shape[dim].is_multiple_of(n) {
         return Err(invalid(
             "ShardTensorToMesh",
             format!(

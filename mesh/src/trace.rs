@@ -79,14 +79,17 @@ impl StartBarrier {
 /// on the host thread cost more than the replay's whole host work).
 #[derive(Default)]
 pub(crate) struct LockstepWaker {
-    tx: Mutex<Option<crossbeam_channel::Sender<(Vec<Arc<ttmesh_chip::Chip>>, CqId)>>>,
+    tx: Mutex<Option<crossbeam_channel::Sender<WakeRequest>>>,
 }
+
+/// The chips whose dispatchers a replay wakes, and the queue it went to.
+type WakeRequest = (Vec<Arc<ttmesh_chip::Chip>>, CqId);
 
 impl LockstepWaker {
     fn wake(&self, chips: &[Arc<ttmesh_chip::Chip>], cq: CqId) {
         let mut tx = self.tx.lock();
         if tx.is_none() {
-            let (s, r) = crossbeam_channel::unbounded::<(Vec<Arc<ttmesh_chip::Chip>>, CqId)>();
+            let (s, r) = crossbeam_channel::unbounded::<WakeRequest>();
             let spawned = std::thread::Builder::new()
                 .name("ttmesh-lockstep-waker".into())
                 .spawn(move || {

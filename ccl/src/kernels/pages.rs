@@ -38,7 +38,7 @@ pub(crate) fn page_split(spec: &TensorSpec, dim: usize, chunk: usize) -> Option<
     let r = s.len();
     let page_shape: Vec<usize> = match spec.layout {
         Layout::Tile => {
-            if r < 2 || (dim + 2 >= r && chunk % 32 != 0) {
+            if r < 2 || (dim + 2 >= r && !chunk.is_multiple_of(32)) {
                 return None;
             }
             let mut p = s[..r - 2].to_vec();
@@ -171,11 +171,11 @@ pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Resu
                     run.send(r, c, &slots[c][..len])?;
                 }
             }
-            for c in pos + 1..n {
+            for (c, slot) in slots.iter_mut().enumerate().take(n).skip(pos + 1) {
                 run.wait_slot(c)?;
-                run.read_slot_into(c, sized(&mut slots[c], len))?;
+                run.read_slot_into(c, sized(slot, len))?;
                 if let Some(l) = run.left {
-                    run.send(l, c, &slots[c][..len])?;
+                    run.send(l, c, &slot[..len])?;
                 }
             }
         }
@@ -310,18 +310,18 @@ pub(crate) fn reduce_scatter(
             // Rightward: slots 0..n carry partial sums of chips 0..=i for chunks further right.
             if run.left.is_none() {
                 if let Some(r) = run.right {
-                    for c in 1..n {
-                        run.send(r, c, f32_bytes(&chunks[c][..chunk_elems]))?;
+                    for (c, chunk) in chunks.iter().enumerate().take(n).skip(1) {
+                        run.send(r, c, f32_bytes(&chunk[..chunk_elems]))?;
                     }
                 }
             } else {
-                for c in pos..n {
+                for (c, chunk) in chunks.iter_mut().enumerate().take(n).skip(pos) {
                     run.wait_slot(c)?;
                     recv_into(c, recv)?;
-                    add_into(&mut chunks[c][..chunk_elems], recv);
+                    add_into(&mut chunk[..chunk_elems], recv);
                     if c != pos {
                         if let Some(r) = run.right {
-                            run.send(r, c, f32_bytes(&chunks[c][..chunk_elems]))?;
+                            run.send(r, c, f32_bytes(&chunk[..chunk_elems]))?;
                         }
                     }
                 }

@@ -218,7 +218,7 @@ pub fn decode(bytes: &[u8], offset: usize) -> Result<(Record<'_>, usize)> {
             }
         }
         Opcode::WritePacked => {
-            if len % 4 != 0 || aux == 0 || (len / 4) % aux as usize != 0 {
+            if !len.is_multiple_of(4) || aux == 0 || !(len / 4).is_multiple_of(aux as usize) {
                 return Err(err(
                     offset,
                     format!("WritePacked of {len} bytes is not whole cores of {aux} u32 args"),

@@ -113,7 +113,7 @@ pub fn create_sharded_memory_config(
         };
         let tensor_height = batch.iter().product::<usize>() * height;
         let split = |total: usize, parts: u32, what: &str| {
-            if total % parts as usize != 0 {
+            if !total.is_multiple_of(parts as usize) {
                 Err(invalid(format!(
                     "Invalid sharding core_grid: the tensor {what} {total} does not divide over {parts} cores; pick a grid that divides it"
                 )))

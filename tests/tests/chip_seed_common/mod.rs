@@ -151,7 +151,7 @@ impl Jitter {
     /// Sleeps the host 0-300 us half of the time.
     pub fn host(&mut self) {
         let r = self.next();
-        if r % 2 == 0 {
+        if r.is_multiple_of(2) {
             std::thread::sleep(Duration::from_micros(r % 300));
         }
     }
@@ -162,7 +162,7 @@ impl Jitter {
     /// Stalls `cq` on the device 0-`max_us` us a third of the time.
     pub fn device_up_to(&mut self, chip: &Chip, cq: CqId, max_us: u64) {
         let r = self.next();
-        if r % 3 == 0 {
+        if r.is_multiple_of(3) {
             let us = r % max_us;
             chip.enqueue_host_callback(cq, move || {
                 std::thread::sleep(Duration::from_micros(us));
