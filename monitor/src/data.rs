@@ -21,7 +21,7 @@ pub struct ProcessInfo {
 }
 
 impl ProcessInfo {
-    /// Info for this process: its pid and program name (the file name of argv[0]).
+    /// Info for this process: its pid and program name (the file name of `argv[0]`).
     pub fn for_current_process(
         topology: &str,
         mesh_shape: (u32, u32),
@@ -215,7 +215,7 @@ pub struct ProcessSnapshot {
 pub struct SegmentInfo {
     /// File name, e.g. "ttmesh-1234" (the shm name is this with a leading slash).
     pub name: String,
-    /// The pid in the name, when the name has the form ttmesh-<pid>[-<n>].
+    /// The pid in the name, when the name has the form `ttmesh-<pid>[-<n>]`.
     pub pid: Option<u32>,
     /// File size in bytes.
     pub size: u64,

@@ -1,7 +1,7 @@
 //! The math inside one emulated chip's kernels, on plain host slices.
 //!
 //! Inputs and outputs are f32, logical row-major; accumulation is f32 (as on the chip's FPU/SFPU
-//! paths), so results match the f64 [`reference`] only within stated tolerances. Nothing here
+//! paths), so results match the f64 [`reference`](mod@reference) only within stated tolerances. Nothing here
 //! knows about device memory, tiles or data formats: the chip reads a tensor out of its memory,
 //! converts it with [`crate::format`], calls these, and writes the result back.
 //!
