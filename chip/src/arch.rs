@@ -133,6 +133,18 @@ impl ArchSpec {
         self.compute_grid.0 * self.compute_grid.1
     }
 
+    /// TT-NN's `get_max_worker_l1_unreserved_size()`: L1 per core above the firmware's reserved
+    /// area, as tt-metal's HAL reports it (1,463,968 B on Wormhole B0; 1,532,416 B reported on a
+    /// Blackhole card). The allocator's L1 base sits higher: the kernel configuration buffer
+    /// comes first.
+    pub fn max_worker_l1_unreserved_size(&self) -> u64 {
+        let unreserved_base = match self.arch {
+            Arch::WormholeB0 => 35_168,
+            Arch::Blackhole => 40_448,
+        };
+        self.l1_size_per_core - unreserved_base
+    }
+
     pub fn num_compute_cores(&self) -> u32 {
         self.num_l1_banks()
     }

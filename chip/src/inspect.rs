@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::allocator::{Allocator, BufferType};
-use crate::arch::{Arch, ArchSpec};
+use crate::arch::ArchSpec;
 use crate::device::Chip;
 use crate::error::{ChipError, Result};
 
@@ -263,18 +263,6 @@ pub fn get_dram_alignment<D: InspectMemory + ?Sized>(device: &D) -> u64 {
 /// TT-NN's `get_l1_alignment()` for the device's architecture.
 pub fn get_l1_alignment<D: InspectMemory + ?Sized>(device: &D) -> u64 {
     device.arch_spec().l1_alignment
-}
-
-impl ArchSpec {
-    /// L1 per core minus the firmware's reserved area, as tt-metal's HAL reports it. The
-    /// allocator's L1 base sits higher (the kernel configuration buffer comes first).
-    pub fn max_worker_l1_unreserved_size(&self) -> u64 {
-        let unreserved_base = match self.arch {
-            Arch::WormholeB0 => 35_168,
-            Arch::Blackhole => 40_448,
-        };
-        self.l1_size_per_core - unreserved_base
-    }
 }
 
 /// The types a memory report covers, in the order the files list them: tt-metal's DRAM and L1
