@@ -1,7 +1,10 @@
 //! The chip crate's one error type. Every variant names the thing that is wrong and, where there
 //! is one, the fix.
 
-use crate::allocator::BufferType;
+use std::fmt;
+
+use crate::allocator::{BufferType, MemSpace};
+use crate::command::Opcode;
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum ChipError {
@@ -72,6 +75,23 @@ pub enum ChipError {
     #[error("command decode error at byte {offset}: {reason}")]
     Decode { offset: usize, reason: String },
 
+    /// A command record the dispatcher refused before acting on it (or whose kernel
+    /// panicked); the queue goes on with the next command.
+    #[error("{site}: {fault}")]
+    BadRecord {
+        site: RecordSite,
+        fault: RecordFault,
+    },
+
+    /// A host request refused before it became a command, for the reason its record would be.
+    #[error("chip {chip} CQ {cq}: {request} refused: {fault}")]
+    BadRequest {
+        chip: u32,
+        cq: u8,
+        request: &'static str,
+        fault: RecordFault,
+    },
+
     #[error("{0}")]
     Trace(String),
 
@@ -124,6 +144,104 @@ impl std::error::Error for IoError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.0.source()
     }
+}
+
+/// Where a command record sits: the chip and queue that ran it, the trace it came from (None
+/// for commands the host sent directly) and its byte offset in that trace or submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordSite {
+    pub chip: u32,
+    pub cq: u8,
+    pub trace: Option<u32>,
+    pub offset: usize,
+    /// None when the header itself could not be read.
+    pub opcode: Option<Opcode>,
+}
+
+impl fmt::Display for RecordSite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "chip {} CQ {}, ", self.chip, self.cq)?;
+        match self.trace {
+            Some(t) => write!(f, "trace {t}, ")?,
+            None => write!(f, "host commands, ")?,
+        }
+        match self.opcode {
+            Some(op) => write!(f, "{op:?} record at byte {}", self.offset),
+            None => write!(f, "record at byte {}", self.offset),
+        }
+    }
+}
+
+/// Why the dispatcher refused a record.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum RecordFault {
+    #[error("corrupt record: {reason}")]
+    Corrupt { reason: String },
+
+    #[error("a trace holds only program launches, and this record cannot be one of them; the trace's bytes in DRAM were overwritten: release_trace and capture again")]
+    NotInTrace,
+
+    #[error("launch of unknown program {program} (this chip has compiled {compiled})")]
+    UnknownProgram { program: u32, compiled: usize },
+
+    #[error("{what} for program {program} without its launch")]
+    NoLaunch { program: u32, what: &'static str },
+
+    #[error("program {program} ({kernel}) was given {given} operand addresses but has {needs} operands; its runtime-args record is missing or corrupt")]
+    MissingOperands {
+        program: u32,
+        kernel: String,
+        given: usize,
+        needs: usize,
+    },
+
+    #[error("program {program} ({kernel}) operand {operand} at {address:#x} spans {size} B per bank, outside the {buffer_type} range [{base:#x}, {top:#x})")]
+    OperandOutOfRange {
+        program: u32,
+        kernel: String,
+        operand: usize,
+        buffer_type: BufferType,
+        address: u32,
+        size: u64,
+        base: u64,
+        top: u64,
+    },
+
+    #[error("{pages} pages of {page_size} B to read exceed the {capacity} B of {space:?} memory ({banks} banks of {bank_size} B); a read cannot be larger than the memory it reads")]
+    ReadTooLarge {
+        space: MemSpace,
+        pages: usize,
+        page_size: u32,
+        banks: u32,
+        bank_size: u64,
+        capacity: u64,
+    },
+
+    #[error("the host cannot allocate the {bytes} B it reads")]
+    HostAllocation { bytes: u64 },
+
+    #[error("page {page} names bank {bank} address {address:#x} (+{page_size} B), outside {space:?} memory ({banks} banks of {bank_size} B)")]
+    PageOutOfRange {
+        space: MemSpace,
+        page: usize,
+        bank: u32,
+        address: u64,
+        page_size: u64,
+        banks: u32,
+        bank_size: u64,
+    },
+
+    #[error("EXEC_BUF of trace {trace} names {pages} pages of {page_size} B holding {size} B, more than the {region} B TRACE region")]
+    TraceTooLarge {
+        trace: u32,
+        pages: u32,
+        page_size: u64,
+        size: u64,
+        region: u64,
+    },
+
+    #[error("kernel {kernel} panicked: {message}; this is a bug in ttmesh (the queue goes on with the next command)")]
+    Panicked { kernel: String, message: String },
 }
 
 pub type Result<T, E = ChipError> = std::result::Result<T, E>;

@@ -169,7 +169,11 @@ fn kernel_errors_surface_at_finish_and_clear() {
     )
     .unwrap();
     let e = chip.finish(CqId(0)).unwrap_err();
-    assert!(e.to_string().contains("has no L1 bank 64"), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("names bank 64") && msg.contains("outside L1 memory"),
+        "{msg}"
+    );
     chip.finish(CqId(0)).unwrap();
     let (t, held) = upload(
         &chip,

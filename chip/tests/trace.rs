@@ -448,7 +448,7 @@ fn a_corrupted_trace_is_an_error() {
     let msg = chip.execute_trace(tid, CQ0, true).unwrap_err().to_string();
     assert!(
         msg.starts_with(
-            "trace 0 on chip 0 is corrupt: command decode error at byte 0: unknown opcode 0xee"
+            "chip 0 CQ 0, trace 0, record at byte 0: corrupt record: unknown opcode 0xee"
         ),
         "{msg}"
     );

@@ -67,6 +67,28 @@ pub enum Record<'a> {
     Terminate,
 }
 
+impl Record<'_> {
+    pub fn opcode(&self) -> Opcode {
+        match self {
+            Record::WriteLinear { .. } => Opcode::WriteLinear,
+            Record::WritePaged { .. } => Opcode::WritePaged,
+            Record::WritePacked { .. } => Opcode::WritePacked,
+            Record::LaunchProgram { .. } => Opcode::LaunchProgram,
+            Record::GoSignal { .. } => Opcode::GoSignal,
+            Record::Stall => Opcode::Stall,
+            Record::ReadPaged { .. } => Opcode::ReadPaged,
+            Record::RecordEvent { .. } => Opcode::RecordEvent,
+            Record::WaitEvent { .. } => Opcode::WaitEvent,
+            Record::ExecBuf { .. } => Opcode::ExecBuf,
+            Record::ExecBufEnd => Opcode::ExecBufEnd,
+            Record::HostCallback { .. } => Opcode::HostCallback,
+            Record::Discard { .. } => Opcode::Discard,
+            Record::ResetGo => Opcode::ResetGo,
+            Record::Terminate => Opcode::Terminate,
+        }
+    }
+}
+
 /// (bank, addr) pairs of a paged command, read lazily.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub struct PageLocations<'a> {
@@ -87,7 +109,7 @@ impl<'a> PageLocations<'a> {
             u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
         )
     }
-    pub fn iter(&self) -> impl Iterator<Item = (u32, u32)> + 'a {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (u32, u32)> + 'a {
         let raw = self.raw;
         raw.chunks_exact(8).map(|b| {
             (

@@ -4,6 +4,7 @@
 mod events;
 mod queue;
 mod trace;
+mod validate;
 
 pub use events::Event;
 pub use queue::{default_operation_timeout, CqId};
@@ -23,7 +24,7 @@ use crate::allocator::{
 };
 use crate::arch::ArchSpec;
 use crate::command::{space_code, Encoder, Opcode};
-use crate::error::{ChipError, Result};
+use crate::error::{ChipError, RecordFault, Result};
 use crate::memory::{DeviceMemory, CHUNK_SIZE};
 use crate::program::{Program, ProgramCache};
 use queue::{CqState, QueueHandle};
@@ -551,6 +552,22 @@ impl Chip {
         Ok(())
     }
 
+    /// A request's fields checked as the dispatcher would check its record, but refused here,
+    /// at the call, before anything is encoded or allocated.
+    fn check_request(
+        &self,
+        cq: CqId,
+        request: &'static str,
+        check: impl FnOnce() -> std::result::Result<(), RecordFault>,
+    ) -> Result<()> {
+        check().map_err(|fault| ChipError::BadRequest {
+            chip: self.shared.id,
+            cq: cq.0,
+            request,
+            fault,
+        })
+    }
+
     /// Writes pages (logical page data + their locations) through a queue.
     pub fn enqueue_write_pages(
         &self,
@@ -575,6 +592,15 @@ impl Chip {
         locations: &[(u32, u32)],
     ) -> Result<PendingRead> {
         self.forbid_capture(cq, "Reads")?;
+        self.check_request(cq, "enqueue_read_pages", || {
+            validate::check_pages(
+                &self.shared.memory,
+                space,
+                page_size,
+                locations.iter().copied(),
+                true,
+            )
+        })?;
         let handle = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
         let slot = Arc::new(ReadSlot {
             data: Mutex::new(None),

@@ -10,10 +10,13 @@ use std::collections::VecDeque;
 
 use parking_lot::{Condvar, Mutex};
 
+use std::panic::{self, AssertUnwindSafe};
+
+use super::validate::{allowed_in_trace, check_operands, check_pages, panic_message, Regions};
 use super::ChipShared;
 use crate::allocator::MemSpace;
-use crate::command::{decode, packed_arg, Opcode, Record};
-use crate::error::{ChipError, Result};
+use crate::command::{decode, packed_arg, Opcode, PageLocations, Record};
+use crate::error::{ChipError, RecordFault, RecordSite, Result};
 use crate::program::{KernelContext, Program};
 
 /// Index of a command queue on a chip (0 or 1).
@@ -170,6 +173,32 @@ struct PendingLaunch {
     addresses: Vec<u32>,
 }
 
+impl PendingLaunch {
+    fn reset(&mut self) {
+        self.program = None;
+        self.addresses.clear();
+    }
+}
+
+/// Why a record failed: refused by a check (the caller names the record's site), or an error of
+/// its own (a kernel's, a timed-out wait, a record inside a trace that already names its site).
+enum Failure {
+    Refused(RecordFault),
+    Error(ChipError),
+}
+
+impl From<RecordFault> for Failure {
+    fn from(f: RecordFault) -> Failure {
+        Failure::Refused(f)
+    }
+}
+
+impl From<ChipError> for Failure {
+    fn from(e: ChipError) -> Failure {
+        Failure::Error(e)
+    }
+}
+
 pub(crate) struct Dispatcher {
     shared: Arc<ChipShared>,
     cq: CqId,
@@ -180,6 +209,10 @@ pub(crate) struct Dispatcher {
     scratch_key: Option<(u32, u32, u32, u64, u64)>,
     programs: Vec<Arc<Program>>,
     launch: PendingLaunch,
+    /// The program whose kernel runs now: named if it panics.
+    running: Option<Arc<Program>>,
+    /// Buffer types' address ranges, what operand addresses are checked against.
+    regions: Regions,
     /// Discards waiting to be done together (one round of locks for a run of frees).
     discards: Vec<(MemSpace, u64, u64)>,
 }
@@ -191,6 +224,7 @@ enum Flow {
 
 impl Dispatcher {
     fn new(shared: Arc<ChipShared>, cq: CqId) -> Dispatcher {
+        let regions = Regions::of(&shared.allocator.lock());
         Dispatcher {
             shared,
             cq,
@@ -201,6 +235,8 @@ impl Dispatcher {
                 program: None,
                 addresses: Vec::with_capacity(16),
             },
+            running: None,
+            regions,
             discards: Vec::new(),
         }
     }
@@ -214,6 +250,32 @@ impl Dispatcher {
 
     fn state(&self) -> &CqState {
         &self.shared.cq_states[self.cq.0 as usize]
+    }
+
+    fn site(&self, trace: Option<u32>, offset: usize, opcode: Option<Opcode>) -> RecordSite {
+        RecordSite {
+            chip: self.shared.id,
+            cq: self.cq.0,
+            trace,
+            offset,
+            opcode,
+        }
+    }
+
+    /// A record that does not decode, named by its site (its opcode when the header is whole).
+    fn corrupt(&self, trace: Option<u32>, bytes: &[u8], offset: usize, e: ChipError) -> ChipError {
+        let reason = match e {
+            ChipError::Decode { offset: at, reason } if at != offset => {
+                format!("{reason} (at byte {at})")
+            }
+            ChipError::Decode { reason, .. } => reason,
+            other => other.to_string(),
+        };
+        let opcode = bytes.get(offset).copied().and_then(Opcode::from_u8);
+        ChipError::BadRecord {
+            site: self.site(trace, offset, opcode),
+            fault: RecordFault::Corrupt { reason },
+        }
     }
 
     fn run(mut self, ring: &HostRing) {
@@ -234,14 +296,15 @@ impl Dispatcher {
         while offset < bytes.len() {
             match decode(bytes, offset) {
                 Ok((rec, next)) => {
-                    offset = next;
-                    match self.execute(rec, false) {
+                    match self.execute_at(rec, None, offset) {
                         Ok(Flow::Continue) => {}
                         Ok(Flow::Stop) => return Flow::Stop,
                         Err(e) => self.state().set_error(e),
                     }
+                    offset = next;
                 }
                 Err(e) => {
+                    let e = self.corrupt(None, bytes, offset, e);
                     self.state().set_error(e);
                     break;
                 }
@@ -250,45 +313,86 @@ impl Dispatcher {
         Flow::Continue
     }
 
-    fn program(&mut self, id: u32) -> Result<Arc<Program>> {
+    /// Runs one record at `offset` of a submission or of trace `trace`. A refusal, or a panic
+    /// anywhere in it (a bug), becomes an error naming the record; the dispatcher goes on.
+    fn execute_at(&mut self, rec: Record<'_>, trace: Option<u32>, offset: usize) -> Result<Flow> {
+        let opcode = rec.opcode();
+        let result = panic::catch_unwind(AssertUnwindSafe(|| self.execute(rec, trace, offset)))
+            .unwrap_or_else(|payload| {
+                self.launch.reset();
+                let kernel = self
+                    .running
+                    .take()
+                    .map_or_else(|| "dispatcher".to_string(), |p| p.kernel.name().to_string());
+                Err(Failure::Refused(RecordFault::Panicked {
+                    kernel,
+                    message: panic_message(payload.as_ref()),
+                }))
+            });
+        result.map_err(|f| match f {
+            Failure::Refused(fault) => ChipError::BadRecord {
+                site: self.site(trace, offset, Some(opcode)),
+                fault,
+            },
+            Failure::Error(e) => e,
+        })
+    }
+
+    fn program(&mut self, id: u32) -> Result<Arc<Program>, RecordFault> {
         if let Some(p) = self.programs.get(id as usize) {
             return Ok(p.clone());
         }
         self.programs = self.shared.programs.table();
-        self.programs.get(id as usize).cloned().ok_or_else(|| {
-            ChipError::Queue(format!(
-                "launch of unknown program {id} on chip {}",
-                self.shared.id
-            ))
-        })
+        self.programs
+            .get(id as usize)
+            .cloned()
+            .ok_or(RecordFault::UnknownProgram {
+                program: id,
+                compiled: self.programs.len(),
+            })
     }
 
-    fn execute(&mut self, rec: Record<'_>, in_trace: bool) -> Result<Flow> {
+    fn execute(
+        &mut self,
+        rec: Record<'_>,
+        trace: Option<u32>,
+        offset: usize,
+    ) -> Result<Flow, Failure> {
+        if trace.is_some() && !allowed_in_trace(&rec) {
+            return Err(RecordFault::NotInTrace.into());
+        }
         if !matches!(rec, Record::Discard { .. }) {
             self.flush_discards();
         }
         let shared = self.shared.clone();
+        let memory = &shared.memory;
         match rec {
             Record::WriteLinear {
                 space,
                 bank,
                 addr,
                 data,
-            } => shared.memory.write(space, bank, addr as u64, data)?,
+            } => {
+                let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
+                check_pages(memory, space, len, std::iter::once((bank, addr)), false)?;
+                memory.write(space, bank, addr as u64, data)?;
+            }
             Record::WritePaged {
                 space,
                 page_size,
                 locations,
                 data,
             } => {
+                // The decoder checked that `data` holds exactly one page per location.
+                check_pages(memory, space, page_size, locations.iter(), false)?;
                 for (i, (bank, addr)) in locations.iter().enumerate() {
                     let page = &data[i * page_size as usize..(i + 1) * page_size as usize];
-                    shared.memory.write(space, bank, addr as u64, page)?;
+                    memory.write(space, bank, addr as u64, page)?;
                 }
             }
             Record::LaunchProgram { program_id, .. } => {
+                self.launch.reset();
                 self.launch.program = Some(self.program(program_id)?);
-                self.launch.addresses.clear();
             }
             Record::WritePacked {
                 program_id, args, ..
@@ -298,18 +402,15 @@ impl Dispatcher {
                     .program
                     .as_ref()
                     .filter(|p| p.id == program_id)
-                    .ok_or_else(|| {
-                        ChipError::Queue(format!(
-                            "runtime args for program {program_id} without its launch"
-                        ))
+                    .ok_or(RecordFault::NoLaunch {
+                        program: program_id,
+                        what: "runtime args",
                     })?;
-                // Core 0's first args are the operand addresses: what the kernel needs.
-                for i in 0..p.operands.len() {
-                    let a = packed_arg(args, i).ok_or_else(|| {
-                        ChipError::Queue(format!("program {program_id}: runtime args too short"))
-                    })?;
-                    self.launch.addresses.push(a);
-                }
+                // Core 0's first args are the operand addresses: what the kernel needs. A short
+                // record leaves fewer, which the go signal refuses.
+                self.launch.addresses.clear();
+                let given = (0..p.operands.len()).map_while(|i| packed_arg(args, i));
+                self.launch.addresses.extend(given);
             }
             Record::GoSignal { program_id } => {
                 let p = self
@@ -317,39 +418,41 @@ impl Dispatcher {
                     .program
                     .take()
                     .filter(|p| p.id == program_id)
-                    .ok_or_else(|| {
-                        ChipError::Queue(format!(
-                            "go signal for program {program_id} without its launch"
-                        ))
+                    .ok_or(RecordFault::NoLaunch {
+                        program: program_id,
+                        what: "go signal",
                     })?;
+                check_operands(&p, &self.launch.addresses, &self.regions)?;
                 let ctx = KernelContext {
                     chip: shared.id,
                     arch: &shared.config.arch,
-                    memory: &shared.memory,
+                    memory,
                     timeout: shared.config.operation_timeout,
                 };
                 let started = Instant::now();
+                self.running = Some(p.clone());
                 let result = p.kernel.execute(&ctx, &self.launch.addresses);
+                self.running = None;
                 shared.record_launch(&p, started.elapsed());
                 result?;
             }
-            Record::Stall | Record::ResetGo => {}
+            Record::Stall => {}
+            Record::ResetGo => self.launch.reset(),
             Record::ReadPaged {
                 handle,
                 space,
                 page_size,
                 locations,
             } => {
-                let mut out = vec![0u8; locations.len() * page_size as usize];
-                let mut result = Ok(());
-                for (i, (bank, addr)) in locations.iter().enumerate() {
-                    let dst = &mut out[i * page_size as usize..(i + 1) * page_size as usize];
-                    if let Err(e) = shared.memory.read(space, bank, addr as u64, dst) {
-                        result = Err(e);
-                        break;
+                // The bytes wait for the host in the read's slot, refusals included.
+                let data = self.read_pages(space, page_size, locations).map_err(|f| {
+                    let at = self.site(trace, offset, Some(Opcode::ReadPaged));
+                    match f {
+                        Failure::Refused(fault) => ChipError::BadRecord { site: at, fault },
+                        Failure::Error(e) => e,
                     }
-                }
-                shared.complete_read(handle, result.map(|_| out));
+                });
+                shared.complete_read(handle, data);
             }
             Record::RecordEvent { event } => self.state().complete(event),
             Record::WaitEvent { cq, event } => {
@@ -371,7 +474,8 @@ impl Dispatcher {
                             other.completed()
                         ),
                         seconds: timeout.as_secs_f64(),
-                    });
+                    }
+                    .into());
                 }
             }
             Record::ExecBuf {
@@ -381,12 +485,19 @@ impl Dispatcher {
                 num_pages,
                 size,
             } => {
-                if in_trace {
-                    return Err(ChipError::Trace(format!(
-                        "trace {trace_id} contains a nested EXEC_BUF"
-                    )));
+                let page_size = 1u64 << log2_page_size;
+                let region = shared.config.trace_region_size;
+                if page_size * num_pages as u64 > region || size > region {
+                    return Err(RecordFault::TraceTooLarge {
+                        trace: trace_id,
+                        pages: num_pages,
+                        page_size,
+                        size,
+                        region,
+                    }
+                    .into());
                 }
-                self.replay(trace_id, address, 1u64 << log2_page_size, num_pages, size)?;
+                self.replay(trace_id, address, page_size, num_pages, size)?;
             }
             Record::ExecBufEnd => {}
             Record::HostCallback { id } => shared.run_callback(id)?,
@@ -398,6 +509,30 @@ impl Dispatcher {
             Record::Terminate => return Ok(Flow::Stop),
         }
         Ok(Flow::Continue)
+    }
+
+    /// The pages of a ReadPaged record, checked against the memory they name before the host
+    /// buffer they fill is allocated.
+    fn read_pages(
+        &self,
+        space: MemSpace,
+        page_size: u32,
+        locations: PageLocations<'_>,
+    ) -> Result<Vec<u8>, Failure> {
+        let memory = &self.shared.memory;
+        check_pages(memory, space, page_size, locations.iter(), true)?;
+        let page = page_size as usize;
+        let bytes = locations.len() * page;
+        let mut out = Vec::new();
+        out.try_reserve_exact(bytes)
+            .map_err(|_| RecordFault::HostAllocation {
+                bytes: bytes as u64,
+            })?;
+        out.resize(bytes, 0);
+        for (i, (bank, addr)) in locations.iter().enumerate() {
+            memory.read(space, bank, addr as u64, &mut out[i * page..(i + 1) * page])?;
+        }
+        Ok(out)
     }
 
     /// Reads a trace's bytes from DRAM (interleaved pages) and executes them.
@@ -442,28 +577,30 @@ impl Dispatcher {
             }
             self.scratch_key = Some(key);
         }
+        let trace = &bytes[..size as usize];
         let mut offset = 0;
         let mut result = Ok(());
         let mut commands = 0u64;
-        while offset < size as usize {
-            match decode(&bytes[..size as usize], offset) {
+        while offset < trace.len() {
+            match decode(trace, offset) {
                 Ok((Record::ExecBufEnd, _)) => break,
                 Ok((rec, next)) => {
-                    offset = next;
                     commands += 1;
-                    if let Err(e) = self.execute(rec, true) {
+                    if let Err(e) = self.execute_at(rec, Some(trace_id), offset) {
                         result = Err(e);
                         break;
                     }
+                    offset = next;
                 }
                 Err(e) => {
-                    result = Err(ChipError::Trace(format!(
-                        "trace {trace_id} on chip {} is corrupt: {e}",
-                        shared.id
-                    )));
+                    result = Err(self.corrupt(Some(trace_id), trace, offset, e));
                     break;
                 }
             }
+        }
+        if result.is_err() {
+            // A launch the trace left half-made must not meet the next command.
+            self.launch.reset();
         }
         shared.record_replay(trace_id, commands, started.elapsed());
         self.trace_scratch = bytes;
