@@ -38,7 +38,8 @@ pub trait Kernel: Send + Sync {
     /// tt-metal-style op name ("Matmul", "BinaryNg", "AllGather", ...).
     fn name(&self) -> &str;
     /// Runs the whole op on the chip. `addresses` are the operand buffer addresses, in the
-    /// order of `Program::operands`.
+    /// order of `Program::operands`: exactly one per operand, each inside its buffer type's
+    /// range (the dispatcher checks both before the call, so a kernel may index them).
     fn execute(&self, ctx: &KernelContext, addresses: &[u32]) -> Result<()>;
     fn cost(&self) -> KernelCost {
         KernelCost::default()
