@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::data::ProcessSnapshot;
 use crate::error::MonitorError;
 use crate::reader::{cleanup_stale, list_segments, pid_from_name, read_segment};
-use crate::render::{render_json, render_table_with, LinkRates};
+use crate::render::{escape_control, render_json, render_table_with, LinkRates};
 
 const CLEAR_SCREEN: &str = "\x1b[H\x1b[2J";
 
@@ -132,7 +132,7 @@ pub fn run_monitor(args: &MonitorArgs, out: &mut dyn Write) -> Result<(), Monito
             format!(
                 "removed {} stale segment(s): {}\n",
                 removed.len(),
-                removed.join(", ")
+                escape_control(&removed.join(", "))
             )
         };
         emit(out, &text)?;

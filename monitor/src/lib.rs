@@ -89,7 +89,7 @@ pub use handles::{ChipPublisher, ChipWriter, LinkPublisher, SerialChipWriter};
 pub use layout::{LAYOUT_VERSION, MAGIC, MAX_CHIPS, MAX_LINKS};
 pub use publisher::Publisher;
 pub use reader::{cleanup_stale, list_segments, read_segment};
-pub use render::{render_json, render_table};
+pub use render::{escape_control, render_json, render_table};
 
 /// Benchmarks that print side-by-side costs (no assertions: machines are noisy).
 pub mod bench {

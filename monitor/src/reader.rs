@@ -115,8 +115,14 @@ pub(crate) fn probe_owner(name: &str) -> Option<(u32, u64)> {
     if map.word(H_MAGIC)?.load(Ordering::Acquire) != MAGIC {
         return None;
     }
-    let pid = map.load_u32(H_PID).filter(|p| *p != 0)?;
+    let pid = map.load_u32(H_PID).filter(|p| valid_pid(*p))?;
     Some((pid, map.load_u64(H_START_TIME)?))
+}
+
+/// Linux pids are positive `pid_t`s (i32): a header pid above that is damage, and asking the
+/// OS about it would address a process group instead.
+fn valid_pid(pid: u32) -> bool {
+    i32::try_from(pid).is_ok_and(|p| p > 0)
 }
 
 fn corrupt(name: &str, detail: String) -> MonitorError {
@@ -237,6 +243,15 @@ pub fn read_segment(name: &str) -> Result<ProcessSnapshot, MonitorError> {
     let pid = map.load_u32(H_PID).unwrap_or(0);
     if pid == 0 {
         return Err(corrupt(name, "pid is 0".to_string()));
+    }
+    if !valid_pid(pid) {
+        return Err(corrupt(
+            name,
+            format!(
+                "pid {pid} is outside 1..={}; no process can have it",
+                i32::MAX
+            ),
+        ));
     }
     let info_bytes = map
         .copy_bytes(INFO_OFFSET, info_len)

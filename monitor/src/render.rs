@@ -1,6 +1,8 @@
 //! Text table and JSON for `ttmesh monitor`. Pure functions of snapshots: no I/O here.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
@@ -34,6 +36,28 @@ pub(crate) fn human_bytes(b: u64) -> String {
         format!("{v:.0}")
     };
     format!("{text} {}", UNITS[unit])
+}
+
+/// A string from a segment (or a file name in /dev/shm) made safe to print on a terminal: every
+/// control character, escape sequences included, is shown as `\x1b` / `\u{9b}` instead of
+/// being sent raw. Another process wrote those bytes; they must not drive our terminal.
+pub fn escape_control(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            c if c.is_control() && (c as u32) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 fn bar(used: u64, capacity: u64) -> String {
@@ -122,7 +146,7 @@ fn stale_line(p: &ProcessSnapshot, why: Staleness) -> String {
     };
     format!(
         "{}: stale ({what}); `ttmesh monitor --cleanup` removes it",
-        p.segment
+        escape_control(&p.segment)
     )
 }
 
@@ -252,14 +276,14 @@ pub(crate) fn render_table_with(
         out.push_str(&format!(
             "pid {}  {}  {} {}x{}  {}  {}  up {}  ({})\n",
             i.pid,
-            i.name,
-            i.topology,
+            escape_control(&i.name),
+            escape_control(&i.topology),
             i.mesh_shape.0,
             i.mesh_shape.1,
-            i.arch,
-            i.fabric,
+            escape_control(&i.arch),
+            escape_control(&i.fabric),
             uptime(p.created_unix_ms),
-            p.segment
+            escape_control(&p.segment)
         ));
         out.push_str(&chip_table(&p.chips));
         out.push_str(&fabric_section(p, rates));
@@ -270,7 +294,8 @@ pub(crate) fn render_table_with(
     }
     notes.extend(problems.iter().map(|(_, e)| e.to_string()));
     for n in notes {
-        out.push_str(&n);
+        // Error texts quote segment names and what a segment holds.
+        out.push_str(&escape_control(&n));
         out.push('\n');
     }
     out

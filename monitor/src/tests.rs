@@ -2,6 +2,7 @@
 //! Linux-only (they look at /dev/shm directly).
 
 mod cli_tests;
+mod untrusted_tests;
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicBool, Ordering};
