@@ -144,6 +144,10 @@ pub enum TopologyError {
         families: String,
     },
 
+    /// `load` got the path of a folder.
+    #[error("topology path {} is a folder, not a descriptor file; name a .toml file in it (see topologies/descriptors/) or a built-in name ({known})", path.display())]
+    IsAFolder { path: PathBuf, known: String },
+
     /// A `line-N` / `ring-N` name with a bad N.
     #[error("bad topology name \"{name}\": {problem}")]
     BadGeneratedName { name: String, problem: String },
@@ -174,7 +178,7 @@ impl TopologyError {
             | PortOutOfRange { line, .. }
             | PortReused { line, .. }
             | OneSidedLink { line, .. } => Some(*line),
-            UnknownTopology { .. } | BadGeneratedName { .. } | Io { .. } => None,
+            UnknownTopology { .. } | IsAFolder { .. } | BadGeneratedName { .. } | Io { .. } => None,
         }
     }
 }

@@ -102,6 +102,12 @@ pub fn load(name_or_path: &str) -> Result<ClusterGraph, TopologyError> {
     if let Some(Err(e)) = generated {
         return Err(e);
     }
+    if path.is_dir() {
+        return Err(TopologyError::IsAFolder {
+            path: path.to_path_buf(),
+            known: known_names().join(", "),
+        });
+    }
     Err(TopologyError::UnknownTopology {
         name: name_or_path.to_string(),
         known: known_names().join(", "),

@@ -100,8 +100,16 @@ impl Ctx<'_> {
         }
     }
 
-    /// `[a, b]` of non-negative integers, each fitting `u32`.
-    fn pair(&self, v: &SpannedInts, what: &str, form: &str) -> Result<(u32, u32), TopologyError> {
+    /// `[a, b]` of integers; `accept` names each number and its accepted range (inclusive),
+    /// which is what an error quotes. Numbers below the range or beyond `u32` are refused here;
+    /// the callers check the upper bounds they know better (a coord outside the mesh, ...).
+    fn pair(
+        &self,
+        v: &SpannedInts,
+        what: &str,
+        form: &str,
+        accept: [Accept; 2],
+    ) -> Result<(u32, u32), TopologyError> {
         let line = self.line_of(v);
         let items = v.get_ref();
         if items.len() != 2 {
@@ -111,20 +119,46 @@ impl Ctx<'_> {
             ));
         }
         let mut out = [0u32; 2];
-        for (slot, item) in out.iter_mut().zip(items) {
+        for ((slot, item), acc) in out.iter_mut().zip(items).zip(accept) {
             let n = *item.get_ref();
-            *slot = u32::try_from(n).map_err(|_| {
-                self.invalid(
-                    self.line_of(item),
-                    format!(
-                        "{what} holds {n}; write {what} = {form} with numbers from 0 to {}",
-                        u32::MAX
-                    ),
-                )
-            })?;
+            *slot = u32::try_from(n)
+                .ok()
+                .filter(|&x| x >= acc.min)
+                .ok_or_else(|| {
+                    self.invalid(
+                        self.line_of(item),
+                        format!(
+                            "{what} holds {n}; {} must be from {} to {}: write {what} = {form}",
+                            acc.name, acc.min, acc.max
+                        ),
+                    )
+                })?;
         }
         Ok((out[0], out[1]))
     }
+}
+
+/// One number of a pair: its name and the range a descriptor may use (inclusive).
+#[derive(Clone, Copy)]
+struct Accept {
+    name: &'static str,
+    min: u32,
+    max: u32,
+}
+
+impl Accept {
+    /// `0..=count-1`, the range of something of which there are `count` (at least 1 here).
+    fn below(name: &'static str, count: usize) -> Accept {
+        let max = u32::try_from(count.saturating_sub(1)).unwrap_or(u32::MAX);
+        Accept { name, min: 0, max }
+    }
+}
+
+/// The text toml's "duplicate key" error points at, as the key's name.
+fn duplicated_key(text: &str, span: Option<std::ops::Range<usize>>) -> Option<String> {
+    let at = text.get(span?)?;
+    let key = at.split('=').next()?.trim().trim_matches(['"', '\'']);
+    (!key.is_empty() && key.len() <= 64 && !key.contains(char::is_control)).then(|| key.to_string())
 }
 
 /// Parses and checks one descriptor. `source_name` is what errors print before `:line:`.
@@ -132,6 +166,14 @@ pub fn parse_str(text: &str, source_name: &str) -> Result<ClusterGraph, Topology
     let cx = Ctx::new(text, source_name);
     let raw: RawDescriptor = toml::from_str(text).map_err(|e| {
         let mut message = e.message().trim().to_string();
+        if message == "duplicate key" {
+            message = match duplicated_key(text, e.span()) {
+                Some(key) => format!(
+                    "duplicate key `{key}`: it is already set in this table; keep one `{key} = ...`"
+                ),
+                None => "duplicate key: a key is set twice in one table; keep one".to_string(),
+            };
+        }
         // The classic TOML trap: a top-level key written after a [[chips]] / [[links]] header
         // lands inside that table.
         let top_level = ["name", "arch", "mesh_shape", "chips", "links"];
@@ -178,7 +220,17 @@ pub fn parse_str(text: &str, source_name: &str) -> Result<ClusterGraph, Topology
         )
     })?;
     let shape_line = cx.line_of(&shape_s);
-    let (rows, cols) = cx.pair(&shape_s, "mesh_shape", "[rows, cols]")?;
+    let side = |name| Accept {
+        name,
+        min: 1,
+        max: MAX_CHIPS as u32,
+    };
+    let (rows, cols) = cx.pair(
+        &shape_s,
+        "mesh_shape",
+        "[rows, cols]",
+        [side("rows"), side("cols")],
+    )?;
     let (rows, cols) = (rows as usize, cols as usize);
     let cells = rows.saturating_mul(cols);
     if rows == 0 || cols == 0 || cells > MAX_CHIPS {
@@ -227,11 +279,18 @@ fn check_chips(
                 .ok_or_else(|| cx.missing(entry_line, "id", "this chip", "id = N"))?;
         let id_line = cx.line_of(id_s);
         let id = ChipId::try_from(*id_s.get_ref()).map_err(|_| {
+            let n = *id_s.get_ref();
+            let cells = rows * cols;
+            let why = if n < 0 {
+                "is not a non-negative integer"
+            } else {
+                "is out of range"
+            };
             cx.invalid(
                 id_line,
                 format!(
-                    "chip id {} is not a non-negative integer; write id = N",
-                    id_s.get_ref()
+                    "chip id {n} {why}; a mesh of {cells} chips numbers them 0..={}: write id = N with N in that range",
+                    cells - 1
                 ),
             )
         })?;
@@ -253,7 +312,12 @@ fn check_chips(
             )
         })?;
         let coord_line = cx.line_of(coord_s);
-        let (r, col) = cx.pair(coord_s, "coord", "[row, col]")?;
+        let (r, col) = cx.pair(
+            coord_s,
+            "coord",
+            "[row, col]",
+            [Accept::below("row", rows), Accept::below("col", cols)],
+        )?;
         let (r, col) = (r as usize, col as usize);
         if r >= rows || col >= cols {
             return Err(TopologyError::CoordOutOfMesh {
@@ -354,8 +418,12 @@ fn check_links(
                 });
             }
         };
-        let a = cx.pair(a_s, "a", "[chip, port]")?;
-        let b = cx.pair(b_s, "b", "[chip, port]")?;
+        let end = [
+            Accept::below("chip", chips.len()),
+            Accept::below("port", arch.num_eth_ports() as usize),
+        ];
+        let a = cx.pair(a_s, "a", "[chip, port]", end)?;
+        let b = cx.pair(b_s, "b", "[chip, port]", end)?;
         if a.0 == b.0 {
             return Err(TopologyError::OneSidedLink {
                 source_name: cx.src(),

@@ -391,7 +391,12 @@ fn missing_required_fields() {
 #[test]
 fn unusable_values() {
     let cases: [(usize, &str, usize, &str); 6] = [
-        (2, "mesh_shape = [0, 2]", 3, "each side must be at least 1"),
+        (
+            2,
+            "mesh_shape = [0, 2]",
+            3,
+            "mesh_shape holds 0; rows must be from 1 to 4096",
+        ),
         (
             2,
             "mesh_shape = [5000, 5000]",
@@ -459,5 +464,78 @@ fn errors_on_inline_tables_point_at_their_own_line() {
             }
         ),
         "{e:?}"
+    );
+}
+
+/// Messages name the key and the range a descriptor may really use.
+#[test]
+fn messages_name_the_key_and_the_accepted_range() {
+    let mut v = two_chips();
+    v[9] = "id = 4294967296";
+    let e = parse(&v);
+    assert!(matches!(e, E::InvalidValue { line: 10, .. }), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "t3k-custom.toml:10: chip id 4294967296 is out of range; a mesh of 2 chips numbers them 0..=1: write id = N with N in that range"
+    );
+    v[9] = "id = -1";
+    assert!(parse(&v).to_string().contains(
+        "chip id -1 is not a non-negative integer; a mesh of 2 chips numbers them 0..=1"
+    ));
+
+    let mut v = two_chips();
+    v.insert(6, "id = 1"); // a second `id` in the first chip, line 7
+    let e = parse(&v);
+    assert!(matches!(e, E::Syntax { line: 7, .. }), "{e:?}");
+    assert!(
+        e.to_string()
+            .starts_with("t3k-custom.toml:7: duplicate key `id`: it is already set in this table"),
+        "{e}"
+    );
+    let mut v = two_chips();
+    v.insert(1, "name = \"again\"");
+    assert!(parse(&v).to_string().contains("duplicate key `name`"));
+
+    // Neither u32's range nor a range that includes the 0 refused next.
+    for (text, needle) in [
+        (
+            "mesh_shape = [-2, 4]",
+            "mesh_shape holds -2; rows must be from 1 to 4096",
+        ),
+        (
+            "mesh_shape = [1, 0]",
+            "mesh_shape holds 0; cols must be from 1 to 4096",
+        ),
+    ] {
+        let mut v = two_chips();
+        v[2] = text;
+        let msg = parse(&v).to_string();
+        assert!(msg.contains(needle), "{text}: {msg}");
+        assert!(!msg.contains("4294967295"), "{msg}");
+    }
+    let mut v = two_chips();
+    v[6] = "coord = [0, -1]";
+    assert!(parse(&v)
+        .to_string()
+        .contains("coord holds -1; col must be from 0 to 1: write coord = [row, col]"));
+    let e = parse(&with_links(&["[[links]]", "a = [0, -3]", "b = [1, 0]"]));
+    assert!(
+        e.to_string()
+            .contains("a holds -3; port must be from 0 to 15: write a = [chip, port]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_folder_is_named_as_a_folder() {
+    let dir = std::env::temp_dir();
+    let e = ttmesh_topologies::load(dir.to_str().unwrap()).unwrap_err();
+    assert!(matches!(e, E::IsAFolder { .. }), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "topology path {} is a folder, not a descriptor file; name a .toml file in it (see topologies/descriptors/) or a built-in name (n150, n300, t3k, galaxy, p150, p300)",
+            dir.display()
+        )
     );
 }
