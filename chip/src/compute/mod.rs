@@ -8,11 +8,13 @@
 //! Large inputs run on the shared rayon pool (and matmul on matrixmultiply's own threads), so
 //! a dispatcher thread that calls in does not need to split work itself.
 
+mod decode;
 mod eltwise;
 mod matmul;
 pub mod reference;
 mod rows;
 
+pub use decode::{argmax_rows, attend, rotate_half};
 pub use eltwise::{binary_broadcast, broadcast_shape, unary_inplace, Activation, BinaryOp};
 pub use matmul::{bench_matmul, matmul};
 pub use rows::{add_bias_rows, rms_norm_last_dim, softmax_last_dim};
@@ -49,6 +51,17 @@ pub enum ComputeError {
         len: usize,
         cols: usize,
     },
+    /// An index (a token id, a position, a head count) outside what the data holds.
+    #[error("{what}: {index} is out of range (limit {limit}); {fix}")]
+    OutOfRange {
+        what: &'static str,
+        index: usize,
+        limit: usize,
+        fix: &'static str,
+    },
+    /// A row width that must be even (rotary embedding rotates pairs (i, i + d/2)).
+    #[error("{what}: width {cols} is odd; rotary embedding pairs x[i] with x[i + d/2], so the head dim must be even")]
+    OddWidth { what: &'static str, cols: usize },
     /// Dimensions whose product overflows usize.
     #[error("{what}: dimensions {dims:?} have too many elements (overflows usize); use smaller dimensions")]
     TooLarge {

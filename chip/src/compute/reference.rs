@@ -192,6 +192,206 @@ pub fn add_bias_rows(data: &[f32], cols: usize, bias: &[f32]) -> Result<Vec<f32>
         .collect())
 }
 
+/// Sizes of a decode attention problem: KV cache `[batch, kv_heads, max_seq, head_dim]`,
+/// queries `[batch, q_heads, head_dim]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeDims {
+    pub batch: usize,
+    pub q_heads: usize,
+    pub kv_heads: usize,
+    pub max_seq: usize,
+    pub head_dim: usize,
+}
+
+fn position(positions: &[u32], b: usize, max_seq: usize) -> Result<usize, ComputeError> {
+    let p = positions[b] as usize;
+    if p >= max_seq {
+        return Err(ComputeError::OutOfRange {
+            what: "decode reference: position",
+            index: p,
+            limit: max_seq,
+            fix: "positions must be below the cache length",
+        });
+    }
+    Ok(p)
+}
+
+/// Token embedding: for each id, row `id` of `weight` (`vocab x hidden`, row-major); an id at
+/// or above the vocabulary gives a row of zeros.
+pub fn embedding(ids: &[u32], weight: &[f32], hidden: usize) -> Result<Vec<f32>, ComputeError> {
+    check_rows("embedding weight", weight.len(), hidden)?;
+    let vocab = weight.len().checked_div(hidden).unwrap_or(0);
+    let mut out = vec![0f32; ids.len() * hidden];
+    for (b, &id) in ids.iter().enumerate() {
+        if (id as usize) < vocab {
+            for j in 0..hidden {
+                out[b * hidden + j] = weight[id as usize * hidden + j];
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// HF rotary embedding in f64, literally `x * cos + rotate_half(x) * sin` with
+/// `rotate_half(x) = cat(-x[d/2..], x[..d/2])`. `x` is `[batch, heads, d]` (the decode layout
+/// `[1, B, H, d]`), `cos` / `sin` are `[max_seq, d]`, one position per user.
+pub fn rotary_embedding(
+    x: &[f32],
+    [batch, heads, d]: [usize; 3],
+    cos: &[f32],
+    sin: &[f32],
+    positions: &[u32],
+) -> Result<Vec<f32>, ComputeError> {
+    if d % 2 == 1 {
+        return Err(ComputeError::OddWidth {
+            what: "rotary_embedding head dim",
+            cols: d,
+        });
+    }
+    check_len(
+        "rotary_embedding x",
+        checked_product("rotary_embedding x", &[batch, heads, d])?,
+        x.len(),
+    )?;
+    check_rows("rotary_embedding cos", cos.len(), d)?;
+    check_len("rotary_embedding sin", cos.len(), sin.len())?;
+    check_len("rotary_embedding positions", batch, positions.len())?;
+    let max_seq = cos.len().checked_div(d).unwrap_or(0);
+    let mut out = Vec::with_capacity(x.len());
+    for b in 0..batch {
+        let p = position(positions, b, max_seq)?;
+        for h in 0..heads {
+            let row = &x[(b * heads + h) * d..][..d];
+            let rotated: Vec<f64> = (0..d)
+                .map(|i| {
+                    if i < d / 2 {
+                        -(row[i + d / 2] as f64)
+                    } else {
+                        row[i - d / 2] as f64
+                    }
+                })
+                .collect();
+            for i in 0..d {
+                let (c, s) = (cos[p * d + i] as f64, sin[p * d + i] as f64);
+                out.push((row[i] as f64 * c + rotated[i] * s) as f32);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The KV cache after writing `new` (`[batch, kv_heads, head_dim]`) at row `positions[b]` of
+/// every head of user `b`.
+pub fn update_cache(
+    cache: &[f32],
+    dims: DecodeDims,
+    new: &[f32],
+    positions: &[u32],
+) -> Result<Vec<f32>, ComputeError> {
+    let DecodeDims {
+        batch,
+        kv_heads,
+        max_seq,
+        head_dim: d,
+        ..
+    } = dims;
+    check_len(
+        "update_cache cache",
+        checked_product("update_cache cache", &[batch, kv_heads, max_seq, d])?,
+        cache.len(),
+    )?;
+    check_len("update_cache new", batch * kv_heads * d, new.len())?;
+    check_len("update_cache positions", batch, positions.len())?;
+    let mut out = cache.to_vec();
+    for b in 0..batch {
+        let p = position(positions, b, max_seq)?;
+        for h in 0..kv_heads {
+            for i in 0..d {
+                out[((b * kv_heads + h) * max_seq + p) * d + i] = new[(b * kv_heads + h) * d + i];
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Decode attention in f64: query head `h` of user `b` attends (GQA: to KV head
+/// `h / (q_heads / kv_heads)`) over cache rows `0..=positions[b]`, scores scaled by `scale`,
+/// softmax, weighted sum of the values. Output `[batch, q_heads, head_dim]`.
+pub fn sdpa_decode(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    dims: DecodeDims,
+    positions: &[u32],
+    scale: f32,
+) -> Result<Vec<f32>, ComputeError> {
+    let DecodeDims {
+        batch,
+        q_heads,
+        kv_heads,
+        max_seq,
+        head_dim: d,
+    } = dims;
+    check_len("sdpa_decode q", batch * q_heads * d, q.len())?;
+    let cache_len = checked_product("sdpa_decode cache", &[batch, kv_heads, max_seq, d])?;
+    check_len("sdpa_decode k_cache", cache_len, k_cache.len())?;
+    check_len("sdpa_decode v_cache", cache_len, v_cache.len())?;
+    check_len("sdpa_decode positions", batch, positions.len())?;
+    if kv_heads == 0 || q_heads % kv_heads != 0 {
+        return Err(ComputeError::OutOfRange {
+            what: "sdpa_decode: kv heads",
+            index: kv_heads,
+            limit: q_heads,
+            fix: "the query heads must be a whole multiple of the KV heads",
+        });
+    }
+    let group = q_heads / kv_heads;
+    let mut out = Vec::with_capacity(q.len());
+    for b in 0..batch {
+        let p = position(positions, b, max_seq)?;
+        for h in 0..q_heads {
+            let slice = (b * kv_heads + h / group) * max_seq;
+            let qr = &q[(b * q_heads + h) * d..][..d];
+            let scores: Vec<f64> = (0..=p)
+                .map(|j| {
+                    let kr = &k_cache[(slice + j) * d..][..d];
+                    scale as f64
+                        * qr.iter()
+                            .zip(kr)
+                            .map(|(&a, &b)| a as f64 * b as f64)
+                            .sum::<f64>()
+                })
+                .collect();
+            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let total: f64 = weights.iter().sum();
+            for i in 0..d {
+                let acc: f64 = (0..=p)
+                    .map(|j| weights[j] * v_cache[(slice + j) * d + i] as f64)
+                    .sum();
+                out.push((acc / total) as f32);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Argmax of each row of `cols`: the first NaN if the row has one, else the first index
+/// holding the row's maximum.
+pub fn argmax_last_dim(data: &[f32], cols: usize) -> Result<Vec<u32>, ComputeError> {
+    check_rows("argmax_last_dim", data.len(), cols)?;
+    Ok(data
+        .chunks(cols.max(1))
+        .map(|row| {
+            if let Some(i) = row.iter().position(|x| x.is_nan()) {
+                return i as u32;
+            }
+            let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            row.iter().position(|&x| x == max).unwrap_or(0) as u32
+        })
+        .collect())
+}
+
 /// Checks `|got - want| <= atol + rtol * |want|` elementwise (NaN matches NaN, infinities
 /// must match exactly). On failure the message names the worst element, for test output.
 pub fn check_close(got: &[f32], want: &[f32], rtol: f64, atol: f64) -> Result<(), String> {

@@ -5,11 +5,16 @@
 //! `crate::compute::reference`.
 
 mod data_movement;
+mod decode;
 mod eltwise;
 mod io;
 mod matmul;
+mod tiles;
 
 pub use data_movement::{copy, reshard, to_layout, to_memory_config, typecast};
+pub use decode::{
+    argmax, embedding, rotary_embedding, scaled_dot_product_attention_decode, update_cache,
+};
 pub use eltwise::{
     add, binary, exp, gelu, mul, reciprocal, relu, rms_norm, sigmoid, silu, softmax, sub, tanh,
     unary,
