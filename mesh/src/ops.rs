@@ -10,6 +10,11 @@ use crate::ccl::{self, CclArgs};
 use crate::error::{invalid, on_chip, Result};
 use crate::tensor::MeshTensor;
 
+mod decode;
+pub use decode::{
+    argmax, embedding, rotary_embedding, scaled_dot_product_attention_decode, update_cache,
+};
+
 /// TT-NN's per-op options for mesh tensors.
 #[derive(Clone, Debug, Default)]
 pub struct MeshOpOptions {
