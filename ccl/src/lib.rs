@@ -28,9 +28,9 @@ mod kernels;
 
 use std::sync::Arc;
 
-use ttmesh_chip::allocator::BufferType;
 use ttmesh_chip::device::CqId;
-use ttmesh_chip::program::{program_key, Access, CoreSplit, OperandInfo, Program};
+use ttmesh_chip::ops::{Launch, LaunchSplit};
+use ttmesh_chip::program::{program_key, Access, CoreSplit};
 use ttmesh_chip::tensor::{DataType, Layout, MemoryConfig, Tensor, TensorSpec};
 use ttmesh_chip::ChipError;
 use ttmesh_fabric::Fabric;
@@ -279,8 +279,13 @@ fn launch(
     let order = chunk_order(plan.op, cfg, plan.inputs.len())?;
     let scratch = allocate_lockstep(plan.op, plan.inputs, &plan.scratch)?;
     let num_links = cfg.num_links.max(1);
+    // A collective runs on the ethernet-facing workers: a few cores, not the grid.
+    let split = CoreSplit {
+        cores: 2 * num_links as u32,
+        units_per_core: plan.output_spec.num_pages() as u32,
+        args_per_core: 8,
+    };
     for (pos, ((input, out), scr)) in plan.inputs.iter().zip(&outputs).zip(&scratch).enumerate() {
-        let chip = input.chip();
         let key = program_key(&(
             plan.op,
             plan.kind,
@@ -292,79 +297,41 @@ fn launch(
             input.spec(),
             &plan.output_spec,
         ));
-        let kind = plan.kind;
-        let (in_spec, out_spec, scr_spec) = (
-            input.spec().clone(),
-            plan.output_spec.clone(),
-            plan.scratch.clone(),
-        );
-        let arch = chip.arch().clone();
-        let per_bank = |s: &TensorSpec| -> Result<u64> {
-            let req = s.allocation_request(&arch)?;
-            Ok(chip.with_allocator(|a| a.per_bank_size(&req))?.0)
-        };
-        let operands = vec![
-            OperandInfo {
-                buffer_type: in_spec.memory_config.buffer_type,
-                access: Access::Read,
-                per_bank_size: per_bank(&in_spec)?,
-            },
-            OperandInfo {
-                buffer_type: BufferType::Dram,
-                access: Access::ReadWrite,
-                per_bank_size: per_bank(&scr_spec)?,
-            },
-            OperandInfo {
-                buffer_type: out_spec.memory_config.buffer_type,
-                access: Access::Write,
-                per_bank_size: per_bank(&out_spec)?,
-            },
+        let operands = [
+            (input, Access::Read),
+            (scr, Access::ReadWrite),
+            (out, Access::Write),
         ];
-        let fabric = fabric.clone();
-        let line_for_kernel = line.clone();
-        let order_for_kernel = order.clone();
-        let program = chip.program_cache().get_or_compile(
+        let launch = Launch {
+            name: plan.op,
             key,
-            !chip.is_capturing(cfg.cq),
+            operands: &operands,
+            split: LaunchSplit::Cores(split.clone()),
+            cq: cfg.cq,
+        };
+        ttmesh_chip::ops::launch(
+            &launch,
             || {
                 format!(
                     "{}(dim, {:?}) at position {pos} of line {:?}",
-                    plan.op, kind, line.chips
+                    plan.op, plan.kind, line.chips
                 )
             },
             || {
-                let kernel = kernels::CollectiveKernel::new(
-                    kind,
+                Ok(Arc::new(kernels::CollectiveKernel::new(
+                    plan.kind,
                     pos,
-                    line_for_kernel,
-                    order_for_kernel,
+                    line.clone(),
+                    order.clone(),
                     topology,
                     num_links,
-                    in_spec,
-                    out_spec.clone(),
-                    scr_spec,
-                    fabric,
-                );
-                // A collective runs on the ethernet-facing workers: a few cores, not the grid.
-                let split = CoreSplit {
-                    cores: 2 * num_links as u32,
-                    units_per_core: out_spec.num_pages() as u32,
-                    args_per_core: 8,
-                };
-                Ok(Program::new(Arc::new(kernel), operands, split, Vec::new()))
+                    input.spec().clone(),
+                    plan.output_spec.clone(),
+                    plan.scratch.clone(),
+                    fabric.clone(),
+                )))
             },
         )?;
-        let addrs = [
-            input.buffer_address()? as u32,
-            scr.buffer_address()? as u32,
-            out.buffer_address()? as u32,
-        ];
-        let ids = [
-            input.allocation("read")?.id,
-            scr.allocation("used")?.id,
-            out.allocation("written")?.id,
-        ];
-        chip.enqueue_program(cfg.cq, &program, &addrs, &ids)?;
     }
     Ok(outputs)
 }

@@ -15,8 +15,8 @@ use crate::allocator::{AllocationRequest, Allocator, AllocatorConfig, BufferType
 use crate::arch::ArchSpec;
 use crate::device::{Chip, ChipConfig, CqId, TraceId};
 use crate::error::Result;
-use crate::ops::{self, MatmulConfig, OpOptions};
-use crate::program::{program_key, Access, CoreSplit, Kernel, KernelContext, OperandInfo, Program};
+use crate::ops::{self, launch, Launch, LaunchSplit, MatmulConfig, OpOptions};
+use crate::program::{program_key, Access, CoreSplit, Kernel, KernelContext};
 use crate::tensor::{DataType, HostTensor, Layout, MemoryConfig, Tensor};
 
 /// Deterministic pseudo-random numbers (xorshift64*), so runs compare.
@@ -441,41 +441,24 @@ fn exec_from_idle(chip: &Arc<Chip>, tid: TraceId, reps: usize) -> Result<Duratio
 /// Replays a trace of `n` no-op launches over 64 cores; returns ns per record and per launch.
 fn bench_replay(chip: &Arc<Chip>, x: &Tensor, n: usize) -> Result<(f64, f64)> {
     let cq = CqId(0);
-    let alloc = x.allocation("benchmarked")?;
-    let program = chip.program_cache().get_or_compile(
-        program_key(&"bench-noop"),
-        true,
-        || "noop".into(),
-        || {
-            let operands = vec![
-                OperandInfo {
-                    buffer_type: BufferType::L1,
-                    access: Access::Read,
-                    per_bank_size: alloc.per_bank_size,
-                },
-                OperandInfo {
-                    buffer_type: BufferType::L1,
-                    access: Access::Write,
-                    per_bank_size: alloc.per_bank_size,
-                },
-            ];
-            Ok(Program::new(
-                Arc::new(NoopKernel),
-                operands,
-                CoreSplit {
-                    cores: 64,
-                    units_per_core: 1,
-                    args_per_core: 6,
-                },
-                Vec::new(),
-            ))
-        },
-    )?;
-    let addrs = [alloc.address as u32, alloc.address as u32];
-    let ids = [alloc.id, alloc.id];
+    let operands = [(x, Access::Read), (x, Access::Write)];
+    let noop = Launch {
+        name: "Noop",
+        key: program_key(&"bench-noop"),
+        operands: &operands,
+        split: LaunchSplit::Cores(CoreSplit {
+            cores: 64,
+            units_per_core: 1,
+            args_per_core: 6,
+        }),
+        cq,
+    };
+    let run = || launch(&noop, || "noop".into(), || Ok(Arc::new(NoopKernel)));
+    run()?; // compiles: a capture may only hit the program cache
+    chip.finish(cq)?;
     let tid = chip.begin_trace_capture(cq)?;
     for _ in 0..n {
-        chip.enqueue_program(cq, &program, &addrs, &ids)?;
+        run()?;
     }
     chip.end_trace_capture(tid, cq)?;
     chip.execute_trace(tid, cq, true)?; // warm
