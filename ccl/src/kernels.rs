@@ -4,11 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ttmesh_chip::allocator::MemSpace;
+use ttmesh_chip::error::ForeignError;
 use ttmesh_chip::ops::{read_logical, write_logical};
 use ttmesh_chip::program::{Kernel, KernelContext, KernelCost};
 use ttmesh_chip::tensor::{DataType, HostData, TensorPages, TensorSpec};
 use ttmesh_chip::ChipError;
-use ttmesh_fabric::{Fabric, FabricSender, NocAddr};
+use ttmesh_fabric::{Fabric, FabricError, FabricSender, NocAddr};
 
 use crate::{CclLine, Topology};
 
@@ -105,11 +106,12 @@ struct Run<'a> {
     timeout: Duration,
 }
 
-fn fab(ctx: &KernelContext, what: &str, e: impl std::fmt::Display) -> ChipError {
-    ChipError::Kernel {
+/// A fabric error inside a collective kernel, kept whole as the chip error's source.
+fn fab(ctx: &KernelContext, what: &str, e: FabricError) -> ChipError {
+    ChipError::KernelFault {
         kernel: what.into(),
         chip: ctx.chip,
-        reason: e.to_string(),
+        source: ForeignError::new(e),
     }
 }
 

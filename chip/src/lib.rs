@@ -26,7 +26,7 @@ pub mod tensor;
 pub use allocator::{BufferType, Statistics};
 pub use arch::{Arch, ArchSpec, MathFidelity};
 pub use device::{Chip, ChipConfig, CqId, Event, TraceId};
-pub use error::{ChipError, Result};
+pub use error::{ChipError, ForeignError, Result};
 pub use inspect::{
     compute_with_storage_grid_size, dram_grid_size, dump_device_memory_state,
     get_allocator_base_address, get_dram_alignment, get_l1_alignment,

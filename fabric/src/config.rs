@@ -285,7 +285,7 @@ impl fmt::Display for NocAddr {
 /// of senders on other chips that help a router along; must not block long, and must not
 /// wait on a fabric operation.
 pub trait ChipMemory: Send + Sync {
-    fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), String>;
+    fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), crate::MemoryError>;
 }
 
 /// Direction along an axis line: Forward = increasing index in `AxisLine::chips`.

@@ -102,6 +102,6 @@ pub use config::{
     operation_timeout, AxisLine, ChipMemory, Dir, EthLink, FabricConfig, FabricSpec, Fault,
     LineDir, LinkDirection, LinkParams, LinkStats, MemSpace, NocAddr, RouteInfo,
 };
-pub use error::FabricError;
+pub use error::{FabricError, MemoryError};
 pub use fabric::Fabric;
 pub use sender::FabricSender;
