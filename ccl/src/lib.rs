@@ -43,7 +43,19 @@ pub enum CclError {
     Invalid { op: &'static str, detail: String },
     #[error(transparent)]
     Chip(#[from] ChipError),
+    /// The caller's lockstep allocation failed (its error, whole).
+    #[error(transparent)]
+    Allocate(Box<dyn std::error::Error + Send + Sync>),
 }
+
+/// Allocates one tensor of a spec on the chip of each given tensor, at one address on all of
+/// them: every remote write relies on it. The caller owns that rule (the mesh allocates in
+/// lockstep and checks it).
+pub type LockstepAlloc<'a> = dyn Fn(
+        &[Tensor],
+        &TensorSpec,
+    ) -> std::result::Result<Vec<Tensor>, Box<dyn std::error::Error + Send + Sync>>
+    + 'a;
 
 pub type Result<T, E = CclError> = std::result::Result<T, E>;
 
@@ -183,39 +195,6 @@ fn check_inputs(
     Ok(spec)
 }
 
-/// Allocates one tensor of `spec` per chip and checks they share one address (the lockstep
-/// rule every remote write relies on).
-fn allocate_lockstep(
-    op: &'static str,
-    inputs: &[Tensor],
-    spec: &TensorSpec,
-) -> Result<Vec<Tensor>> {
-    let tensors = inputs
-        .iter()
-        .map(|t| Tensor::allocate(t.chip(), spec.clone()))
-        .collect::<Result<Vec<_>, _>>()?;
-    check_same_address(op, &tensors)?;
-    Ok(tensors)
-}
-
-fn check_same_address(op: &'static str, tensors: &[Tensor]) -> Result<()> {
-    let first = tensors[0].buffer_address()?;
-    for t in tensors {
-        let a = t.buffer_address()?;
-        if a != first {
-            return Err(invalid(
-                op,
-                format!(
-                    "{} sits at {a:#x} but chip {} has it at {first:#x}: the chips' allocations diverged; allocate through the mesh so every chip allocates the same buffers in the same order",
-                    t.name(),
-                    tensors[0].chip().id()
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Scratch with `slots` rows of `slot_bytes` (rounded to u32s) in DRAM.
 fn scratch_spec(slots: usize, slot_bytes: usize) -> TensorSpec {
     TensorSpec::new(
@@ -241,7 +220,9 @@ fn launch(
     topology: Topology,
     fabric: &Arc<Fabric>,
     cfg: &CclConfig,
+    alloc: &LockstepAlloc<'_>,
 ) -> Result<Vec<Tensor>> {
+    let order = chunk_order(plan.op, cfg, plan.inputs.len())?;
     let outputs = match plan.outputs {
         Some(o) => {
             if o.len() != plan.inputs.len() {
@@ -271,13 +252,11 @@ fn launch(
                     ));
                 }
             }
-            check_same_address(plan.op, o)?;
             o.to_vec()
         }
-        None => allocate_lockstep(plan.op, plan.inputs, &plan.output_spec)?,
+        None => alloc(plan.inputs, &plan.output_spec).map_err(CclError::Allocate)?,
     };
-    let order = chunk_order(plan.op, cfg, plan.inputs.len())?;
-    let scratch = allocate_lockstep(plan.op, plan.inputs, &plan.scratch)?;
+    let scratch = alloc(plan.inputs, &plan.scratch).map_err(CclError::Allocate)?;
     let num_links = cfg.num_links.max(1);
     // A collective runs on the ethernet-facing workers: a few cores, not the grid.
     let split = CoreSplit {
@@ -355,6 +334,7 @@ pub fn all_gather(
     fabric: &Arc<Fabric>,
     cfg: &CclConfig,
     outputs: Option<&[Tensor]>,
+    alloc: &LockstepAlloc<'_>,
 ) -> Result<Vec<Tensor>> {
     let spec = check_inputs("all_gather", inputs, line, dim)?;
     let topology = resolve_topology("all_gather", line, fabric, cfg)?;
@@ -371,7 +351,7 @@ pub fn all_gather(
         scratch: scratch_spec(n, slot_bytes),
         outputs,
     };
-    launch(plan, line, topology, fabric, cfg)
+    launch(plan, line, topology, fabric, cfg, alloc)
 }
 
 /// Sums every chip's tensor and leaves chunk `i` (along `dim`) of the sum on the i-th chip of the
@@ -383,6 +363,7 @@ pub fn reduce_scatter(
     fabric: &Arc<Fabric>,
     cfg: &CclConfig,
     outputs: Option<&[Tensor]>,
+    alloc: &LockstepAlloc<'_>,
 ) -> Result<Vec<Tensor>> {
     let spec = check_inputs("reduce_scatter", inputs, line, dim)?;
     let topology = resolve_topology("reduce_scatter", line, fabric, cfg)?;
@@ -411,7 +392,7 @@ pub fn reduce_scatter(
         scratch: scratch_spec(2 * n, chunk_bytes),
         outputs,
     };
-    launch(plan, line, topology, fabric, cfg)
+    launch(plan, line, topology, fabric, cfg, alloc)
 }
 
 /// Sum across the line, result on every chip: reduce_scatter then all_gather along the largest
@@ -422,6 +403,7 @@ pub fn all_reduce(
     fabric: &Arc<Fabric>,
     cfg: &CclConfig,
     outputs: Option<&[Tensor]>,
+    alloc: &LockstepAlloc<'_>,
 ) -> Result<Vec<Tensor>> {
     let n = inputs.len();
     let spec = check_inputs("all_reduce", inputs, line, 0)?;
@@ -461,6 +443,6 @@ pub fn all_reduce(
         memory_config: None,
         ..cfg.clone()
     };
-    let partial = reduce_scatter(inputs, dim, line, fabric, &mid_cfg, None)?;
-    all_gather(&partial, dim, line, fabric, cfg, outputs)
+    let partial = reduce_scatter(inputs, dim, line, fabric, &mid_cfg, None, alloc)?;
+    all_gather(&partial, dim, line, fabric, cfg, outputs, alloc)
 }

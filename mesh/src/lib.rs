@@ -13,6 +13,7 @@ pub mod ccl;
 mod device;
 mod error;
 mod inspect;
+mod lockstep;
 pub mod models;
 mod monitor;
 pub mod ops;

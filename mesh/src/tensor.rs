@@ -220,20 +220,7 @@ impl MeshTensor {
         let first = shards
             .first()
             .ok_or_else(|| invalid("mesh tensor", "no shards"))?;
-        let addr = first.buffer_address().map_err(on_chip(first.chip().id()))?;
-        for s in &shards {
-            let a = s.buffer_address().map_err(on_chip(s.chip().id()))?;
-            if a != addr {
-                return Err(invalid(
-                    "mesh tensor",
-                    format!(
-                        "{} sits at {a:#x} but chip {} has it at {addr:#x}: allocations diverged between chips; allocate and free mesh tensors only through the mesh",
-                        s.name(),
-                        first.chip().id()
-                    ),
-                ));
-            }
-        }
+        crate::lockstep::check_tensors(&format!("mesh tensor {}", first.spec()), &shards)?;
         Ok(MeshTensor {
             mesh: mesh.clone(),
             shards,
@@ -242,12 +229,11 @@ impl MeshTensor {
 
     /// `allocate_tensor_on_device` on every chip: one spec per chip.
     pub fn allocate(mesh: &MeshDevice, spec: &TensorSpec) -> Result<MeshTensor> {
-        let shards = mesh
-            .chips()
-            .iter()
-            .map(|c| Tensor::allocate(c, spec.clone()).map_err(on_chip(c.id())))
-            .collect::<Result<Vec<_>>>()?;
-        MeshTensor::from_shards(mesh, shards)
+        let shards = crate::lockstep::allocate("allocate_tensor_on_device", mesh.chips(), spec)?;
+        Ok(MeshTensor {
+            mesh: mesh.clone(),
+            shards,
+        })
     }
 
     /// Maps `host` over the mesh and writes every chip's part through `cq`.
