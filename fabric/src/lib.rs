@@ -99,8 +99,8 @@ mod sender;
 pub mod testing;
 
 pub use config::{
-    operation_timeout, AxisLine, ChipMemory, Dir, EthLink, FabricConfig, FabricSpec, Fault,
-    LineDir, LinkDirection, LinkParams, LinkStats, MemSpace, NocAddr, RouteInfo,
+    AxisLine, ChipMemory, Dir, EthLink, FabricConfig, FabricSpec, Fault, LineDir, LinkDirection,
+    LinkParams, LinkStats, MemSpace, NocAddr, RouteInfo,
 };
 pub use error::{FabricError, MemoryError};
 pub use fabric::Fabric;

@@ -450,7 +450,7 @@ fn build_fabric(
     };
     let mut spec = FabricSpec::new(cluster.num_chips() as u32, links, axes, params, config);
     // One timeout for every wait of the mesh: the chips' (TTMESH_OPERATION_TIMEOUT_SECONDS,
-    // default 60 s) unless the config sets one; the fabric's own default would differ.
+    // default 60 s) unless the config sets one.
     spec.timeout = mesh
         .operation_timeout
         .unwrap_or_else(ttmesh_chip::device::default_operation_timeout);
