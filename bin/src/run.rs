@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use ttmesh::models::{random_host, TpMlp};
 use ttmesh::{
-    CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice, MeshTensor,
-    ReplicateTensorToMesh,
+    Blocking, CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice,
+    MeshTensor, ReplicateTensorToMesh,
 };
 
 #[derive(clap::Args, Debug, Clone)]
@@ -184,7 +184,7 @@ fn run_on(
             x.copy_from_host(&inputs[i % 2], &ReplicateTensorToMesh, cq)
                 .map_err(err)?;
             let started = Instant::now();
-            mesh.execute_trace(tid, cq, false).map_err(err)?;
+            mesh.execute_trace(tid, cq, Blocking::No).map_err(err)?;
             host.push(started.elapsed());
             check(&y, i % 2)?;
             if let Some(r) = mesh.last_replay() {

@@ -17,7 +17,7 @@ use crate::device::{Chip, ChipConfig, CqId, TraceId};
 use crate::error::Result;
 use crate::ops::{self, launch, Launch, LaunchSplit, MatmulConfig, OpOptions};
 use crate::program::{program_key, Access, CoreSplit, Kernel, KernelContext};
-use crate::tensor::{DataType, HostTensor, Layout, MemoryConfig, Tensor};
+use crate::tensor::{Blocking, DataType, HostTensor, Layout, MemoryConfig, Tensor};
 
 /// Deterministic pseudo-random numbers (xorshift64*), so runs compare.
 struct Rng(u64);
@@ -342,7 +342,7 @@ fn trace_bench_into(quick: bool, out: &mut String) -> Result<()> {
         for _ in 0..reps {
             drop(Tensor::allocate(&chip, x.spec().clone())?);
             let s = Instant::now();
-            chip.execute_trace(tid, cq, false)?;
+            chip.execute_trace(tid, cq, Blocking::No)?;
             full += s.elapsed();
         }
         Ok(full / reps as u32)
@@ -369,7 +369,7 @@ fn trace_bench_into(quick: bool, out: &mut String) -> Result<()> {
         for _ in 0..reps {
             drop(Tensor::allocate(&chip, x.spec().clone())?);
             let s = Instant::now();
-            chip.execute_trace(tid, cq, false)?;
+            chip.execute_trace(tid, cq, Blocking::No)?;
             times.push(s.elapsed());
         }
         Ok(median(&mut times))
@@ -406,7 +406,7 @@ fn capture(chip: &Arc<Chip>, x: &Tensor, n: usize) -> Result<(TraceId, Tensor)> 
     let tid = chip.begin_trace_capture(CqId(0))?;
     let y = run_chain(x, n)?;
     chip.end_trace_capture(tid, CqId(0))?;
-    chip.execute_trace(tid, CqId(0), true)?;
+    chip.execute_trace(tid, CqId(0), Blocking::Yes)?;
     Ok((tid, y))
 }
 
@@ -417,7 +417,7 @@ fn exec_host_time(chip: &Arc<Chip>, tid: TraceId, reps: usize) -> Result<Duratio
         let mut times = Vec::with_capacity(reps);
         for _ in 0..reps {
             let t = Instant::now();
-            chip.execute_trace(tid, CqId(0), false)?;
+            chip.execute_trace(tid, CqId(0), Blocking::No)?;
             times.push(t.elapsed());
         }
         Ok(median(&mut times))
@@ -431,7 +431,7 @@ fn exec_from_idle(chip: &Arc<Chip>, tid: TraceId, reps: usize) -> Result<Duratio
         chip.finish(CqId(0))?;
         std::thread::sleep(Duration::from_millis(1));
         let t = Instant::now();
-        chip.execute_trace(tid, CqId(0), false)?;
+        chip.execute_trace(tid, CqId(0), Blocking::No)?;
         times.push(t.elapsed());
     }
     chip.finish(CqId(0))?;
@@ -461,12 +461,12 @@ fn bench_replay(chip: &Arc<Chip>, x: &Tensor, n: usize) -> Result<(f64, f64)> {
         run()?;
     }
     chip.end_trace_capture(tid, cq)?;
-    chip.execute_trace(tid, cq, true)?; // warm
+    chip.execute_trace(tid, cq, Blocking::Yes)?; // warm
     let reps = 5;
     let mut best = f64::MAX;
     for _ in 0..reps {
         let before = chip.dispatch_stats();
-        chip.execute_trace(tid, cq, true)?;
+        chip.execute_trace(tid, cq, Blocking::Yes)?;
         let after = chip.dispatch_stats();
         let (records, wall) = chip.last_replay(tid).unwrap_or((1, Duration::ZERO));
         let kernels = after.kernel_ns - before.kernel_ns;

@@ -33,4 +33,7 @@ pub use inspect::{
     get_max_worker_l1_unreserved_size, get_memory_view, get_region_base_address, CoreCoord,
     InspectMemory, MemoryBlock, MemoryView,
 };
-pub use tensor::{DataType, HostTensor, Layout, MemoryConfig, Tensor, TensorSpec};
+pub use tensor::{
+    allocate_tensor_on_device, copy_host_to_device_tensor, Blocking, DataType, HostTensor, Layout,
+    MemoryConfig, Tensor, TensorSpec,
+};

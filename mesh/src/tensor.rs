@@ -227,7 +227,7 @@ impl MeshTensor {
         })
     }
 
-    /// `allocate_tensor_on_device` on every chip: one spec per chip.
+    /// [`allocate_tensor_on_device`](crate::allocate_tensor_on_device).
     pub fn allocate(mesh: &MeshDevice, spec: &TensorSpec) -> Result<MeshTensor> {
         let shards = crate::lockstep::allocate("allocate_tensor_on_device", mesh.chips(), spec)?;
         Ok(MeshTensor {
@@ -252,7 +252,7 @@ impl MeshTensor {
         Ok(t)
     }
 
-    /// `copy_host_to_device_tensor` for a mesh tensor.
+    /// [`copy_host_to_device_tensor`](crate::copy_host_to_device_tensor) as a method.
     pub fn copy_from_host(
         &self,
         host: &HostTensor,
@@ -265,7 +265,7 @@ impl MeshTensor {
 
     fn write_parts(&self, parts: &[HostTensor], cq: CqId) -> Result<()> {
         for (s, p) in self.shards.iter().zip(parts) {
-            s.write_from_host(p, cq).map_err(on_chip(s.chip().id()))?;
+            s.copy_from_host(p, cq).map_err(on_chip(s.chip().id()))?;
         }
         Ok(())
     }
@@ -323,4 +323,21 @@ impl MeshTensor {
         }
         Ok(())
     }
+}
+
+/// TT-NN's `allocate_tensor_on_device` on a mesh: one tensor of `spec` per chip, all at one
+/// address.
+pub fn allocate_tensor_on_device(spec: &TensorSpec, mesh: &MeshDevice) -> Result<MeshTensor> {
+    MeshTensor::allocate(mesh, spec)
+}
+
+/// TT-NN's `copy_host_to_device_tensor` on a mesh: maps `host` over the mesh with `mapper` and
+/// writes every chip's part into `tensor` through `cq`.
+pub fn copy_host_to_device_tensor(
+    host: &HostTensor,
+    tensor: &MeshTensor,
+    mapper: &dyn MeshMapper,
+    cq: CqId,
+) -> Result<()> {
+    tensor.copy_from_host(host, mapper, cq)
 }

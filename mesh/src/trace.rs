@@ -200,8 +200,13 @@ impl MeshDevice {
     }
 
     /// Replays the trace on every chip in lockstep: all chips start behind one barrier.
-    /// `blocking` waits until every chip has finished.
-    pub fn execute_trace(&self, tid: MeshTraceId, cq: CqId, blocking: bool) -> Result<()> {
+    /// `Blocking::Yes` waits until every chip has finished.
+    pub fn execute_trace(
+        &self,
+        tid: MeshTraceId,
+        cq: CqId,
+        blocking: impl Into<ttmesh_chip::tensor::Blocking>,
+    ) -> Result<()> {
         let chips = self.chips();
         // Checked before anything is queued, so no chip starts a replay the others cannot
         // join. A trace no chip holds passes; the first chip's enqueue names it.
@@ -242,7 +247,7 @@ impl MeshDevice {
         }
         self.inner.waker.wake(chips, cq);
         *self.inner.last_replay.lock() = Some(times);
-        if blocking {
+        if blocking.into() == ttmesh_chip::tensor::Blocking::Yes {
             self.finish(cq)?;
         }
         Ok(())

@@ -94,7 +94,7 @@ fn trace_region_too_small_names_chip_and_size() {
 
     let (mesh, _keep, r) = capture(needed);
     let tid = r.unwrap_or_else(|e| panic!("reopened with {needed} B: {e}"));
-    mesh.execute_trace(tid, CqId(0), true).unwrap();
+    mesh.execute_trace(tid, CqId(0), Blocking::Yes).unwrap();
     mesh.close().unwrap();
 }
 
