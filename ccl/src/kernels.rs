@@ -100,7 +100,6 @@ struct Run<'a> {
     left: Option<u32>,
     right: Option<u32>,
     slots: TensorPages,
-    slot_bytes: usize,
     /// One sender per parallel link.
     senders: Vec<FabricSender>,
     timeout: Duration,
@@ -226,7 +225,6 @@ impl Kernel for CollectiveKernel {
         };
         let me = self.line.chips[self.pos];
         let slots = self.scratch.page_map(ctx.arch, addresses[1] as u64)?;
-        let slot_bytes = self.scratch.page_size() as usize;
         let senders = (0..self.num_links)
             .map(|l| self.fabric.sender(me).map(|s| s.with_link(l)))
             .collect::<Result<Vec<_>, _>>()
@@ -238,7 +236,6 @@ impl Kernel for CollectiveKernel {
             left,
             right,
             slots,
-            slot_bytes,
             senders,
             timeout: ctx.timeout,
         };
@@ -509,7 +506,6 @@ fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipEr
         }
         total
     };
-    let _ = run.slot_bytes;
     run.flush()?;
     write_logical(run.ctx, &k.output, addresses[2], &HostData::F32(result))
 }

@@ -24,6 +24,8 @@
 //! on timing, so results are identical run to run and replay to replay. (Chunk `j` here is
 //! the one line position `j` owns: data chunk `CclConfig::chunk_order[j]`.)
 
+#![forbid(unsafe_code)]
+
 mod kernels;
 
 use std::sync::Arc;

@@ -1,6 +1,6 @@
-//! Benchmarks of one chip, printed side by side with their goals (issues 2 and 3). They measure
+//! Benchmarks of one chip, printed side by side with their goals. They measure
 //! host wall time, so figures are noisy: nothing here asserts on speed. `quick` keeps each run
-//! to a few seconds (the CI smoke test); the full run uses the issue's sizes.
+//! to a few seconds (the CI smoke test); the full run uses the goals' sizes.
 //!
 //! `chip_bench`: matmul on device tensors vs a bare `matrixmultiply::sgemm`, and allocator
 //! allocate+free pairs with 1,000 live buffers.

@@ -573,8 +573,6 @@ impl Inner {
         }
     }
 
-    /// Takes a credit on `ch`, helping its consumer while none is free. `Err(true)` on
-    /// shutdown, `Err(false)` after `timeout`.
     /// Takes up to `max` credits on `ch` (first index, count), helping its consumer while
     /// none is free. `Err(true)` on shutdown, `Err(false)` after `timeout`.
     pub fn reserve(

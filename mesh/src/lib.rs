@@ -8,6 +8,8 @@
 //! Must not touch: a chip's internals (it calls the chip's public API), routing (the fabric's),
 //! or collective algorithms (ccl's).
 
+#![forbid(unsafe_code)]
+
 pub mod bench;
 pub mod ccl;
 mod device;

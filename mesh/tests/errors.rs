@@ -309,7 +309,7 @@ fn link_down_fails_on_every_chip_naming_the_link() {
 
 /// The brief's stronger goal: the one error synchronize_device returns names the link. Today
 /// the first chip in mesh order reports its finish timeout, which races (and beats) its
-/// kernel's own, more informative timeout; see the report for the MeshDevice change needed.
+/// kernel's own, more informative timeout.
 #[test]
 fn link_down_synchronize_error_names_the_link() {
     let (mesh, link, r, took) = all_gather_over_a_down_link();

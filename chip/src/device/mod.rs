@@ -133,7 +133,7 @@ pub(crate) struct ChipShared {
 }
 
 impl ChipShared {
-    pub(crate) fn record_launch(&self, _p: &Program, elapsed: Duration) {
+    pub(crate) fn record_launch(&self, elapsed: Duration) {
         self.launches.fetch_add(1, Ordering::Relaxed);
         self.kernel_ns
             .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);

@@ -433,7 +433,7 @@ impl Dispatcher {
                 self.running = Some(p.clone());
                 let result = p.kernel.execute(&ctx, &self.launch.addresses);
                 self.running = None;
-                shared.record_launch(&p, started.elapsed());
+                shared.record_launch(started.elapsed());
                 result?;
             }
             Record::Stall => {}

@@ -132,7 +132,8 @@ pub(crate) fn run_op(
         .first()
         .ok_or_else(|| ChipError::InvalidConfig(format!("{} needs inputs", op.name)))?;
     let chip = first.chip();
-    // The error message is built only on failure: validating must not format on every dispatch.
+    // The spec's error names the op only on failure: the check itself builds no string. (The
+    // op's attributes string is built per call: once per mesh op, as a mesh records it.)
     if op.output_spec.validate(chip.arch(), "").is_err() {
         op.output_spec
             .validate(chip.arch(), &format!("{} output", op.name))?;
