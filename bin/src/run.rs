@@ -171,11 +171,8 @@ fn run_on(
         let end = mesh.end_trace_capture(tid, cq);
         let y = y.map_err(err)?;
         end.map_err(err)?;
-        for (i, c) in mesh.chips().iter().enumerate() {
-            trace_bytes[i] = c
-                .trace_info(ttmesh_chip::TraceId(tid.0))
-                .map(|t| t.command_bytes)
-                .unwrap_or(0);
+        for (bytes, info) in trace_bytes.iter_mut().zip(mesh.trace_info(tid)) {
+            *bytes = info.map(|t| t.command_bytes).unwrap_or(0);
         }
         let mut host = Vec::with_capacity(iters);
         let wall = Instant::now();

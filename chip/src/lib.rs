@@ -11,7 +11,6 @@
 
 pub mod allocator;
 pub mod arch;
-pub mod bench;
 pub mod command;
 pub mod compute;
 pub mod device;

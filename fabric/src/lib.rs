@@ -87,7 +87,6 @@
 //! slow factor) plus one hop latency to the busy time of every link direction it crosses
 //! (`LinkStats::busy_ns`); [`LinkParams::transfer_ns`] models a whole transfer.
 
-pub mod bench;
 mod channel;
 mod config;
 mod error;

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
+use ttmesh_chip::device::TraceInfo;
 use ttmesh_chip::{ChipError, CqId, Event, TraceId};
 
 use crate::device::MeshDevice;
@@ -176,6 +177,15 @@ impl MeshDevice {
             return Err(e);
         }
         lockstep::check("end_trace_capture", &self.trace_places(tid))
+    }
+
+    /// Each chip's view of trace `tid` (its address, size, replays), in mesh order; `None` on
+    /// a chip that does not hold it.
+    pub fn trace_info(&self, tid: MeshTraceId) -> Vec<Option<TraceInfo>> {
+        self.chips()
+            .iter()
+            .map(|c| c.trace_info(TraceId(tid.0)))
+            .collect()
     }
 
     /// Where every chip holds trace `tid` (one lookup per chip).

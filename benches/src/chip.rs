@@ -11,13 +11,15 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::allocator::{AllocationRequest, Allocator, AllocatorConfig, BufferType, Placement};
-use crate::arch::ArchSpec;
-use crate::device::{Chip, ChipConfig, CqId, TraceId};
-use crate::error::Result;
-use crate::ops::{self, launch, Launch, LaunchSplit, MatmulConfig, OpOptions};
-use crate::program::{program_key, Access, CoreSplit, Kernel, KernelContext};
-use crate::tensor::{Blocking, DataType, HostTensor, Layout, MemoryConfig, Tensor};
+use ttmesh_chip::allocator::{
+    AllocationRequest, Allocator, AllocatorConfig, BufferType, Placement,
+};
+use ttmesh_chip::arch::ArchSpec;
+use ttmesh_chip::device::{Chip, ChipConfig, CqId, TraceId};
+use ttmesh_chip::error::Result;
+use ttmesh_chip::ops::{self, launch, Launch, LaunchSplit, MatmulConfig, OpOptions};
+use ttmesh_chip::program::{program_key, Access, CoreSplit, Kernel, KernelContext};
+use ttmesh_chip::tensor::{Blocking, DataType, HostTensor, Layout, MemoryConfig, Tensor};
 
 /// Deterministic pseudo-random numbers (xorshift64*), so runs compare.
 struct Rng(u64);
@@ -171,27 +173,9 @@ fn median(v: &mut [Duration]) -> Duration {
         .max(Duration::from_nanos(1))
 }
 
+/// The bare sgemm the chip's matmul kernel calls (through its one safe wrapper).
 fn sgemm(a: &[f32], b: &[f32], n: usize, c: &mut [f32]) {
-    assert!(a.len() == n * n && b.len() == n * n && c.len() == n * n);
-    // SAFETY: three dense n x n row-major matrices, lengths asserted above; beta = 0.
-    unsafe {
-        matrixmultiply::sgemm(
-            n,
-            n,
-            n,
-            1.0,
-            a.as_ptr(),
-            n as isize,
-            1,
-            b.as_ptr(),
-            n as isize,
-            1,
-            0.0,
-            c.as_mut_ptr(),
-            n as isize,
-            1,
-        );
-    }
+    ttmesh_chip::compute::matmul(a, b, 1, 1, n, n, n, c).expect("square operands of one size");
 }
 
 /// Pairs per second: the bare allocator, and the chip's allocate/deallocate (which also emit
