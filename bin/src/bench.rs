@@ -20,9 +20,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         }
     };
     let q = args.quick;
-    section("chip", &|| ttmesh_chip::bench::chip_bench(q));
-    section("trace", &|| ttmesh_chip::bench::trace_bench(q));
-    section("fabric", &|| ttmesh_fabric::bench::run(q));
+    section("chip", &|| ttmesh_benches::chip::chip_bench(q));
+    section("trace", &|| ttmesh_benches::chip::trace_bench(q));
+    section("fabric", &|| ttmesh_benches::fabric::run(q));
     section("ccl", &|| ttmesh::bench::run(q));
     section("monitor", &|| ttmesh_monitor::bench::publish_cost(q));
     section("mesh-monitor", &|| {

@@ -1,5 +1,7 @@
 //! The `ttmesh` command line: parses arguments and prints; the work is in the library crates.
 
+#![forbid(unsafe_code)]
+
 mod bench;
 mod run;
 

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use ttmesh::models::{random_host, TpMlp};
 use ttmesh::{
-    CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice, MeshTensor,
-    ReplicateTensorToMesh,
+    Blocking, CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice,
+    MeshTensor, ReplicateTensorToMesh,
 };
 
 #[derive(clap::Args, Debug, Clone)]
@@ -171,11 +171,8 @@ fn run_on(
         let end = mesh.end_trace_capture(tid, cq);
         let y = y.map_err(err)?;
         end.map_err(err)?;
-        for (i, c) in mesh.chips().iter().enumerate() {
-            trace_bytes[i] = c
-                .trace_info(ttmesh_chip::TraceId(tid.0))
-                .map(|t| t.command_bytes)
-                .unwrap_or(0);
+        for (bytes, info) in trace_bytes.iter_mut().zip(mesh.trace_info(tid)) {
+            *bytes = info.map(|t| t.command_bytes).unwrap_or(0);
         }
         let mut host = Vec::with_capacity(iters);
         let wall = Instant::now();
@@ -184,7 +181,7 @@ fn run_on(
             x.copy_from_host(&inputs[i % 2], &ReplicateTensorToMesh, cq)
                 .map_err(err)?;
             let started = Instant::now();
-            mesh.execute_trace(tid, cq, false).map_err(err)?;
+            mesh.execute_trace(tid, cq, Blocking::No).map_err(err)?;
             host.push(started.elapsed());
             check(&y, i % 2)?;
             if let Some(r) = mesh.last_replay() {

@@ -3,6 +3,7 @@
 //! the allocator's own counters; closing the mesh removes the segment.
 
 use std::time::{Duration, Instant};
+use ttmesh::Blocking;
 
 use ttmesh::ccl::CclArgs;
 use ttmesh::ops::{self, MeshMatmulConfig};
@@ -157,7 +158,7 @@ fn segment_follows_every_step_and_goes_with_close() {
         .iter()
         .all(|c| c.traces == 1 && c.trace.allocated > 0 && c.trace_bytes > 0));
     for _ in 0..3 {
-        mesh.execute_trace(tid, cq, false).unwrap();
+        mesh.execute_trace(tid, cq, Blocking::No).unwrap();
         y.to_host_shards(cq).unwrap();
     }
     let s = check(&mesh, "replayed");

@@ -4,11 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ttmesh_chip::allocator::MemSpace;
+use ttmesh_chip::error::ForeignError;
 use ttmesh_chip::ops::{read_logical, write_logical};
 use ttmesh_chip::program::{Kernel, KernelContext, KernelCost};
 use ttmesh_chip::tensor::{DataType, HostData, TensorPages, TensorSpec};
 use ttmesh_chip::ChipError;
-use ttmesh_fabric::{Fabric, FabricSender, NocAddr};
+use ttmesh_fabric::{Fabric, FabricError, FabricSender, NocAddr};
 
 use crate::{CclLine, Topology};
 
@@ -99,17 +100,17 @@ struct Run<'a> {
     left: Option<u32>,
     right: Option<u32>,
     slots: TensorPages,
-    slot_bytes: usize,
     /// One sender per parallel link.
     senders: Vec<FabricSender>,
     timeout: Duration,
 }
 
-fn fab(ctx: &KernelContext, what: &str, e: impl std::fmt::Display) -> ChipError {
-    ChipError::Kernel {
+/// A fabric error inside a collective kernel, kept whole as the chip error's source.
+fn fab(ctx: &KernelContext, what: &str, e: FabricError) -> ChipError {
+    ChipError::KernelFault {
         kernel: what.into(),
         chip: ctx.chip,
-        reason: e.to_string(),
+        source: ForeignError::new(e),
     }
 }
 
@@ -224,7 +225,6 @@ impl Kernel for CollectiveKernel {
         };
         let me = self.line.chips[self.pos];
         let slots = self.scratch.page_map(ctx.arch, addresses[1] as u64)?;
-        let slot_bytes = self.scratch.page_size() as usize;
         let senders = (0..self.num_links)
             .map(|l| self.fabric.sender(me).map(|s| s.with_link(l)))
             .collect::<Result<Vec<_>, _>>()
@@ -236,7 +236,6 @@ impl Kernel for CollectiveKernel {
             left,
             right,
             slots,
-            slot_bytes,
             senders,
             timeout: ctx.timeout,
         };
@@ -507,7 +506,6 @@ fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipEr
         }
         total
     };
-    let _ = run.slot_bytes;
     run.flush()?;
     write_logical(run.ctx, &k.output, addresses[2], &HostData::F32(result))
 }

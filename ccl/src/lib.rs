@@ -24,13 +24,15 @@
 //! on timing, so results are identical run to run and replay to replay. (Chunk `j` here is
 //! the one line position `j` owns: data chunk `CclConfig::chunk_order[j]`.)
 
+#![forbid(unsafe_code)]
+
 mod kernels;
 
 use std::sync::Arc;
 
-use ttmesh_chip::allocator::BufferType;
 use ttmesh_chip::device::CqId;
-use ttmesh_chip::program::{program_key, Access, CoreSplit, OperandInfo, Program};
+use ttmesh_chip::ops::{Launch, LaunchSplit};
+use ttmesh_chip::program::{program_key, Access, CoreSplit};
 use ttmesh_chip::tensor::{DataType, Layout, MemoryConfig, Tensor, TensorSpec};
 use ttmesh_chip::ChipError;
 use ttmesh_fabric::Fabric;
@@ -43,7 +45,19 @@ pub enum CclError {
     Invalid { op: &'static str, detail: String },
     #[error(transparent)]
     Chip(#[from] ChipError),
+    /// The caller's lockstep allocation failed (its error, whole).
+    #[error(transparent)]
+    Allocate(Box<dyn std::error::Error + Send + Sync>),
 }
+
+/// Allocates one tensor of a spec on the chip of each given tensor, at one address on all of
+/// them: every remote write relies on it. The caller owns that rule (the mesh allocates in
+/// lockstep and checks it).
+pub type LockstepAlloc<'a> = dyn Fn(
+        &[Tensor],
+        &TensorSpec,
+    ) -> std::result::Result<Vec<Tensor>, Box<dyn std::error::Error + Send + Sync>>
+    + 'a;
 
 pub type Result<T, E = CclError> = std::result::Result<T, E>;
 
@@ -183,39 +197,6 @@ fn check_inputs(
     Ok(spec)
 }
 
-/// Allocates one tensor of `spec` per chip and checks they share one address (the lockstep
-/// rule every remote write relies on).
-fn allocate_lockstep(
-    op: &'static str,
-    inputs: &[Tensor],
-    spec: &TensorSpec,
-) -> Result<Vec<Tensor>> {
-    let tensors = inputs
-        .iter()
-        .map(|t| Tensor::allocate(t.chip(), spec.clone()))
-        .collect::<Result<Vec<_>, _>>()?;
-    check_same_address(op, &tensors)?;
-    Ok(tensors)
-}
-
-fn check_same_address(op: &'static str, tensors: &[Tensor]) -> Result<()> {
-    let first = tensors[0].buffer_address()?;
-    for t in tensors {
-        let a = t.buffer_address()?;
-        if a != first {
-            return Err(invalid(
-                op,
-                format!(
-                    "{} sits at {a:#x} but chip {} has it at {first:#x}: the chips' allocations diverged; allocate through the mesh so every chip allocates the same buffers in the same order",
-                    t.name(),
-                    tensors[0].chip().id()
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Scratch with `slots` rows of `slot_bytes` (rounded to u32s) in DRAM.
 fn scratch_spec(slots: usize, slot_bytes: usize) -> TensorSpec {
     TensorSpec::new(
@@ -241,7 +222,9 @@ fn launch(
     topology: Topology,
     fabric: &Arc<Fabric>,
     cfg: &CclConfig,
+    alloc: &LockstepAlloc<'_>,
 ) -> Result<Vec<Tensor>> {
+    let order = chunk_order(plan.op, cfg, plan.inputs.len())?;
     let outputs = match plan.outputs {
         Some(o) => {
             if o.len() != plan.inputs.len() {
@@ -271,16 +254,19 @@ fn launch(
                     ));
                 }
             }
-            check_same_address(plan.op, o)?;
             o.to_vec()
         }
-        None => allocate_lockstep(plan.op, plan.inputs, &plan.output_spec)?,
+        None => alloc(plan.inputs, &plan.output_spec).map_err(CclError::Allocate)?,
     };
-    let order = chunk_order(plan.op, cfg, plan.inputs.len())?;
-    let scratch = allocate_lockstep(plan.op, plan.inputs, &plan.scratch)?;
+    let scratch = alloc(plan.inputs, &plan.scratch).map_err(CclError::Allocate)?;
     let num_links = cfg.num_links.max(1);
+    // A collective runs on the ethernet-facing workers: a few cores, not the grid.
+    let split = CoreSplit {
+        cores: 2 * num_links as u32,
+        units_per_core: plan.output_spec.num_pages() as u32,
+        args_per_core: 8,
+    };
     for (pos, ((input, out), scr)) in plan.inputs.iter().zip(&outputs).zip(&scratch).enumerate() {
-        let chip = input.chip();
         let key = program_key(&(
             plan.op,
             plan.kind,
@@ -292,79 +278,41 @@ fn launch(
             input.spec(),
             &plan.output_spec,
         ));
-        let kind = plan.kind;
-        let (in_spec, out_spec, scr_spec) = (
-            input.spec().clone(),
-            plan.output_spec.clone(),
-            plan.scratch.clone(),
-        );
-        let arch = chip.arch().clone();
-        let per_bank = |s: &TensorSpec| -> Result<u64> {
-            let req = s.allocation_request(&arch)?;
-            Ok(chip.with_allocator(|a| a.per_bank_size(&req))?.0)
-        };
-        let operands = vec![
-            OperandInfo {
-                buffer_type: in_spec.memory_config.buffer_type,
-                access: Access::Read,
-                per_bank_size: per_bank(&in_spec)?,
-            },
-            OperandInfo {
-                buffer_type: BufferType::Dram,
-                access: Access::ReadWrite,
-                per_bank_size: per_bank(&scr_spec)?,
-            },
-            OperandInfo {
-                buffer_type: out_spec.memory_config.buffer_type,
-                access: Access::Write,
-                per_bank_size: per_bank(&out_spec)?,
-            },
+        let operands = [
+            (input, Access::Read),
+            (scr, Access::ReadWrite),
+            (out, Access::Write),
         ];
-        let fabric = fabric.clone();
-        let line_for_kernel = line.clone();
-        let order_for_kernel = order.clone();
-        let program = chip.program_cache().get_or_compile(
+        let launch = Launch {
+            name: plan.op,
             key,
-            !chip.is_capturing(cfg.cq),
+            operands: &operands,
+            split: LaunchSplit::Cores(split.clone()),
+            cq: cfg.cq,
+        };
+        ttmesh_chip::ops::launch(
+            &launch,
             || {
                 format!(
                     "{}(dim, {:?}) at position {pos} of line {:?}",
-                    plan.op, kind, line.chips
+                    plan.op, plan.kind, line.chips
                 )
             },
             || {
-                let kernel = kernels::CollectiveKernel::new(
-                    kind,
+                Ok(Arc::new(kernels::CollectiveKernel::new(
+                    plan.kind,
                     pos,
-                    line_for_kernel,
-                    order_for_kernel,
+                    line.clone(),
+                    order.clone(),
                     topology,
                     num_links,
-                    in_spec,
-                    out_spec.clone(),
-                    scr_spec,
-                    fabric,
-                );
-                // A collective runs on the ethernet-facing workers: a few cores, not the grid.
-                let split = CoreSplit {
-                    cores: 2 * num_links as u32,
-                    units_per_core: out_spec.num_pages() as u32,
-                    args_per_core: 8,
-                };
-                Ok(Program::new(Arc::new(kernel), operands, split, Vec::new()))
+                    input.spec().clone(),
+                    plan.output_spec.clone(),
+                    plan.scratch.clone(),
+                    fabric.clone(),
+                )))
             },
         )?;
-        let addrs = [
-            input.buffer_address()? as u32,
-            scr.buffer_address()? as u32,
-            out.buffer_address()? as u32,
-        ];
-        let ids = [
-            input.allocation("read")?.id,
-            scr.allocation("used")?.id,
-            out.allocation("written")?.id,
-        ];
-        chip.enqueue_program(cfg.cq, &program, &addrs, &ids)?;
     }
     Ok(outputs)
 }
@@ -388,6 +336,7 @@ pub fn all_gather(
     fabric: &Arc<Fabric>,
     cfg: &CclConfig,
     outputs: Option<&[Tensor]>,
+    alloc: &LockstepAlloc<'_>,
 ) -> Result<Vec<Tensor>> {
     let spec = check_inputs("all_gather", inputs, line, dim)?;
     let topology = resolve_topology("all_gather", line, fabric, cfg)?;
@@ -404,7 +353,7 @@ pub fn all_gather(
         scratch: scratch_spec(n, slot_bytes),
         outputs,
     };
-    launch(plan, line, topology, fabric, cfg)
+    launch(plan, line, topology, fabric, cfg, alloc)
 }
 
 /// Sums every chip's tensor and leaves chunk `i` (along `dim`) of the sum on the i-th chip of the
@@ -416,6 +365,7 @@ pub fn reduce_scatter(
     fabric: &Arc<Fabric>,
     cfg: &CclConfig,
     outputs: Option<&[Tensor]>,
+    alloc: &LockstepAlloc<'_>,
 ) -> Result<Vec<Tensor>> {
     let spec = check_inputs("reduce_scatter", inputs, line, dim)?;
     let topology = resolve_topology("reduce_scatter", line, fabric, cfg)?;
@@ -444,7 +394,7 @@ pub fn reduce_scatter(
         scratch: scratch_spec(2 * n, chunk_bytes),
         outputs,
     };
-    launch(plan, line, topology, fabric, cfg)
+    launch(plan, line, topology, fabric, cfg, alloc)
 }
 
 /// Sum across the line, result on every chip: reduce_scatter then all_gather along the largest
@@ -455,6 +405,7 @@ pub fn all_reduce(
     fabric: &Arc<Fabric>,
     cfg: &CclConfig,
     outputs: Option<&[Tensor]>,
+    alloc: &LockstepAlloc<'_>,
 ) -> Result<Vec<Tensor>> {
     let n = inputs.len();
     let spec = check_inputs("all_reduce", inputs, line, 0)?;
@@ -494,6 +445,6 @@ pub fn all_reduce(
         memory_config: None,
         ..cfg.clone()
     };
-    let partial = reduce_scatter(inputs, dim, line, fabric, &mid_cfg, None)?;
-    all_gather(&partial, dim, line, fabric, cfg, outputs)
+    let partial = reduce_scatter(inputs, dim, line, fabric, &mid_cfg, None, alloc)?;
+    all_gather(&partial, dim, line, fabric, cfg, outputs, alloc)
 }

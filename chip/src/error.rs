@@ -1,10 +1,14 @@
 //! The chip crate's one error type. Every variant names the thing that is wrong and, where there
 //! is one, the fix.
 
+use std::error::Error;
 use std::fmt;
+use std::sync::Arc;
 
 use crate::allocator::{BufferType, MemSpace};
 use crate::command::Opcode;
+use crate::compute::ComputeError;
+use crate::format::FormatError;
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum ChipError {
@@ -65,11 +69,26 @@ pub enum ChipError {
     #[error("tensor data: {0}")]
     Data(String),
 
+    #[error("tensor data: {0}")]
+    Format(#[from] FormatError),
+
+    #[error("shape mismatch in compute: {0}")]
+    Compute(#[from] ComputeError),
+
     #[error("kernel {kernel} failed on chip {chip}: {reason}")]
     Kernel {
         kernel: String,
         chip: u32,
         reason: String,
+    },
+
+    /// A kernel stopped on an error from outside the chip (a collective's fabric send); the
+    /// error is kept whole as the source.
+    #[error("kernel {kernel} failed on chip {chip}: {source}")]
+    KernelFault {
+        kernel: String,
+        chip: u32,
+        source: ForeignError,
     },
 
     #[error("command decode error at byte {offset}: {reason}")]
@@ -257,17 +276,39 @@ fn empty_region_hint(buffer_type: BufferType, bank_size: u64) -> String {
     }
 }
 
-impl From<crate::format::FormatError> for ChipError {
-    fn from(e: crate::format::FormatError) -> Self {
-        ChipError::Data(e.to_string())
+/// An error from another crate carried inside a [`ChipError`] (which the chip's queues clone and
+/// hand to every waiter). `source()` of the error holding it reaches the original, and
+/// `downcast_ref` recovers its type. Two are equal when they say the same.
+#[derive(Clone)]
+pub struct ForeignError(Arc<dyn Error + Send + Sync>);
+
+impl ForeignError {
+    pub fn new(e: impl Error + Send + Sync + 'static) -> ForeignError {
+        ForeignError(Arc::new(e))
     }
 }
 
-impl From<crate::compute::ComputeError> for ChipError {
-    fn from(e: crate::compute::ComputeError) -> Self {
-        ChipError::ShapeMismatch {
-            op: "compute".into(),
-            detail: e.to_string(),
-        }
+impl std::ops::Deref for ForeignError {
+    type Target = dyn Error + Send + Sync + 'static;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for ForeignError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for ForeignError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl PartialEq for ForeignError {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_string() == other.0.to_string()
     }
 }

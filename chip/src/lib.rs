@@ -11,7 +11,6 @@
 
 pub mod allocator;
 pub mod arch;
-pub mod bench;
 pub mod command;
 pub mod compute;
 pub mod device;
@@ -26,11 +25,14 @@ pub mod tensor;
 pub use allocator::{BufferType, Statistics};
 pub use arch::{Arch, ArchSpec, MathFidelity};
 pub use device::{Chip, ChipConfig, CqId, Event, TraceId};
-pub use error::{ChipError, Result};
+pub use error::{ChipError, ForeignError, Result};
 pub use inspect::{
     compute_with_storage_grid_size, dram_grid_size, dump_device_memory_state,
     get_allocator_base_address, get_dram_alignment, get_l1_alignment,
     get_max_worker_l1_unreserved_size, get_memory_view, get_region_base_address, CoreCoord,
     InspectMemory, MemoryBlock, MemoryView,
 };
-pub use tensor::{DataType, HostTensor, Layout, MemoryConfig, Tensor, TensorSpec};
+pub use tensor::{
+    allocate_tensor_on_device, copy_host_to_device_tensor, Blocking, DataType, HostTensor, Layout,
+    MemoryConfig, Tensor, TensorSpec,
+};

@@ -72,21 +72,13 @@ pub struct CoreSplit {
     pub args_per_core: u16,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CircularBufferConfig {
-    pub index: u8,
-    pub num_pages: u32,
-    pub page_size: u32,
-}
-
 pub struct Program {
     pub id: u32,
     pub kernel: Arc<dyn Kernel>,
     pub operands: Vec<OperandInfo>,
     pub split: CoreSplit,
-    pub circular_buffers: Vec<CircularBufferConfig>,
-    /// The kernel config image each launch writes (launch message, CB configs, kernel text
-    /// offsets): its size is what makes launches and traces realistically large.
+    /// The kernel config image each launch writes (launch message, kernel text descriptors):
+    /// its size is what makes launches and traces realistically large.
     pub config_image: Vec<u8>,
 }
 
@@ -102,24 +94,10 @@ impl fmt::Debug for Program {
 }
 
 impl Program {
-    pub fn new(
-        kernel: Arc<dyn Kernel>,
-        operands: Vec<OperandInfo>,
-        split: CoreSplit,
-        circular_buffers: Vec<CircularBufferConfig>,
-    ) -> Program {
-        // Launch message (96 B) + 16 B per CB per core group + kernel text descriptors (3 RISCs
-        // x 32 B): a few hundred bytes, as tt-metal's dispatch writes per program.
-        let mut image = Vec::with_capacity(96 + 16 * circular_buffers.len() + 96);
-        image.extend_from_slice(&[0u8; 96]);
-        for cb in &circular_buffers {
-            image.push(cb.index);
-            image.extend_from_slice(&[0u8; 3]);
-            image.extend_from_slice(&cb.num_pages.to_le_bytes());
-            image.extend_from_slice(&cb.page_size.to_le_bytes());
-            image.extend_from_slice(&(cb.num_pages * cb.page_size).to_le_bytes());
-        }
-        image.extend_from_slice(&[0u8; 96]);
+    pub fn new(kernel: Arc<dyn Kernel>, operands: Vec<OperandInfo>, split: CoreSplit) -> Program {
+        // Launch message (96 B) + kernel text descriptors (3 RISCs x 32 B): the few hundred
+        // bytes tt-metal's dispatch writes per program.
+        let image = vec![0u8; 96 + 96];
         let split = CoreSplit {
             args_per_core: split.args_per_core.max(operands.len() as u16 + 2),
             ..split
@@ -129,7 +107,6 @@ impl Program {
             kernel,
             operands,
             split,
-            circular_buffers,
             config_image: image,
         }
     }
@@ -212,10 +189,6 @@ impl ProgramCache {
         inner.by_id.push(program.clone());
         inner.by_key.insert(key, program.clone());
         Ok(program)
-    }
-
-    pub fn by_id(&self, id: u32) -> Option<Arc<Program>> {
-        self.inner.lock().by_id.get(id as usize).cloned()
     }
 
     /// Snapshot of the id table for a dispatcher (programs are never removed, only added).

@@ -83,7 +83,7 @@ fn mismatched_shapes_name_both_tensors() {
 
     // Writing a host tensor of another shape, and an output of the wrong spec.
     let host = HostTensor::from_f32(vec![64, 95], DataType::BFloat16, vec![0.0; 64 * 95]).unwrap();
-    let msg = a.write_from_host(&host, CqId(0)).unwrap_err().to_string();
+    let msg = a.copy_from_host(&host, CqId(0)).unwrap_err().to_string();
     assert!(
         msg.contains("[64, 95]") && msg.contains(&format!("tensor #{}", a.id())),
         "{msg}"
@@ -344,7 +344,7 @@ fn double_free_and_use_after_free_name_the_tensor() {
     let used = [
         ops::relu(&t, &OpOptions::default()).unwrap_err(),
         t.to_host(CqId(0)).unwrap_err(),
-        t.write_from_host(
+        t.copy_from_host(
             &HostTensor::zeros(vec![64, 64], DataType::BFloat16),
             CqId(0),
         )

@@ -6,6 +6,7 @@ mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
+use ttmesh_chip::Blocking;
 
 use ttmesh_chip::ops::{self, OpOptions};
 use ttmesh_chip::{
@@ -59,7 +60,7 @@ fn thirty_two_chips_open_work_and_close_without_touching_gigabytes() {
         let tid = chip.begin_trace_capture(CqId(0)).unwrap();
         let z = ops::relu(&y, &OpOptions::default()).unwrap();
         chip.end_trace_capture(tid, CqId(0)).unwrap();
-        chip.execute_trace(tid, CqId(0), false).unwrap();
+        chip.execute_trace(tid, CqId(0), Blocking::No).unwrap();
         // A large buffer allocated but never written costs nothing.
         let spec = TensorSpec::new(
             vec![16384, 16384],

@@ -39,7 +39,7 @@ fn wait_for_event_stalls_the_device_queue_not_the_host() {
     );
     let ev = chip.create_event();
     let release = hold(&chip, CqId(0));
-    t.write_from_host(&host(2.0), CqId(0)).unwrap(); // queued behind the held callback
+    t.copy_from_host(&host(2.0), CqId(0)).unwrap(); // queued behind the held callback
     chip.record_event(CqId(0), &ev).unwrap();
     // The host returns at once from both; CQ 1 stalls on the device.
     chip.wait_for_event(CqId(1), &ev).unwrap();
@@ -98,7 +98,7 @@ fn reads_are_non_blocking_and_queues_run_in_order() {
     let release = hold(&chip, CqId(0));
     let mut reads = Vec::new();
     for i in 0..200 {
-        t.write_from_host(&host(i as f32), CqId(0)).unwrap();
+        t.copy_from_host(&host(i as f32), CqId(0)).unwrap();
         reads.push(t.to_host_async(CqId(0)).unwrap());
     }
     assert!(

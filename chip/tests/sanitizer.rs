@@ -7,6 +7,7 @@ mod common;
 
 use common::{chip_with, read, upload, values};
 use ttmesh_chip::ops::{self, OpOptions};
+use ttmesh_chip::Blocking;
 use ttmesh_chip::{ChipError, CqId, DataType, Layout, MemoryConfig, Tensor, TensorSpec};
 
 const CQ0: CqId = CqId(0);
@@ -50,7 +51,7 @@ fn traced() -> (
     let tid = chip.begin_trace_capture(CQ0).unwrap();
     let y = model(&x);
     chip.end_trace_capture(tid, CQ0).unwrap();
-    chip.execute_trace(tid, CQ0, true).unwrap();
+    chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap();
     (chip, x, y, tid)
 }
 
@@ -66,7 +67,7 @@ fn a_freed_input_is_refused_and_runs_with_the_sanitizer_off() {
     let (chip, x, _y, tid) = traced();
     let a = x.allocation("test").unwrap();
     x.deallocate(true).unwrap();
-    let msg = trace_error(chip.execute_trace(tid, CQ0, false));
+    let msg = trace_error(chip.execute_trace(tid, CQ0, Blocking::No));
     assert!(
         msg.starts_with(&format!(
             "trace 0 on chip 5: captured DRAM buffer #{} at {:#x} ({} B per bank) was freed after capture;",
@@ -80,10 +81,10 @@ fn a_freed_input_is_refused_and_runs_with_the_sanitizer_off() {
         "a refused replay does not count"
     );
     chip.set_replay_sanitizer(false);
-    chip.execute_trace(tid, CQ0, true).unwrap();
+    chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap();
     chip.set_replay_sanitizer(true);
     assert!(
-        chip.execute_trace(tid, CQ0, false).is_err(),
+        chip.execute_trace(tid, CQ0, Blocking::No).is_err(),
         "the check is not cached across a switch"
     );
 }
@@ -98,7 +99,7 @@ fn a_reallocated_buffer_at_a_captured_address_is_refused() {
     let za = z.allocation("test").unwrap();
     assert_eq!(za.address, a.address);
     assert_eq!((a.per_bank_size, za.per_bank_size), (2048, 6144));
-    let msg = trace_error(chip.execute_trace(tid, CQ0, false));
+    let msg = trace_error(chip.execute_trace(tid, CQ0, Blocking::No));
     assert!(
         msg.contains(&format!(
             "captured DRAM buffer #{} at {:#x}",
@@ -112,7 +113,7 @@ fn a_reallocated_buffer_at_a_captured_address_is_refused() {
     // The same size is still another owner: refused too.
     drop(z);
     let _same = Tensor::allocate(&chip, spec(&[64, 64], MemoryConfig::DRAM)).unwrap();
-    assert!(trace_error(chip.execute_trace(tid, CQ0, false)).contains("now sits there"));
+    assert!(trace_error(chip.execute_trace(tid, CQ0, Blocking::No)).contains("now sits there"));
 }
 
 #[test]
@@ -123,7 +124,7 @@ fn an_allocation_over_an_intermediate_the_trace_writes_is_refused() {
     let za = z.allocation("test").unwrap();
     let yaddr = y.buffer_address().unwrap();
     assert_ne!(za.address, yaddr);
-    let msg = trace_error(chip.execute_trace(tid, CQ0, false));
+    let msg = trace_error(chip.execute_trace(tid, CQ0, Blocking::No));
     assert!(msg.starts_with("trace 0 on chip 5 writes L1 ["), "{msg}");
     assert!(
         msg.contains(&format!(
@@ -135,7 +136,7 @@ fn an_allocation_over_an_intermediate_the_trace_writes_is_refused() {
     // Freed again, the trace is safe; unrelated buffers (DRAM here) do not trip it.
     drop(z);
     let _d = Tensor::allocate(&chip, spec(&[64, 64], MemoryConfig::DRAM)).unwrap();
-    chip.execute_trace(tid, CQ0, true).unwrap();
+    chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap();
 }
 
 #[test]
@@ -143,7 +144,7 @@ fn a_freed_output_is_refused_and_a_config_can_turn_the_sanitizer_off() {
     let (chip, _x, y, tid) = traced();
     let a = y.allocation("test").unwrap();
     drop(y);
-    let msg = trace_error(chip.execute_trace(tid, CQ0, false));
+    let msg = trace_error(chip.execute_trace(tid, CQ0, Blocking::No));
     assert!(
         msg.contains(&format!("captured L1 buffer #{} at {:#x}", a.id, a.address)),
         "{msg}"
@@ -178,7 +179,7 @@ fn a_freed_output_is_refused_and_a_config_can_turn_the_sanitizer_off() {
         vec![-1.0; 1024],
     );
     assert_eq!(x2.buffer_address().unwrap(), addr);
-    chip.execute_trace(tid, CQ0, true).unwrap();
+    chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap();
     assert_eq!(read(&out), vec![0.0; 1024]);
     assert_ne!(held, vec![0.0; 1024]);
 }
@@ -223,8 +224,8 @@ fn the_input_reallocated_during_capture_is_accepted() {
         values(5, 4096, -1.0, 1.0),
     )
     .unwrap();
-    x.write_from_host(&h, CQ0).unwrap();
-    chip.execute_trace(tid, CQ0, true).unwrap();
+    x.copy_from_host(&h, CQ0).unwrap();
+    chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap();
     let want: Vec<f32> = h.as_f32().unwrap().iter().map(|v| v.max(0.0)).collect();
     assert_eq!(read(&y), want);
 }

@@ -10,6 +10,7 @@ use ttmesh_chip::command::{record_size, Record, RecordIter};
 use ttmesh_chip::compute::reference;
 use ttmesh_chip::device::{trace_page_size, ACTIVE_TRACE_ALLOCATION_WARNING};
 use ttmesh_chip::ops::{self, OpOptions};
+use ttmesh_chip::Blocking;
 use ttmesh_chip::{
     BufferType, Chip, ChipError, CqId, DataType, HostTensor, Layout, MemoryConfig, Tensor, TraceId,
 };
@@ -218,7 +219,7 @@ fn io_and_events_during_capture_are_refused_with_tt_metals_words() {
         assert!(msg.starts_with(text), "{msg}");
     };
     starts(
-        x.write_from_host(&host, CQ0),
+        x.copy_from_host(&host, CQ0),
         "Writes are not supported during trace capture.",
     );
     starts(
@@ -246,7 +247,7 @@ fn io_and_events_during_capture_are_refused_with_tt_metals_words() {
         "Events are not supported during trace capture.",
     );
     // The other queue still does I/O; the capture goes on and ends normally.
-    x.write_from_host(
+    x.copy_from_host(
         &HostTensor::from_f32(vec![32, 32], DataType::BFloat16, vec![-3.0; 1024]).unwrap(),
         CqId(1),
     )
@@ -254,12 +255,12 @@ fn io_and_events_during_capture_are_refused_with_tt_metals_words() {
     let y = relu_chain(&x, 2);
     chip.end_trace_capture(tid, CQ0).unwrap();
     chip.synchronize().unwrap();
-    x.write_from_host(
+    x.copy_from_host(
         &HostTensor::from_f32(vec![32, 32], DataType::BFloat16, vec![5.0; 1024]).unwrap(),
         CQ0,
     )
     .unwrap();
-    chip.execute_trace(tid, CQ0, true).unwrap();
+    chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap();
     assert_eq!(read(&y), vec![5.0; 1024]);
 }
 
@@ -294,7 +295,10 @@ fn capture_state_errors() {
         msg.starts_with("CQ 1 is not being used for tracing tid 0"),
         "{msg}"
     );
-    let msg = chip.execute_trace(tid, CQ0, false).unwrap_err().to_string();
+    let msg = chip
+        .execute_trace(tid, CQ0, Blocking::No)
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("while CQ 0 is capturing"), "{msg}");
     // An op never compiled cannot be captured; the cache is not touched.
     let before = chip.program_cache().counters();
@@ -322,7 +326,7 @@ fn unknown_traces_release_and_the_running_total() {
     let x = one_tile(&chip);
     let _ = relu_chain(&x, 1);
     let msg = chip
-        .execute_trace(TraceId(42), CQ0, false)
+        .execute_trace(TraceId(42), CQ0, Blocking::No)
         .unwrap_err()
         .to_string();
     assert!(
@@ -352,7 +356,7 @@ fn unknown_traces_release_and_the_running_total() {
     chip.release_trace(tids[1]).unwrap();
     assert_eq!(chip.trace_stats().trace_buffers_size, sizes[0] + sizes[2]);
     let msg = chip
-        .execute_trace(tids[1], CQ0, false)
+        .execute_trace(tids[1], CQ0, Blocking::No)
         .unwrap_err()
         .to_string();
     assert!(msg.contains("live traces: [0, 2]"), "{msg}");
@@ -416,14 +420,14 @@ fn replays_compute_with_each_new_input() {
         )
         .unwrap()
     };
-    x.write_from_host(&input(0), CQ0).unwrap();
+    x.copy_from_host(&input(0), CQ0).unwrap();
     let _ = model(&x);
     let tid = chip.begin_trace_capture(CQ0).unwrap();
     let out = model(&x);
     chip.end_trace_capture(tid, CQ0).unwrap();
     for i in 1..=10 {
         let h = input(i);
-        x.write_from_host(&h, CQ0).unwrap();
+        x.copy_from_host(&h, CQ0).unwrap();
         chip.execute_trace(tid, CQ0, i % 2 == 0).unwrap();
         let got = out.to_host(CQ0).unwrap().to_f32_vec();
         reference::check_close(&got, &want(h.as_f32().unwrap()), 1e-5, 1e-6).unwrap();
@@ -440,12 +444,15 @@ fn a_corrupted_trace_is_an_error() {
     let tid = chip.begin_trace_capture(CQ0).unwrap();
     let y2 = ops::relu(&x, &OpOptions::into_output(&y)).unwrap();
     chip.end_trace_capture(tid, CQ0).unwrap();
-    chip.execute_trace(tid, CQ0, true).unwrap();
+    chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap();
     let info = chip.trace_info(tid).unwrap();
     chip.memory()
         .write(MemSpace::Dram, 0, info.address, &[0xEE; 16])
         .unwrap();
-    let msg = chip.execute_trace(tid, CQ0, true).unwrap_err().to_string();
+    let msg = chip
+        .execute_trace(tid, CQ0, Blocking::Yes)
+        .unwrap_err()
+        .to_string();
     assert!(
         msg.starts_with(
             "chip 0 CQ 0, trace 0, record at byte 0: corrupt record: unknown opcode 0xee"
@@ -459,7 +466,7 @@ fn a_corrupted_trace_is_an_error() {
         .write(MemSpace::Dram, 0, info.address, &e.bytes)
         .unwrap();
     assert!(chip
-        .execute_trace(tid, CQ0, true)
+        .execute_trace(tid, CQ0, Blocking::Yes)
         .unwrap_err()
         .to_string()
         .contains("go signal for program 0 without its launch"));

@@ -12,16 +12,16 @@ use common::{cases, chip_with, upload, values};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use ttmesh_chip::allocator::{BufferType, MemSpace};
+use ttmesh_chip::allocator::MemSpace;
 use ttmesh_chip::command::{Opcode, HEADER_BYTES};
 use ttmesh_chip::compute::Activation;
 use ttmesh_chip::device::TraceInfo;
 use ttmesh_chip::error::RecordFault;
 use ttmesh_chip::ops::{self, MatmulConfig, OpOptions};
-use ttmesh_chip::program::{
-    program_key, Access, CoreSplit, Kernel, KernelContext, OperandInfo, Program,
+use ttmesh_chip::program::{program_key, Access, CoreSplit, Kernel, KernelContext};
+use ttmesh_chip::{
+    Blocking, Chip, ChipError, CqId, DataType, HostTensor, Layout, MemoryConfig, Tensor,
 };
-use ttmesh_chip::{Chip, ChipError, CqId, DataType, HostTensor, Layout, MemoryConfig, Tensor};
 
 const CQ0: CqId = CqId(0);
 /// Short, so that a wait a mutation could cause would show quickly; nothing here is slow.
@@ -156,10 +156,10 @@ impl Fixture {
     fn replay_good(&self) -> Result<(), String> {
         store_trace(&self.chip, &self.info, &self.original);
         for (t, host) in &self.inputs {
-            t.write_from_host(host, CQ0).map_err(|e| e.to_string())?;
+            t.copy_from_host(host, CQ0).map_err(|e| e.to_string())?;
         }
         self.chip
-            .execute_trace(self.tid, CQ0, true)
+            .execute_trace(self.tid, CQ0, Blocking::Yes)
             .map_err(|e| format!("the good trace failed after a bad one: {e}"))?;
         let got = self
             .out
@@ -284,7 +284,7 @@ fn mutated_traces_fail_cleanly_and_the_chip_recovers() {
         }
         store_trace(&f.chip, &f.info, &bytes);
         let started = Instant::now();
-        let result = f.chip.execute_trace(f.tid, CQ0, true);
+        let result = f.chip.execute_trace(f.tid, CQ0, Blocking::Yes);
         check_outcome(&f, result, started.elapsed()).map_err(TestCaseError::fail)?;
         f.replay_good().map_err(TestCaseError::fail)?;
         Ok(())
@@ -317,7 +317,7 @@ fn a_launch_without_its_runtime_args_is_refused_at_its_go_signal() {
     };
     bytes[at] = Opcode::Stall as u8;
     store_trace(&f.chip, &f.info, &bytes);
-    let e = f.chip.execute_trace(f.tid, CQ0, true).unwrap_err();
+    let e = f.chip.execute_trace(f.tid, CQ0, Blocking::Yes).unwrap_err();
     assert_eq!(
         e.to_string(),
         format!(
@@ -332,7 +332,7 @@ fn a_launch_without_its_runtime_args_is_refused_at_its_go_signal() {
     store_trace(&f.chip, &f.info, &bytes);
     let e = f
         .chip
-        .execute_trace(f.tid, CQ0, true)
+        .execute_trace(f.tid, CQ0, Blocking::Yes)
         .unwrap_err()
         .to_string();
     assert!(
@@ -362,7 +362,7 @@ fn records_a_capture_cannot_make_are_refused_in_a_trace() {
         // The first record (a launch) keeps its length, so the header still decodes.
         bytes[0] = op as u8;
         store_trace(&f.chip, &f.info, &bytes);
-        let e = f.chip.execute_trace(f.tid, CQ0, true).unwrap_err();
+        let e = f.chip.execute_trace(f.tid, CQ0, Blocking::Yes).unwrap_err();
         match &e {
             ChipError::BadRecord {
                 site,
@@ -447,33 +447,23 @@ fn a_panicking_kernel_is_an_error_and_the_queue_lives_on() {
         MemoryConfig::L1,
         values(5, 1024, -1.0, 1.0),
     );
-    let alloc = t.allocation("used").unwrap();
-    let program = chip
-        .program_cache()
-        .get_or_compile(
-            program_key(&"panicking"),
-            true,
-            || "panicking".into(),
-            || {
-                Ok(Program::new(
-                    Arc::new(PanickingKernel),
-                    vec![OperandInfo {
-                        buffer_type: BufferType::L1,
-                        access: Access::ReadWrite,
-                        per_bank_size: alloc.per_bank_size,
-                    }],
-                    CoreSplit {
-                        cores: 1,
-                        units_per_core: 1,
-                        args_per_core: 3,
-                    },
-                    Vec::new(),
-                ))
-            },
-        )
-        .unwrap();
-    chip.enqueue_program(CQ0, &program, &[alloc.address as u32], &[alloc.id])
-        .unwrap();
+    let operands = [(&t, Access::ReadWrite)];
+    ops::launch(
+        &ops::Launch {
+            name: "Panicking",
+            key: program_key(&"panicking"),
+            operands: &operands,
+            split: ops::LaunchSplit::Cores(CoreSplit {
+                cores: 1,
+                units_per_core: 1,
+                args_per_core: 3,
+            }),
+            cq: CQ0,
+        },
+        || "panicking".into(),
+        || Ok(Arc::new(PanickingKernel)),
+    )
+    .unwrap();
     let e = chip.finish(CQ0).unwrap_err();
     match &e {
         ChipError::BadRecord {

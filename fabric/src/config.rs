@@ -175,9 +175,12 @@ pub struct FabricSpec {
 
 impl FabricSpec {
     pub const DEFAULT_SLOTS: usize = 8;
+    /// How long a send, flush or semaphore wait may take unless the spec says otherwise: the
+    /// chips' default operation timeout. The fabric reads no environment; the mesh sets
+    /// `timeout` to its chips' operation timeout (`TTMESH_OPERATION_TIMEOUT_SECONDS`).
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-    /// A spec with default slots and the operation timeout (`TTMESH_OPERATION_TIMEOUT_SECONDS`,
-    /// else 30 s).
+    /// A spec with default slots and [`FabricSpec::DEFAULT_TIMEOUT`].
     pub fn new(
         num_chips: u32,
         links: Vec<EthLink>,
@@ -192,7 +195,7 @@ impl FabricSpec {
             params,
             config,
             channel_slots: Self::DEFAULT_SLOTS,
-            timeout: operation_timeout(),
+            timeout: Self::DEFAULT_TIMEOUT,
         }
     }
 
@@ -222,16 +225,6 @@ impl FabricSpec {
         }];
         Self::new(n, links, axes, LinkParams::wormhole(), config)
     }
-}
-
-/// `TTMESH_OPERATION_TIMEOUT_SECONDS` if set and valid, else 30 s.
-pub fn operation_timeout() -> Duration {
-    std::env::var("TTMESH_OPERATION_TIMEOUT_SECONDS")
-        .ok()
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map(Duration::from_secs_f64)
-        .unwrap_or(Duration::from_secs(30))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -285,7 +278,7 @@ impl fmt::Display for NocAddr {
 /// of senders on other chips that help a router along; must not block long, and must not
 /// wait on a fabric operation.
 pub trait ChipMemory: Send + Sync {
-    fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), String>;
+    fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), crate::MemoryError>;
 }
 
 /// Direction along an axis line: Forward = increasing index in `AxisLine::chips`.

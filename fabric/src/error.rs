@@ -1,5 +1,6 @@
 //! The crate's one error enum. Messages name the chip, link or value at fault and the fix.
 
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 
@@ -68,12 +69,12 @@ pub enum FabricError {
         at: u32,
     },
 
-    #[error("chip {chip} rejected a fabric write from chip {src} to {addr}: {reason}")]
+    #[error("chip {chip} rejected a fabric write from chip {src} to {addr}: {source}")]
     WriteFailed {
         chip: u32,
         src: u32,
         addr: String,
-        reason: String,
+        source: MemoryError,
     },
 
     #[error(
@@ -116,3 +117,47 @@ pub enum FabricError {
     #[error("fabric shutdown did not finish: {0}")]
     ShutdownTimeout(String),
 }
+
+/// Why a chip's memory refused a fabric write: the chip's own error, kept whole, so
+/// `source()` of [`FabricError::WriteFailed`] reaches it and `downcast_ref` recovers its type.
+/// Two are equal when they say the same.
+#[derive(Clone, Debug)]
+pub struct MemoryError(Arc<dyn std::error::Error + Send + Sync>);
+
+/// A refusal that is only a message (test memories).
+#[derive(Debug, Error)]
+#[error("{0}")]
+struct Refused(String);
+
+impl MemoryError {
+    pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> MemoryError {
+        MemoryError(Arc::new(e))
+    }
+}
+
+impl From<String> for MemoryError {
+    fn from(message: String) -> MemoryError {
+        MemoryError::new(Refused(message))
+    }
+}
+
+impl std::ops::Deref for MemoryError {
+    type Target = dyn std::error::Error + Send + Sync + 'static;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::fmt::Display for MemoryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl PartialEq for MemoryError {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for MemoryError {}

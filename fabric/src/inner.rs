@@ -513,11 +513,11 @@ impl Inner {
                 }
                 done.add(tracker);
             }
-            Err(reason) => {
+            Err(source) => {
                 self.record_loss(
                     chip,
                     LossKey::Write {
-                        reason: reason.clone(),
+                        reason: source.to_string(),
                     },
                     sem,
                 );
@@ -525,7 +525,7 @@ impl Inner {
                     chip,
                     src: h.src as u32,
                     addr: h.addr.to_string(),
-                    reason,
+                    source,
                 };
                 if let Some(t) = tracker {
                     t.fail(err, 1);
@@ -549,7 +549,8 @@ impl Inner {
     ) {
         match self.mems[chip as usize].write(at, data) {
             Ok(()) => done.add_n(tracker, packets),
-            Err(reason) => {
+            Err(source) => {
+                let reason = source.to_string();
                 for _ in 0..packets {
                     self.record_loss(
                         chip,
@@ -563,7 +564,7 @@ impl Inner {
                     chip,
                     src: src as u32,
                     addr: at.to_string(),
-                    reason,
+                    source,
                 };
                 if let Some(t) = tracker {
                     t.fail(err, packets);
@@ -572,8 +573,6 @@ impl Inner {
         }
     }
 
-    /// Takes a credit on `ch`, helping its consumer while none is free. `Err(true)` on
-    /// shutdown, `Err(false)` after `timeout`.
     /// Takes up to `max` credits on `ch` (first index, count), helping its consumer while
     /// none is free. `Err(true)` on shutdown, `Err(false)` after `timeout`.
     pub fn reserve(

@@ -87,7 +87,6 @@
 //! slow factor) plus one hop latency to the busy time of every link direction it crosses
 //! (`LinkStats::busy_ns`); [`LinkParams::transfer_ns`] models a whole transfer.
 
-pub mod bench;
 mod channel;
 mod config;
 mod error;
@@ -99,9 +98,9 @@ mod sender;
 pub mod testing;
 
 pub use config::{
-    operation_timeout, AxisLine, ChipMemory, Dir, EthLink, FabricConfig, FabricSpec, Fault,
-    LineDir, LinkDirection, LinkParams, LinkStats, MemSpace, NocAddr, RouteInfo,
+    AxisLine, ChipMemory, Dir, EthLink, FabricConfig, FabricSpec, Fault, LineDir, LinkDirection,
+    LinkParams, LinkStats, MemSpace, NocAddr, RouteInfo,
 };
-pub use error::FabricError;
+pub use error::{FabricError, MemoryError};
 pub use fabric::Fabric;
 pub use sender::FabricSender;

@@ -258,11 +258,11 @@ impl FabricSender {
     /// A chip writing to itself needs no link: do it now.
     fn local(&self, msg: Msg, addr: NocAddr, data: &[u8]) -> Result<()> {
         let mem = &self.inner.mems[self.chip as usize];
-        let fail = |reason| FabricError::WriteFailed {
+        let fail = |source| FabricError::WriteFailed {
             chip: self.chip,
             src: self.chip,
             addr: addr.to_string(),
-            reason,
+            source,
         };
         match msg {
             Msg::Data { sem } => {

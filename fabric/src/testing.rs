@@ -77,14 +77,15 @@ impl MapMemory {
 }
 
 impl ChipMemory for MapMemory {
-    fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), String> {
+    fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), crate::MemoryError> {
         let end = dest.addr.saturating_add(data.len() as u64);
         if end > self.limit {
             return Err(format!(
                 "{} B at {dest} end at {end:#x}, past the bank size {:#x}",
                 data.len(),
                 self.limit
-            ));
+            )
+            .into());
         }
         let (start, end) = (dest.addr as usize, end as usize);
         let mut banks = self.banks.lock();

@@ -199,7 +199,7 @@ fn a_stuck_receiver_times_out_with_the_link_named() {
     #[derive(Default)]
     struct Slow(std::sync::atomic::AtomicBool);
     impl ChipMemory for Slow {
-        fn write(&self, _: NocAddr, _: &[u8]) -> Result<(), String> {
+        fn write(&self, _: NocAddr, _: &[u8]) -> Result<(), ttmesh_fabric::MemoryError> {
             self.0.store(true, std::sync::atomic::Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(600));
             Ok(())
@@ -252,7 +252,7 @@ fn a_timed_out_lent_send_returns_only_after_its_bytes_are_read() {
         copies: parking_lot::Mutex<Vec<Vec<u8>>>,
     }
     impl ChipMemory for SlowCopy {
-        fn write(&self, _: NocAddr, data: &[u8]) -> Result<(), String> {
+        fn write(&self, _: NocAddr, data: &[u8]) -> Result<(), ttmesh_fabric::MemoryError> {
             self.entered
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(300));

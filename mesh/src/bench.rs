@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use crate::ccl::{self, CclArgs};
 use crate::{
-    CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice, MeshTensor,
-    ReplicateTensorToMesh, TensorSpec,
+    Blocking, CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice,
+    MeshTensor, ReplicateTensorToMesh, TensorSpec,
 };
 
 const MIB: usize = 1 << 20;
@@ -280,12 +280,14 @@ fn run_block(quick: bool, out: &mut String) -> Result<(f64, f64), String> {
     let y = mlp_block(&x);
     mesh.end_trace_capture(tid, CqId(0)).map_err(err)?;
     let _y = y.map_err(err)?;
-    mesh.execute_trace(tid, CqId(0), true).map_err(err)?;
+    mesh.execute_trace(tid, CqId(0), Blocking::Yes)
+        .map_err(err)?;
     let mut traced = Duration::ZERO;
     let mut device = Duration::ZERO;
     for _ in 0..iters {
         let s = Instant::now();
-        mesh.execute_trace(tid, CqId(0), false).map_err(err)?;
+        mesh.execute_trace(tid, CqId(0), Blocking::No)
+            .map_err(err)?;
         traced += s.elapsed();
         mesh.finish(CqId(0)).map_err(err)?;
         device += s.elapsed();

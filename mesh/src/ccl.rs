@@ -2,11 +2,12 @@
 //! every row, or one line through all chips), as device programs over the fabric, so they are
 //! captured in traces like any op.
 
-use ttmesh_ccl::{CclConfig, CclLine, Topology};
-use ttmesh_chip::tensor::Tensor;
+use ttmesh_ccl::{CclConfig, CclLine, LockstepAlloc, Topology};
+use ttmesh_chip::tensor::{Tensor, TensorSpec};
 use ttmesh_chip::{CqId, MemoryConfig};
 
 use crate::error::{invalid, Result};
+use crate::lockstep;
 use crate::tensor::MeshTensor;
 
 /// TT-NN's collective arguments.
@@ -33,8 +34,27 @@ fn normalize_dim(t: &MeshTensor, dim: isize, op: &str) -> Result<usize> {
     Ok(d as usize)
 }
 
-type LineOp<'a> = dyn Fn(&[Tensor], &CclLine, &CclConfig, Option<&[Tensor]>) -> ttmesh_ccl::Result<Vec<Tensor>>
+type LineOp<'a> = dyn Fn(
+        &[Tensor],
+        &CclLine,
+        &CclConfig,
+        Option<&[Tensor]>,
+        &LockstepAlloc<'_>,
+    ) -> ttmesh_ccl::Result<Vec<Tensor>>
     + 'a;
+
+/// Outputs and scratch of a collective: allocated in lockstep on the line's chips.
+fn allocate_on_line(
+    inputs: &[Tensor],
+    spec: &TensorSpec,
+) -> std::result::Result<Vec<Tensor>, Box<dyn std::error::Error + Send + Sync>> {
+    let what = format!("collective buffer {spec}");
+    Ok(lockstep::allocate(
+        &what,
+        inputs.iter().map(|t| t.chip()),
+        spec,
+    )?)
+}
 
 fn run_lines(
     t: &MeshTensor,
@@ -73,7 +93,7 @@ fn run_lines(
             .output
             .as_ref()
             .map(|o| idx.iter().map(|&i| o.shards()[i].clone()).collect());
-        let res = f(&inputs, &line, &cfg, outputs.as_deref())?;
+        let res = f(&inputs, &line, &cfg, outputs.as_deref(), &allocate_on_line)?;
         for (i, r) in idx.into_iter().zip(res) {
             out[i] = Some(r);
         }
@@ -90,8 +110,8 @@ fn run_lines(
 pub fn all_gather(t: &MeshTensor, dim: isize, args: &CclArgs) -> Result<MeshTensor> {
     let d = normalize_dim(t, dim, "all_gather")?;
     let fabric = t.mesh().require_fabric("all_gather")?.clone();
-    run_lines(t, "all_gather", args, &|ins, line, cfg, outs| {
-        ttmesh_ccl::all_gather(ins, d, line, &fabric, cfg, outs)
+    run_lines(t, "all_gather", args, &|ins, line, cfg, outs, alloc| {
+        ttmesh_ccl::all_gather(ins, d, line, &fabric, cfg, outs, alloc)
     })
 }
 
@@ -100,15 +120,15 @@ pub fn all_gather(t: &MeshTensor, dim: isize, args: &CclArgs) -> Result<MeshTens
 pub fn reduce_scatter(t: &MeshTensor, dim: isize, args: &CclArgs) -> Result<MeshTensor> {
     let d = normalize_dim(t, dim, "reduce_scatter")?;
     let fabric = t.mesh().require_fabric("reduce_scatter")?.clone();
-    run_lines(t, "reduce_scatter", args, &|ins, line, cfg, outs| {
-        ttmesh_ccl::reduce_scatter(ins, d, line, &fabric, cfg, outs)
+    run_lines(t, "reduce_scatter", args, &|ins, line, cfg, outs, alloc| {
+        ttmesh_ccl::reduce_scatter(ins, d, line, &fabric, cfg, outs, alloc)
     })
 }
 
 /// Sum over each line, result on every chip of it.
 pub fn all_reduce(t: &MeshTensor, args: &CclArgs) -> Result<MeshTensor> {
     let fabric = t.mesh().require_fabric("all_reduce")?.clone();
-    run_lines(t, "all_reduce", args, &|ins, line, cfg, outs| {
-        ttmesh_ccl::all_reduce(ins, line, &fabric, cfg, outs)
+    run_lines(t, "all_reduce", args, &|ins, line, cfg, outs, alloc| {
+        ttmesh_ccl::all_reduce(ins, line, &fabric, cfg, outs, alloc)
     })
 }

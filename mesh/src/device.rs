@@ -8,7 +8,8 @@ use parking_lot::Mutex;
 use ttmesh_ccl::CclLine;
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig, CqId};
 use ttmesh_fabric::{
-    AxisLine, ChipMemory, EthLink, Fabric, FabricConfig, FabricSpec, LinkParams, NocAddr,
+    AxisLine, ChipMemory, EthLink, Fabric, FabricConfig, FabricSpec, LinkParams, MemoryError,
+    NocAddr,
 };
 use ttmesh_topologies::{ArchName, ClusterGraph};
 
@@ -116,7 +117,7 @@ pub struct MeshDevice {
 struct ChipPort(Option<Arc<Chip>>, u32);
 
 impl ChipMemory for ChipPort {
-    fn write(&self, dest: NocAddr, data: &[u8]) -> std::result::Result<(), String> {
+    fn write(&self, dest: NocAddr, data: &[u8]) -> std::result::Result<(), MemoryError> {
         let chip = self
             .0
             .as_ref()
@@ -127,7 +128,7 @@ impl ChipMemory for ChipPort {
         };
         chip.memory()
             .write(space, dest.bank, dest.addr, data)
-            .map_err(|e| e.to_string())
+            .map_err(MemoryError::new)
     }
 }
 
@@ -449,7 +450,7 @@ fn build_fabric(
     };
     let mut spec = FabricSpec::new(cluster.num_chips() as u32, links, axes, params, config);
     // One timeout for every wait of the mesh: the chips' (TTMESH_OPERATION_TIMEOUT_SECONDS,
-    // default 60 s) unless the config sets one; the fabric's own default would differ.
+    // default 60 s) unless the config sets one.
     spec.timeout = mesh
         .operation_timeout
         .unwrap_or_else(ttmesh_chip::device::default_operation_timeout);

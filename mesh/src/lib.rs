@@ -8,11 +8,14 @@
 //! Must not touch: a chip's internals (it calls the chip's public API), routing (the fabric's),
 //! or collective algorithms (ccl's).
 
+#![forbid(unsafe_code)]
+
 pub mod bench;
 pub mod ccl;
 mod device;
 mod error;
 mod inspect;
+mod lockstep;
 pub mod models;
 mod monitor;
 pub mod ops;
@@ -22,8 +25,9 @@ mod trace;
 pub use device::{ChipReport, MeshConfig, MeshCoordinate, MeshDevice, MeshShape};
 pub use error::{MeshError, Result};
 pub use tensor::{
-    ConcatMesh2dToTensor, ConcatMeshToTensor, MeshComposer, MeshMapper, MeshTensor,
-    ReplicateTensorToMesh, ShardTensor2dMesh, ShardTensorToMesh,
+    allocate_tensor_on_device, copy_host_to_device_tensor, ConcatMesh2dToTensor,
+    ConcatMeshToTensor, MeshComposer, MeshMapper, MeshTensor, ReplicateTensorToMesh,
+    ShardTensor2dMesh, ShardTensorToMesh,
 };
 pub use trace::{MeshEvent, MeshTraceId, ReplayReport};
 
@@ -39,8 +43,8 @@ pub use ttmesh_chip::tensor::{
     ShardStrategy, TensorMemoryLayout,
 };
 pub use ttmesh_chip::{
-    compute::Activation, ArchSpec, BufferType, CqId, DataType, HostTensor, Layout, MathFidelity,
-    MemoryConfig, TensorSpec,
+    compute::Activation, ArchSpec, Blocking, BufferType, CqId, DataType, HostTensor, Layout,
+    MathFidelity, MemoryConfig, TensorSpec,
 };
 pub use ttmesh_fabric::FabricConfig;
 

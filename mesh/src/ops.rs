@@ -2,13 +2,14 @@
 //! chip, so outputs share one address), and tensor-parallel matmuls.
 
 use ttmesh_chip::compute::Activation;
-use ttmesh_chip::ops::{self as chip_ops, OpOptions};
+use ttmesh_chip::ops::{self as chip_ops, LaunchRecord, OpOptions};
 use ttmesh_chip::tensor::Tensor;
 use ttmesh_chip::{CqId, DataType, Layout, MathFidelity, MemoryConfig};
 
 use crate::ccl::{self, CclArgs};
 use crate::error::{invalid, on_chip, Result};
 use crate::tensor::MeshTensor;
+use crate::MeshDevice;
 
 mod decode;
 pub use decode::{
@@ -31,6 +32,7 @@ impl MeshOpOptions {
             memory_config: self.memory_config.clone(),
             dtype: self.dtype,
             cq: self.cq,
+            record: None,
         }
     }
 }
@@ -40,16 +42,18 @@ pub fn per_chip(
     inputs: &[&MeshTensor],
     f: impl Fn(usize, &[&Tensor]) -> ttmesh_chip::Result<Tensor>,
 ) -> Result<MeshTensor> {
-    per_chip_into(inputs, None, f)
+    let mesh = same_mesh(inputs, None)?;
+    let mut out = Vec::with_capacity(mesh.num_devices());
+    for i in 0..mesh.num_devices() {
+        let ins: Vec<&Tensor> = inputs.iter().map(|t| &t.shards[i]).collect();
+        out.push(f(i, &ins).map_err(on_chip(mesh.chips()[i].id()))?);
+    }
+    MeshTensor::from_shards(&mesh, out)
 }
 
-/// [`per_chip`] with a preallocated output, which must live on the inputs' mesh: a chip would
-/// otherwise write at an address another mesh's allocator handed out.
-fn per_chip_into(
-    inputs: &[&MeshTensor],
-    output: Option<&MeshTensor>,
-    f: impl Fn(usize, &[&Tensor]) -> ttmesh_chip::Result<Tensor>,
-) -> Result<MeshTensor> {
+/// The mesh the inputs (and a preallocated output) share. The output must live there: a chip
+/// would otherwise write at an address another mesh's allocator handed out.
+fn same_mesh(inputs: &[&MeshTensor], output: Option<&MeshTensor>) -> Result<MeshDevice> {
     let first = inputs
         .first()
         .ok_or_else(|| invalid("mesh op", "no inputs"))?;
@@ -70,10 +74,35 @@ fn per_chip_into(
             ));
         }
     }
-    let mut out = Vec::with_capacity(mesh.num_devices());
-    for i in 0..mesh.num_devices() {
-        let ins: Vec<&Tensor> = inputs.iter().map(|t| &t.shards[i]).collect();
-        out.push(f(i, &ins).map_err(on_chip(mesh.chips()[i].id()))?);
+    Ok(mesh)
+}
+
+/// Issues one chip op to every chip of the mesh. The op runs in full on the first chip, which
+/// records its launch; the other chips (identical, holding tensors of the same specs) repeat
+/// that launch with their own tensors, so checks, output spec, attributes and program key are
+/// derived once per mesh op. An op that does not launch exactly once runs in full on each chip.
+fn lockstep_op(
+    inputs: &[&MeshTensor],
+    opts: &MeshOpOptions,
+    f: impl Fn(&[&Tensor], &OpOptions) -> ttmesh_chip::Result<Tensor>,
+) -> Result<MeshTensor> {
+    let mesh = same_mesh(inputs, opts.output.as_ref())?;
+    let chips = mesh.chips();
+    let shards = |i: usize| -> Vec<&Tensor> { inputs.iter().map(|t| &t.shards[i]).collect() };
+    let record = LaunchRecord::default();
+    let first = shards(0);
+    let mut first_opts = opts.for_chip(0);
+    first_opts.record = Some(record.clone());
+    let mut out = Vec::with_capacity(chips.len());
+    out.push(f(&first, &first_opts).map_err(on_chip(chips[0].id()))?);
+    let recorded = record.take(&first);
+    for (i, chip) in chips.iter().enumerate().skip(1) {
+        let ins = shards(i);
+        let t = match &recorded {
+            Some(launch) => launch.launch_on(&ins, opts.output.as_ref().map(|o| &o.shards[i])),
+            None => f(&ins, &opts.for_chip(i)),
+        };
+        out.push(t.map_err(on_chip(chip.id()))?);
     }
     MeshTensor::from_shards(&mesh, out)
 }
@@ -91,12 +120,12 @@ pub fn matmul(a: &MeshTensor, b: &MeshTensor, cfg: &MeshMatmulConfig) -> Result<
     if let Some(bias) = &cfg.bias {
         inputs.push(bias);
     }
-    per_chip_into(&inputs, cfg.options.output.as_ref(), |i, t| {
+    lockstep_op(&inputs, &cfg.options, |t, opts| {
         let c = chip_ops::MatmulConfig {
             bias: t.get(2).map(|b| (*b).clone()),
             activation: cfg.activation,
             math_fidelity: cfg.math_fidelity,
-            options: cfg.options.for_chip(i),
+            options: opts.clone(),
         };
         chip_ops::matmul(t[0], t[1], &c)
     })
@@ -105,7 +134,7 @@ pub fn matmul(a: &MeshTensor, b: &MeshTensor, cfg: &MeshMatmulConfig) -> Result<
 macro_rules! binary_ops {
     ($($name:ident),*) => {$(
         pub fn $name(a: &MeshTensor, b: &MeshTensor, opts: &MeshOpOptions) -> Result<MeshTensor> {
-            per_chip_into(&[a, b], opts.output.as_ref(), |i, t| chip_ops::$name(t[0], t[1], &opts.for_chip(i)))
+            lockstep_op(&[a, b], opts, |t, o| chip_ops::$name(t[0], t[1], o))
         }
     )*};
 }
@@ -114,16 +143,14 @@ binary_ops!(add, sub, mul);
 macro_rules! unary_ops {
     ($($name:ident),*) => {$(
         pub fn $name(a: &MeshTensor, opts: &MeshOpOptions) -> Result<MeshTensor> {
-            per_chip_into(&[a], opts.output.as_ref(), |i, t| chip_ops::$name(t[0], &opts.for_chip(i)))
+            lockstep_op(&[a], opts, |t, o| chip_ops::$name(t[0], o))
         }
     )*};
 }
 unary_ops!(relu, gelu, silu, exp, reciprocal, sigmoid, tanh, softmax, copy);
 
 pub fn unary(op: Activation, a: &MeshTensor, opts: &MeshOpOptions) -> Result<MeshTensor> {
-    per_chip_into(&[a], opts.output.as_ref(), |i, t| {
-        chip_ops::unary(op, t[0], &opts.for_chip(i))
-    })
+    lockstep_op(&[a], opts, |t, o| chip_ops::unary(op, t[0], o))
 }
 
 pub fn rms_norm(
@@ -133,19 +160,17 @@ pub fn rms_norm(
     opts: &MeshOpOptions,
 ) -> Result<MeshTensor> {
     match gamma {
-        Some(g) => per_chip_into(&[a, g], opts.output.as_ref(), |i, t| {
-            chip_ops::rms_norm(t[0], Some(t[1]), epsilon, &opts.for_chip(i))
+        Some(g) => lockstep_op(&[a, g], opts, |t, o| {
+            chip_ops::rms_norm(t[0], Some(t[1]), epsilon, o)
         }),
-        None => per_chip_into(&[a], opts.output.as_ref(), |i, t| {
-            chip_ops::rms_norm(t[0], None, epsilon, &opts.for_chip(i))
+        None => lockstep_op(&[a], opts, |t, o| {
+            chip_ops::rms_norm(t[0], None, epsilon, o)
         }),
     }
 }
 
 pub fn typecast(a: &MeshTensor, dtype: DataType, opts: &MeshOpOptions) -> Result<MeshTensor> {
-    per_chip_into(&[a], opts.output.as_ref(), |i, t| {
-        chip_ops::typecast(t[0], dtype, &opts.for_chip(i))
-    })
+    lockstep_op(&[a], opts, |t, o| chip_ops::typecast(t[0], dtype, o))
 }
 
 pub fn to_memory_config(
@@ -153,15 +178,11 @@ pub fn to_memory_config(
     mc: &MemoryConfig,
     opts: &MeshOpOptions,
 ) -> Result<MeshTensor> {
-    per_chip_into(&[a], opts.output.as_ref(), |i, t| {
-        chip_ops::to_memory_config(t[0], mc, &opts.for_chip(i))
-    })
+    lockstep_op(&[a], opts, |t, o| chip_ops::to_memory_config(t[0], mc, o))
 }
 
 pub fn to_layout(a: &MeshTensor, layout: Layout, opts: &MeshOpOptions) -> Result<MeshTensor> {
-    per_chip_into(&[a], opts.output.as_ref(), |i, t| {
-        chip_ops::to_layout(t[0], layout, &opts.for_chip(i))
-    })
+    lockstep_op(&[a], opts, |t, o| chip_ops::to_layout(t[0], layout, o))
 }
 
 pub fn reshard(
@@ -170,8 +191,13 @@ pub fn reshard(
     output: Option<&MeshTensor>,
     cq: CqId,
 ) -> Result<MeshTensor> {
-    per_chip_into(&[a], output, |i, t| {
-        chip_ops::reshard(t[0], mc, output.map(|o| &o.shards[i]), cq)
+    let opts = MeshOpOptions {
+        output: output.cloned(),
+        cq,
+        ..Default::default()
+    };
+    lockstep_op(&[a], &opts, |t, o| {
+        chip_ops::reshard(t[0], mc, o.output.as_ref(), o.cq)
     })
 }
 

@@ -220,34 +220,20 @@ impl MeshTensor {
         let first = shards
             .first()
             .ok_or_else(|| invalid("mesh tensor", "no shards"))?;
-        let addr = first.buffer_address().map_err(on_chip(first.chip().id()))?;
-        for s in &shards {
-            let a = s.buffer_address().map_err(on_chip(s.chip().id()))?;
-            if a != addr {
-                return Err(invalid(
-                    "mesh tensor",
-                    format!(
-                        "{} sits at {a:#x} but chip {} has it at {addr:#x}: allocations diverged between chips; allocate and free mesh tensors only through the mesh",
-                        s.name(),
-                        first.chip().id()
-                    ),
-                ));
-            }
-        }
+        crate::lockstep::check_tensors(&format!("mesh tensor {}", first.spec()), &shards)?;
         Ok(MeshTensor {
             mesh: mesh.clone(),
             shards,
         })
     }
 
-    /// `allocate_tensor_on_device` on every chip: one spec per chip.
+    /// [`allocate_tensor_on_device`](crate::allocate_tensor_on_device).
     pub fn allocate(mesh: &MeshDevice, spec: &TensorSpec) -> Result<MeshTensor> {
-        let shards = mesh
-            .chips()
-            .iter()
-            .map(|c| Tensor::allocate(c, spec.clone()).map_err(on_chip(c.id())))
-            .collect::<Result<Vec<_>>>()?;
-        MeshTensor::from_shards(mesh, shards)
+        let shards = crate::lockstep::allocate("allocate_tensor_on_device", mesh.chips(), spec)?;
+        Ok(MeshTensor {
+            mesh: mesh.clone(),
+            shards,
+        })
     }
 
     /// Maps `host` over the mesh and writes every chip's part through `cq`.
@@ -266,7 +252,7 @@ impl MeshTensor {
         Ok(t)
     }
 
-    /// `copy_host_to_device_tensor` for a mesh tensor.
+    /// [`copy_host_to_device_tensor`](crate::copy_host_to_device_tensor) as a method.
     pub fn copy_from_host(
         &self,
         host: &HostTensor,
@@ -279,7 +265,7 @@ impl MeshTensor {
 
     fn write_parts(&self, parts: &[HostTensor], cq: CqId) -> Result<()> {
         for (s, p) in self.shards.iter().zip(parts) {
-            s.write_from_host(p, cq).map_err(on_chip(s.chip().id()))?;
+            s.copy_from_host(p, cq).map_err(on_chip(s.chip().id()))?;
         }
         Ok(())
     }
@@ -337,4 +323,21 @@ impl MeshTensor {
         }
         Ok(())
     }
+}
+
+/// TT-NN's `allocate_tensor_on_device` on a mesh: one tensor of `spec` per chip, all at one
+/// address.
+pub fn allocate_tensor_on_device(spec: &TensorSpec, mesh: &MeshDevice) -> Result<MeshTensor> {
+    MeshTensor::allocate(mesh, spec)
+}
+
+/// TT-NN's `copy_host_to_device_tensor` on a mesh: maps `host` over the mesh with `mapper` and
+/// writes every chip's part into `tensor` through `cq`.
+pub fn copy_host_to_device_tensor(
+    host: &HostTensor,
+    tensor: &MeshTensor,
+    mapper: &dyn MeshMapper,
+    cq: CqId,
+) -> Result<()> {
+    tensor.copy_from_host(host, mapper, cq)
 }

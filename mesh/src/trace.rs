@@ -4,10 +4,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
+use ttmesh_chip::device::TraceInfo;
 use ttmesh_chip::{ChipError, CqId, Event, TraceId};
 
 use crate::device::MeshDevice;
-use crate::error::{invalid, on_chip, MeshError, Result};
+use crate::error::{on_chip, MeshError, Result};
+use crate::lockstep::{self, Place};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MeshTraceId(pub u32);
@@ -144,18 +146,17 @@ impl ReplayTimes {
 impl MeshDevice {
     /// Starts capturing on every chip; every chip gets the same trace id.
     pub fn begin_trace_capture(&self, cq: CqId) -> Result<MeshTraceId> {
-        let mut id = None;
+        let mut places = Vec::with_capacity(self.chips().len());
         for c in self.chips() {
             let t = c.begin_trace_capture(cq).map_err(on_chip(c.id()))?;
-            match id {
-                None => id = Some(t),
-                Some(first) if first != t => {
-                    return Err(invalid("begin_trace_capture", format!("chip {} numbered the trace {} but chip 0 numbered it {}; capture traces only through the mesh", c.id(), t.0, first.0)))
-                }
-                _ => {}
-            }
+            places.push(Place {
+                chip: c.id(),
+                id: Some(t.0),
+                address: None,
+            });
         }
-        Ok(MeshTraceId(id.map(|t| t.0).unwrap_or(0)))
+        lockstep::check("begin_trace_capture", &places)?;
+        Ok(MeshTraceId(places.first().and_then(|p| p.id).unwrap_or(0)))
     }
 
     /// Ends the capture on every chip: sizes and writes each chip's trace; all land at one address.
@@ -175,21 +176,28 @@ impl MeshDevice {
             self.release_partial(tid);
             return Err(e);
         }
-        let addrs: Vec<(u32, u64)> = self
-            .chips()
+        lockstep::check("end_trace_capture", &self.trace_places(tid))
+    }
+
+    /// Each chip's view of trace `tid` (its address, size, replays), in mesh order; `None` on
+    /// a chip that does not hold it.
+    pub fn trace_info(&self, tid: MeshTraceId) -> Vec<Option<TraceInfo>> {
+        self.chips()
             .iter()
-            .filter_map(|c| c.trace_info(TraceId(tid.0)).map(|i| (c.id(), i.address)))
-            .collect();
-        if let Some((chip, a)) = addrs.iter().find(|(_, a)| *a != addrs[0].1) {
-            return Err(invalid(
-                "end_trace_capture",
-                format!(
-                    "trace {} is at {a:#x} on chip {chip} but {:#x} on chip {}",
-                    tid.0, addrs[0].1, addrs[0].0
-                ),
-            ));
-        }
-        Ok(())
+            .map(|c| c.trace_info(TraceId(tid.0)))
+            .collect()
+    }
+
+    /// Where every chip holds trace `tid` (one lookup per chip).
+    fn trace_places(&self, tid: MeshTraceId) -> Vec<Place> {
+        self.chips()
+            .iter()
+            .map(|c| Place {
+                chip: c.id(),
+                id: Some(tid.0),
+                address: c.trace_info(TraceId(tid.0)).map(|i| i.address),
+            })
+            .collect()
     }
 
     /// Releases the trace on the chips that have it (after a capture failed on others).
@@ -202,21 +210,17 @@ impl MeshDevice {
     }
 
     /// Replays the trace on every chip in lockstep: all chips start behind one barrier.
-    /// `blocking` waits until every chip has finished.
-    pub fn execute_trace(&self, tid: MeshTraceId, cq: CqId, blocking: bool) -> Result<()> {
+    /// `Blocking::Yes` waits until every chip has finished.
+    pub fn execute_trace(
+        &self,
+        tid: MeshTraceId,
+        cq: CqId,
+        blocking: impl Into<ttmesh_chip::tensor::Blocking>,
+    ) -> Result<()> {
         let chips = self.chips();
-        for c in chips {
-            if c.trace_info(TraceId(tid.0)).is_none() {
-                return Err(MeshError::Chip {
-                    chip: c.id(),
-                    source: ChipError::Trace(format!(
-                        "no trace tid {} on device {}; capture it first",
-                        tid.0,
-                        c.id()
-                    )),
-                });
-            }
-        }
+        // Checked before anything is queued, so no chip starts a replay the others cannot
+        // join. A trace no chip holds passes; the first chip's enqueue names it.
+        lockstep::check("execute_trace", &self.trace_places(tid))?;
         let barrier = Arc::new(StartBarrier::new(chips.len()));
         let times = Arc::new(ReplayTimes {
             start: Mutex::new(None),
@@ -253,7 +257,7 @@ impl MeshDevice {
         }
         self.inner.waker.wake(chips, cq);
         *self.inner.last_replay.lock() = Some(times);
-        if blocking {
+        if blocking.into() == ttmesh_chip::tensor::Blocking::Yes {
             self.finish(cq)?;
         }
         Ok(())

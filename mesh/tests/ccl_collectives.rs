@@ -477,7 +477,13 @@ fn chunk_order_must_be_a_permutation() {
             chunk_order: bad.clone(),
             ..Default::default()
         };
-        let e = ttmesh_ccl::all_gather(t.shards(), 3, &line, &fabric, &cfg, None)
+        let alloc = |ins: &[ttmesh_chip::tensor::Tensor], spec: &TensorSpec| {
+            ins.iter()
+                .map(|t| ttmesh_chip::tensor::Tensor::allocate(t.chip(), spec.clone()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.into())
+        };
+        let e = ttmesh_ccl::all_gather(t.shards(), 3, &line, &fabric, &cfg, None, &alloc)
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a permutation of 0..3"), "{bad:?}: {e}");

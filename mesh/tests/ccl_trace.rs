@@ -221,7 +221,7 @@ fn two_traces_interleaved() {
             .unwrap();
         let data: Vec<Vec<f32>> = parts.iter().map(|p| p.to_f32_vec()).collect();
         if round % 2 == 0 {
-            mesh.execute_trace(t1, CqId(0), false).unwrap();
+            mesh.execute_trace(t1, CqId(0), Blocking::No).unwrap();
             let want = reference(
                 &mesh,
                 Op::AllReduce,
@@ -234,7 +234,7 @@ fn two_traces_interleaved() {
             );
             assert_eq!(shards_f32(&a), want, "replay {round}");
         } else {
-            mesh.execute_trace(t2, CqId(0), false).unwrap();
+            mesh.execute_trace(t2, CqId(0), Blocking::No).unwrap();
             let want = reference(
                 &mesh,
                 Op::AllGather,
@@ -283,7 +283,7 @@ fn allocation_over_a_traced_intermediate_is_refused() {
     )
     .unwrap();
     let e = mesh
-        .execute_trace(tid, CqId(0), true)
+        .execute_trace(tid, CqId(0), Blocking::Yes)
         .unwrap_err()
         .to_string();
     let first = mesh.chips()[0].id();
@@ -295,6 +295,6 @@ fn allocation_over_a_traced_intermediate_is_refused() {
     );
     // Freeing the late buffer makes the replay safe again.
     late.deallocate(false).unwrap();
-    mesh.execute_trace(tid, CqId(0), true).unwrap();
+    mesh.execute_trace(tid, CqId(0), Blocking::Yes).unwrap();
     mesh.close().unwrap();
 }

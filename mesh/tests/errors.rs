@@ -94,7 +94,7 @@ fn trace_region_too_small_names_chip_and_size() {
 
     let (mesh, _keep, r) = capture(needed);
     let tid = r.unwrap_or_else(|e| panic!("reopened with {needed} B: {e}"));
-    mesh.execute_trace(tid, CqId(0), true).unwrap();
+    mesh.execute_trace(tid, CqId(0), Blocking::Yes).unwrap();
     mesh.close().unwrap();
 }
 
@@ -309,7 +309,7 @@ fn link_down_fails_on_every_chip_naming_the_link() {
 
 /// The brief's stronger goal: the one error synchronize_device returns names the link. Today
 /// the first chip in mesh order reports its finish timeout, which races (and beats) its
-/// kernel's own, more informative timeout; see the report for the MeshDevice change needed.
+/// kernel's own, more informative timeout.
 #[test]
 fn link_down_synchronize_error_names_the_link() {
     let (mesh, link, r, took) = all_gather_over_a_down_link();

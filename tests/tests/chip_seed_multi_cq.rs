@@ -29,7 +29,7 @@ fn cq1_writes_inputs_cq0_computes_and_reads() {
             // CQ 1 waits until CQ 0 has consumed the previous input, then overwrites it.
             chip.wait_for_event(CQ1, &op_event).unwrap();
             jitter.device(&chip, CQ1);
-            input_dram.write_from_host(&host_input(i), CQ1).unwrap();
+            input_dram.copy_from_host(&host_input(i), CQ1).unwrap();
             chip.record_event(CQ1, &write_event).unwrap();
             jitter.host();
             // CQ 0 waits for the write, runs the first op, then lets CQ 1 go on.
@@ -68,7 +68,7 @@ fn cq1_writes_and_reads_cq0_computes() {
         chip.record_event(CQ1, &read_event).unwrap();
         // Write the first input outside the loop.
         chip.wait_for_event(CQ1, &first_op_event).unwrap();
-        input_dram.write_from_host(&host_input(0), CQ1).unwrap();
+        input_dram.copy_from_host(&host_input(0), CQ1).unwrap();
         chip.record_event(CQ1, &write_event).unwrap();
         let mut outputs = Vec::new();
         for i in 0..ITERS {
@@ -87,7 +87,7 @@ fn cq1_writes_and_reads_cq0_computes() {
             // CQ 1: the next input as soon as the current one is consumed, then the read.
             chip.wait_for_event(CQ1, &first_op_event).unwrap();
             jitter.device(&chip, CQ1);
-            input_dram.write_from_host(&host_input(i + 1), CQ1).unwrap();
+            input_dram.copy_from_host(&host_input(i + 1), CQ1).unwrap();
             chip.record_event(CQ1, &write_event).unwrap();
             chip.wait_for_event(CQ1, &last_op_event).unwrap();
             // A slow read: CQ 0's next reshard must still wait for it.

@@ -7,6 +7,7 @@ mod chip_seed_common;
 
 use chip_seed_common::*;
 use ttmesh_chip::ops::{self, OpOptions};
+use ttmesh_chip::Blocking;
 use ttmesh_chip::{CqId, Layout, Tensor};
 
 const CQ0: CqId = CqId(0);
@@ -21,19 +22,19 @@ fn basic_trace_with_a_persistent_dram_input() {
     // Allocate our persistent input tensor.
     let input_dram = Tensor::allocate(&chip, input_spec(sharded_dram())).unwrap();
     // First run to compile the model.
-    input_dram.write_from_host(&host_input(0), CQ0).unwrap();
+    input_dram.copy_from_host(&host_input(0), CQ0).unwrap();
     let output = model.run(&to_l1(&input_dram), CQ0);
     model.check(0, &output.to_host(CQ0).unwrap());
     // Capture the trace of the model; keep its output tensor.
-    input_dram.write_from_host(&host_input(0), CQ0).unwrap();
+    input_dram.copy_from_host(&host_input(0), CQ0).unwrap();
     let tid = chip.begin_trace_capture(CQ0).unwrap();
     let output = model.run(&to_l1(&input_dram), CQ0);
     chip.end_trace_capture(tid, CQ0).unwrap();
     // Execute the trace with a new input each time; reads are non-blocking.
     let mut outputs = Vec::new();
     for i in 1..=ITERS {
-        input_dram.write_from_host(&host_input(i), CQ0).unwrap();
-        chip.execute_trace(tid, CQ0, false).unwrap();
+        input_dram.copy_from_host(&host_input(i), CQ0).unwrap();
+        chip.execute_trace(tid, CQ0, Blocking::No).unwrap();
         outputs.push(output.to_host_async(CQ0).unwrap());
     }
     chip.synchronize().unwrap();
@@ -67,8 +68,8 @@ fn l1_input_trace_reallocates_the_input_at_the_captured_address() {
     chip.end_trace_capture(tid, CQ0).unwrap();
     let mut outputs = Vec::new();
     for i in 1..=ITERS {
-        input_l1.write_from_host(&host_input(i), CQ0).unwrap();
-        chip.execute_trace(tid, CQ0, false).unwrap();
+        input_l1.copy_from_host(&host_input(i), CQ0).unwrap();
+        chip.execute_trace(tid, CQ0, Blocking::No).unwrap();
         outputs.push(output.to_host_async(CQ0).unwrap());
     }
     chip.synchronize().unwrap();
@@ -85,7 +86,7 @@ fn trace_region_size_from_the_error() {
         let chip = open(region, 1);
         let model = Model::new(&chip);
         let input_dram = Tensor::allocate(&chip, input_spec(sharded_dram())).unwrap();
-        input_dram.write_from_host(&host_input(0), CQ0).unwrap();
+        input_dram.copy_from_host(&host_input(0), CQ0).unwrap();
         let run = |x: &Tensor| {
             let l1 = ops::to_memory_config(x, &sharded_l1(), &OpOptions::default()).unwrap();
             model.run(&l1, CQ0)
@@ -94,8 +95,8 @@ fn trace_region_size_from_the_error() {
         let tid = chip.begin_trace_capture(CQ0).unwrap();
         let output = run(&input_dram);
         chip.end_trace_capture(tid, CQ0).map(|_| {
-            input_dram.write_from_host(&host_input(7), CQ0).unwrap();
-            chip.execute_trace(tid, CQ0, true).unwrap();
+            input_dram.copy_from_host(&host_input(7), CQ0).unwrap();
+            chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap();
             model.check(7, &output.to_host(CQ0).unwrap());
         })
     };

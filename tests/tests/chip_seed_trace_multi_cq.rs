@@ -8,6 +8,7 @@ mod chip_seed_common;
 
 use chip_seed_common::*;
 use std::sync::Arc;
+use ttmesh_chip::Blocking;
 
 use ttmesh_chip::ops::{self, OpOptions};
 use ttmesh_chip::{Chip, CqId, Event, Tensor, TraceId};
@@ -19,7 +20,7 @@ const ITERS: u64 = 40;
 /// CQ 1: wait until CQ 0 consumed the input, write input `i`, signal.
 fn write_input(chip: &Chip, input_dram: &Tensor, i: u64, op_event: &Event, write_event: &Event) {
     chip.wait_for_event(CQ1, op_event).unwrap();
-    input_dram.write_from_host(&host_input(i), CQ1).unwrap();
+    input_dram.copy_from_host(&host_input(i), CQ1).unwrap();
     chip.record_event(CQ1, write_event).unwrap();
 }
 
@@ -79,7 +80,7 @@ fn trace_with_cq1_writing_inputs() {
             // Write the trace's input in place, at the captured address.
             ops::reshard(&input_dram, &sharded_l1(), Some(&input_l1), CQ0).unwrap();
             chip.record_event(CQ0, &op_event).unwrap();
-            chip.execute_trace(tid, CQ0, false).unwrap();
+            chip.execute_trace(tid, CQ0, Blocking::No).unwrap();
             outputs.push(output.to_host_async(CQ0).unwrap());
             jitter.host();
         }
@@ -127,7 +128,7 @@ fn trace_with_cq1_writing_inputs_and_reading_outputs() {
             jitter.device(&chip, CQ0);
             ops::reshard(&input_dram, &sharded_l1(), Some(&input_l1), CQ0).unwrap();
             chip.record_event(CQ0, &first_op_event).unwrap();
-            chip.execute_trace(tid, CQ0, false).unwrap();
+            chip.execute_trace(tid, CQ0, Blocking::No).unwrap();
             // The persistent output is overwritten only after CQ 1 read the previous one.
             chip.wait_for_event(CQ0, &read_event).unwrap();
             ops::reshard(&output, &output_sharded_dram(), Some(&output_dram), CQ0).unwrap();

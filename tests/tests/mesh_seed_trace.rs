@@ -90,7 +90,7 @@ fn seed_multi_chip_trace_matmul_all_reduce_blocking() {
     for (i, xh) in xs.iter().enumerate() {
         x.copy_from_host(xh, &ShardTensorToMesh(3), CqId(0))
             .unwrap();
-        mesh.execute_trace(tid, CqId(0), true).unwrap();
+        mesh.execute_trace(tid, CqId(0), Blocking::Yes).unwrap();
         let want = host_matmul(xh, &w_host);
         let shards = reduced.to_host_shards(CqId(0)).unwrap();
         for (c, s) in shards.iter().enumerate() {

@@ -46,6 +46,8 @@
 //! Every error names the source (file path or built-in name), the line and the fix:
 //! `t3k-custom.toml:42: port 3 of chip 5 is used by two links (also at line 17); ...`.
 
+#![forbid(unsafe_code)]
+
 mod error;
 pub mod generate;
 mod graph;

@@ -133,7 +133,7 @@ pub(crate) struct ChipShared {
 }
 
 impl ChipShared {
-    pub(crate) fn record_launch(&self, _p: &Program, elapsed: Duration) {
+    pub(crate) fn record_launch(&self, elapsed: Duration) {
         self.launches.fetch_add(1, Ordering::Relaxed);
         self.kernel_ns
             .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
@@ -260,6 +260,8 @@ pub struct Chip {
     captures: Vec<Mutex<Option<Capture>>>,
     closed: AtomicBool,
     usage: Arc<UsageCounters>,
+    /// Launches enqueued through `ops::launch` (traced ones included, replays not).
+    enqueued_launches: AtomicU64,
 }
 
 thread_local! {
@@ -325,6 +327,7 @@ impl Chip {
             captures,
             closed: AtomicBool::new(false),
             usage,
+            enqueued_launches: AtomicU64::new(0),
         }))
     }
 
@@ -358,6 +361,12 @@ impl Chip {
             launches: self.shared.launches.load(Ordering::Relaxed),
             kernel_ns: self.shared.kernel_ns.load(Ordering::Relaxed),
         }
+    }
+
+    /// Program launches enqueued on this chip (through `ops::launch`, the one way an op reaches
+    /// a queue), counted on the host; a trace replay adds none.
+    pub fn enqueued_launches(&self) -> u64 {
+        self.enqueued_launches.load(Ordering::Relaxed)
     }
 
     fn check_open(&self) -> Result<()> {
@@ -502,8 +511,8 @@ impl Chip {
         }
     }
 
-    /// Enqueues a program launch: the op layer's single entry point into the queues.
-    pub fn enqueue_program(
+    /// Enqueues a program launch; ops reach it only through `ops::launch`.
+    pub(crate) fn enqueue_program(
         &self,
         cq: CqId,
         program: &Program,
@@ -535,7 +544,9 @@ impl Chip {
                 })
                 .collect()
         };
-        self.submit_recorded(cq, e.bytes, true, refs)
+        self.submit_recorded(cq, e.bytes, true, refs)?;
+        self.enqueued_launches.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     fn forbid_capture(&self, cq: CqId, what: &str) -> Result<()> {

@@ -433,7 +433,7 @@ impl Dispatcher {
                 self.running = Some(p.clone());
                 let result = p.kernel.execute(&ctx, &self.launch.addresses);
                 self.running = None;
-                shared.record_launch(&p, started.elapsed());
+                shared.record_launch(started.elapsed());
                 result?;
             }
             Record::Stall => {}
@@ -608,7 +608,9 @@ impl Dispatcher {
     }
 }
 
-/// How long host-side waits may take: TTMESH_OPERATION_TIMEOUT_SECONDS, default 60 s.
+/// How long any wait may take (host waits, kernels' fabric waits, lockstep barriers): the
+/// seconds in `TTMESH_OPERATION_TIMEOUT_SECONDS` (a positive number, fractions allowed), else
+/// 60 s. The one place the variable is read; a mesh hands the same timeout to its fabric.
 pub fn default_operation_timeout() -> Duration {
     std::env::var("TTMESH_OPERATION_TIMEOUT_SECONDS")
         .ok()

@@ -283,10 +283,15 @@ impl Chip {
         ))
     }
 
-    /// Replays a trace with one EXEC_BUF command; `blocking` waits for it to finish.
-    pub fn execute_trace(&self, tid: TraceId, cq: CqId, blocking: bool) -> Result<()> {
+    /// Replays a trace with one EXEC_BUF command; `Blocking::Yes` waits for it to finish.
+    pub fn execute_trace(
+        &self,
+        tid: TraceId,
+        cq: CqId,
+        blocking: impl Into<crate::tensor::Blocking>,
+    ) -> Result<()> {
         self.enqueue_trace(tid, cq)?;
-        if blocking {
+        if blocking.into() == crate::tensor::Blocking::Yes {
             self.finish(cq)?;
         }
         Ok(())

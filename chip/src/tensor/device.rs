@@ -40,7 +40,7 @@ impl std::fmt::Debug for Tensor {
     }
 }
 
-/// Whether a host call waits for the device.
+/// Whether a host call waits for the device (TT-NN's `blocking`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Blocking {
     #[default]
@@ -48,8 +48,30 @@ pub enum Blocking {
     No,
 }
 
+/// `true` is `Blocking::Yes`, as in TT-NN's `blocking=True`.
+impl From<bool> for Blocking {
+    fn from(blocking: bool) -> Blocking {
+        if blocking {
+            Blocking::Yes
+        } else {
+            Blocking::No
+        }
+    }
+}
+
+/// TT-NN's `allocate_tensor_on_device`: a tensor of `spec` on `chip` whose contents are
+/// whatever the memory holds.
+pub fn allocate_tensor_on_device(spec: &TensorSpec, chip: &Arc<Chip>) -> Result<Tensor> {
+    Tensor::allocate(chip, spec.clone())
+}
+
+/// TT-NN's `copy_host_to_device_tensor`: writes `host` into `tensor` through `cq`.
+pub fn copy_host_to_device_tensor(host: &HostTensor, tensor: &Tensor, cq: CqId) -> Result<()> {
+    tensor.copy_from_host(host, cq)
+}
+
 impl Tensor {
-    /// `allocate_tensor_on_device`: a tensor whose contents are whatever the memory holds.
+    /// [`allocate_tensor_on_device`], taking the spec by value.
     pub fn allocate(chip: &Arc<Chip>, spec: TensorSpec) -> Result<Tensor> {
         let req = spec
             .allocation_request(chip.arch())
@@ -75,7 +97,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         let spec = TensorSpec::new(host.shape.clone(), host.dtype, layout, memory_config);
         let t = Tensor::allocate(chip, spec)?;
-        t.write_from_host(host, cq)?;
+        t.copy_from_host(host, cq)?;
         Ok(t)
     }
 
@@ -165,8 +187,8 @@ impl Tensor {
         Ok((pages, locs))
     }
 
-    /// `copy_host_to_device_tensor`: writes `host` into this tensor through `cq`.
-    pub fn write_from_host(&self, host: &HostTensor, cq: CqId) -> Result<()> {
+    /// [`copy_host_to_device_tensor`] as a method (the same name as on a mesh tensor).
+    pub fn copy_from_host(&self, host: &HostTensor, cq: CqId) -> Result<()> {
         let spec = &self.inner.spec;
         if host.shape != spec.shape || host.dtype != spec.dtype {
             return Err(ChipError::ShapeMismatch {
@@ -188,6 +210,12 @@ impl Tensor {
             &locs,
             &bytes,
         )
+    }
+
+    /// The older name of [`Tensor::copy_from_host`].
+    #[doc(hidden)]
+    pub fn write_from_host(&self, host: &HostTensor, cq: CqId) -> Result<()> {
+        self.copy_from_host(host, cq)
     }
 
     /// Reads the tensor back. `Blocking::No` returns a pending read: its data is valid once the

@@ -5,7 +5,9 @@ mod host;
 mod shard_config;
 mod spec;
 
-pub use device::{Blocking, PendingTensorRead, Tensor};
+pub use device::{
+    allocate_tensor_on_device, copy_host_to_device_tensor, Blocking, PendingTensorRead, Tensor,
+};
 pub use host::{decode_floats, decode_pages, encode_pages, HostData, HostTensor};
 pub use shard_config::{create_sharded_memory_config, CoreGrid, ShardCores, ShardStrategy};
 pub use spec::{

@@ -25,12 +25,9 @@ impl LogMemory {
 }
 
 impl ChipMemory for LogMemory {
-    fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), String> {
+    fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), ttmesh_fabric::MemoryError> {
         if dest.addr >= 1 << 40 {
-            return Err(format!(
-                "address {:#x} is past the end of the bank",
-                dest.addr
-            ));
+            return Err(format!("address {:#x} is past the end of the bank", dest.addr).into());
         }
         let mut b = self.bytes.lock();
         for (i, &v) in data.iter().enumerate() {

@@ -3,12 +3,12 @@
 //! noisy machine skews both sides alike. Goal: 1 MiB between neighbours at least 0.5x memcpy
 //! of 1 MiB buffers.
 
-use crate::testing::MapMemory;
-use crate::{ChipMemory, Fabric, FabricConfig, FabricSender, FabricSpec, NocAddr};
 use std::fmt::Write;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use ttmesh_fabric::testing::MapMemory;
+use ttmesh_fabric::{ChipMemory, Fabric, FabricConfig, FabricSender, FabricSpec, NocAddr};
 
 const MIB: usize = 1 << 20;
 
@@ -49,7 +49,7 @@ struct Case {
 }
 
 const AT: NocAddr = NocAddr {
-    space: crate::MemSpace::Dram,
+    space: ttmesh_fabric::MemSpace::Dram,
     bank: 0,
     addr: 0,
 };

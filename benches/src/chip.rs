@@ -1,6 +1,6 @@
-//! Benchmarks of one chip, printed side by side with their goals (issues 2 and 3). They measure
+//! Benchmarks of one chip, printed side by side with their goals. They measure
 //! host wall time, so figures are noisy: nothing here asserts on speed. `quick` keeps each run
-//! to a few seconds (the CI smoke test); the full run uses the issue's sizes.
+//! to a few seconds (the CI smoke test); the full run uses the goals' sizes.
 //!
 //! `chip_bench`: matmul on device tensors vs a bare `matrixmultiply::sgemm`, and allocator
 //! allocate+free pairs with 1,000 live buffers.
@@ -11,13 +11,15 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::allocator::{AllocationRequest, Allocator, AllocatorConfig, BufferType, Placement};
-use crate::arch::ArchSpec;
-use crate::device::{Chip, ChipConfig, CqId, TraceId};
-use crate::error::Result;
-use crate::ops::{self, MatmulConfig, OpOptions};
-use crate::program::{program_key, Access, CoreSplit, Kernel, KernelContext, OperandInfo, Program};
-use crate::tensor::{DataType, HostTensor, Layout, MemoryConfig, Tensor};
+use ttmesh_chip::allocator::{
+    AllocationRequest, Allocator, AllocatorConfig, BufferType, Placement,
+};
+use ttmesh_chip::arch::ArchSpec;
+use ttmesh_chip::device::{Chip, ChipConfig, CqId, TraceId};
+use ttmesh_chip::error::Result;
+use ttmesh_chip::ops::{self, launch, Launch, LaunchSplit, MatmulConfig, OpOptions};
+use ttmesh_chip::program::{program_key, Access, CoreSplit, Kernel, KernelContext};
+use ttmesh_chip::tensor::{Blocking, DataType, HostTensor, Layout, MemoryConfig, Tensor};
 
 /// Deterministic pseudo-random numbers (xorshift64*), so runs compare.
 struct Rng(u64);
@@ -171,27 +173,9 @@ fn median(v: &mut [Duration]) -> Duration {
         .max(Duration::from_nanos(1))
 }
 
+/// The bare sgemm the chip's matmul kernel calls (through its one safe wrapper).
 fn sgemm(a: &[f32], b: &[f32], n: usize, c: &mut [f32]) {
-    assert!(a.len() == n * n && b.len() == n * n && c.len() == n * n);
-    // SAFETY: three dense n x n row-major matrices, lengths asserted above; beta = 0.
-    unsafe {
-        matrixmultiply::sgemm(
-            n,
-            n,
-            n,
-            1.0,
-            a.as_ptr(),
-            n as isize,
-            1,
-            b.as_ptr(),
-            n as isize,
-            1,
-            0.0,
-            c.as_mut_ptr(),
-            n as isize,
-            1,
-        );
-    }
+    ttmesh_chip::compute::matmul(a, b, 1, 1, n, n, n, c).expect("square operands of one size");
 }
 
 /// Pairs per second: the bare allocator, and the chip's allocate/deallocate (which also emit
@@ -342,7 +326,7 @@ fn trace_bench_into(quick: bool, out: &mut String) -> Result<()> {
         for _ in 0..reps {
             drop(Tensor::allocate(&chip, x.spec().clone())?);
             let s = Instant::now();
-            chip.execute_trace(tid, cq, false)?;
+            chip.execute_trace(tid, cq, Blocking::No)?;
             full += s.elapsed();
         }
         Ok(full / reps as u32)
@@ -369,7 +353,7 @@ fn trace_bench_into(quick: bool, out: &mut String) -> Result<()> {
         for _ in 0..reps {
             drop(Tensor::allocate(&chip, x.spec().clone())?);
             let s = Instant::now();
-            chip.execute_trace(tid, cq, false)?;
+            chip.execute_trace(tid, cq, Blocking::No)?;
             times.push(s.elapsed());
         }
         Ok(median(&mut times))
@@ -406,7 +390,7 @@ fn capture(chip: &Arc<Chip>, x: &Tensor, n: usize) -> Result<(TraceId, Tensor)> 
     let tid = chip.begin_trace_capture(CqId(0))?;
     let y = run_chain(x, n)?;
     chip.end_trace_capture(tid, CqId(0))?;
-    chip.execute_trace(tid, CqId(0), true)?;
+    chip.execute_trace(tid, CqId(0), Blocking::Yes)?;
     Ok((tid, y))
 }
 
@@ -417,7 +401,7 @@ fn exec_host_time(chip: &Arc<Chip>, tid: TraceId, reps: usize) -> Result<Duratio
         let mut times = Vec::with_capacity(reps);
         for _ in 0..reps {
             let t = Instant::now();
-            chip.execute_trace(tid, CqId(0), false)?;
+            chip.execute_trace(tid, CqId(0), Blocking::No)?;
             times.push(t.elapsed());
         }
         Ok(median(&mut times))
@@ -431,7 +415,7 @@ fn exec_from_idle(chip: &Arc<Chip>, tid: TraceId, reps: usize) -> Result<Duratio
         chip.finish(CqId(0))?;
         std::thread::sleep(Duration::from_millis(1));
         let t = Instant::now();
-        chip.execute_trace(tid, CqId(0), false)?;
+        chip.execute_trace(tid, CqId(0), Blocking::No)?;
         times.push(t.elapsed());
     }
     chip.finish(CqId(0))?;
@@ -441,49 +425,32 @@ fn exec_from_idle(chip: &Arc<Chip>, tid: TraceId, reps: usize) -> Result<Duratio
 /// Replays a trace of `n` no-op launches over 64 cores; returns ns per record and per launch.
 fn bench_replay(chip: &Arc<Chip>, x: &Tensor, n: usize) -> Result<(f64, f64)> {
     let cq = CqId(0);
-    let alloc = x.allocation("benchmarked")?;
-    let program = chip.program_cache().get_or_compile(
-        program_key(&"bench-noop"),
-        true,
-        || "noop".into(),
-        || {
-            let operands = vec![
-                OperandInfo {
-                    buffer_type: BufferType::L1,
-                    access: Access::Read,
-                    per_bank_size: alloc.per_bank_size,
-                },
-                OperandInfo {
-                    buffer_type: BufferType::L1,
-                    access: Access::Write,
-                    per_bank_size: alloc.per_bank_size,
-                },
-            ];
-            Ok(Program::new(
-                Arc::new(NoopKernel),
-                operands,
-                CoreSplit {
-                    cores: 64,
-                    units_per_core: 1,
-                    args_per_core: 6,
-                },
-                Vec::new(),
-            ))
-        },
-    )?;
-    let addrs = [alloc.address as u32, alloc.address as u32];
-    let ids = [alloc.id, alloc.id];
+    let operands = [(x, Access::Read), (x, Access::Write)];
+    let noop = Launch {
+        name: "Noop",
+        key: program_key(&"bench-noop"),
+        operands: &operands,
+        split: LaunchSplit::Cores(CoreSplit {
+            cores: 64,
+            units_per_core: 1,
+            args_per_core: 6,
+        }),
+        cq,
+    };
+    let run = || launch(&noop, || "noop".into(), || Ok(Arc::new(NoopKernel)));
+    run()?; // compiles: a capture may only hit the program cache
+    chip.finish(cq)?;
     let tid = chip.begin_trace_capture(cq)?;
     for _ in 0..n {
-        chip.enqueue_program(cq, &program, &addrs, &ids)?;
+        run()?;
     }
     chip.end_trace_capture(tid, cq)?;
-    chip.execute_trace(tid, cq, true)?; // warm
+    chip.execute_trace(tid, cq, Blocking::Yes)?; // warm
     let reps = 5;
     let mut best = f64::MAX;
     for _ in 0..reps {
         let before = chip.dispatch_stats();
-        chip.execute_trace(tid, cq, true)?;
+        chip.execute_trace(tid, cq, Blocking::Yes)?;
         let after = chip.dispatch_stats();
         let (records, wall) = chip.last_replay(tid).unwrap_or((1, Duration::ZERO));
         let kernels = after.kernel_ns - before.kernel_ns;

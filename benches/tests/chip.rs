@@ -1,8 +1,8 @@
 //! The benchmarks as tests: quick mode runs in CI as a smoke test (it asserts only that every
 //! figure was produced, never on speed); the full run is ignored by default.
-//! Full: `cargo test -p ttmesh-chip --release --test bench -- --ignored --nocapture`
+//! Full: `cargo test -p ttmesh-benches --release --test chip -- --ignored --nocapture`
 
-use ttmesh_chip::bench::{chip_bench, trace_bench};
+use ttmesh_benches::chip::{chip_bench, trace_bench};
 
 #[test]
 fn quick_benchmarks_produce_every_figure() {
