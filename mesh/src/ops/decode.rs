@@ -6,7 +6,7 @@
 
 use ttmesh_chip::ops as chip_ops;
 
-use super::{per_chip_into, MeshOpOptions};
+use super::{lockstep_op, per_chip, MeshOpOptions};
 use crate::error::{invalid, Result};
 use crate::tensor::MeshTensor;
 
@@ -17,8 +17,8 @@ pub fn embedding(
     weight: &MeshTensor,
     opts: &MeshOpOptions,
 ) -> Result<MeshTensor> {
-    per_chip_into(&[ids, weight], opts.output.as_ref(), |i, t| {
-        chip_ops::embedding(t[0], t[1], &opts.for_chip(i))
+    lockstep_op(&[ids, weight], opts, |t, o| {
+        chip_ops::embedding(t[0], t[1], o)
     })
 }
 
@@ -32,11 +32,9 @@ pub fn rotary_embedding(
     positions: &MeshTensor,
     opts: &MeshOpOptions,
 ) -> Result<MeshTensor> {
-    per_chip_into(
-        &[x, cos_cache, sin_cache, positions],
-        opts.output.as_ref(),
-        |i, t| chip_ops::rotary_embedding(t[0], t[1], t[2], t[3], &opts.for_chip(i)),
-    )
+    lockstep_op(&[x, cos_cache, sin_cache, positions], opts, |t, o| {
+        chip_ops::rotary_embedding(t[0], t[1], t[2], t[3], o)
+    })
 }
 
 /// `update_cache(cache, new, positions)`, in place on every chip: cache
@@ -54,7 +52,8 @@ pub fn update_cache(
             "it writes into the cache in place; pass MeshOpOptions with only cq set",
         ));
     }
-    per_chip_into(&[cache, new, positions], None, |i, t| {
+    // In place: each chip runs the op itself (a recorded launch would allocate an output).
+    per_chip(&[cache, new, positions], |i, t| {
         chip_ops::update_cache(t[0], t[1], t[2], &opts.for_chip(i))?;
         Ok(t[0].clone())
     })?;
@@ -72,26 +71,13 @@ pub fn scaled_dot_product_attention_decode(
     scale: f32,
     opts: &MeshOpOptions,
 ) -> Result<MeshTensor> {
-    per_chip_into(
-        &[q, k_cache, v_cache, positions],
-        opts.output.as_ref(),
-        |i, t| {
-            chip_ops::scaled_dot_product_attention_decode(
-                t[0],
-                t[1],
-                t[2],
-                t[3],
-                scale,
-                &opts.for_chip(i),
-            )
-        },
-    )
+    lockstep_op(&[q, k_cache, v_cache, positions], opts, |t, o| {
+        chip_ops::scaled_dot_product_attention_decode(t[0], t[1], t[2], t[3], scale, o)
+    })
 }
 
 /// `argmax(x, dim = -1)`: x `[..., vocab]` float -> UINT32 ROW_MAJOR `[...]` (ties to the lowest
 /// index). See [`chip_ops::argmax`].
 pub fn argmax(x: &MeshTensor, dim: i64, opts: &MeshOpOptions) -> Result<MeshTensor> {
-    per_chip_into(&[x], opts.output.as_ref(), |i, t| {
-        chip_ops::argmax(t[0], dim, &opts.for_chip(i))
-    })
+    lockstep_op(&[x], opts, |t, o| chip_ops::argmax(t[0], dim, o))
 }
