@@ -1,6 +1,7 @@
 //! The `ttmesh` command line: parses arguments and prints; the work is in the library crates.
 
 mod bench;
+mod limits;
 mod run;
 
 use std::process::ExitCode;
