@@ -28,7 +28,7 @@ pub fn check_flags(args: &RunArgs) -> Result<(), String> {
             args.hold
         ));
     }
-    if args.hidden == 0 || args.hidden % 32 != 0 {
+    if args.hidden == 0 || !args.hidden.is_multiple_of(32) {
         return Err(format!(
             "--hidden {}: must be a positive multiple of 32 (the tile width)",
             args.hidden
@@ -76,7 +76,7 @@ fn host_available() -> Option<f64> {
 pub fn check_fits(args: &RunArgs, chips: usize, dram_per_chip: u64) -> Result<(), String> {
     let (t, h, f) = (args.tokens, args.hidden, args.ffn);
     let step = 32 * chips;
-    if f == 0 || f % step != 0 {
+    if f == 0 || !f.is_multiple_of(step) {
         return Err(format!(
             "--ffn {f}: must split into slices of a multiple of 32 over {chips} chips: a positive multiple of {step}"
         ));
