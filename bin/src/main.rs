@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod limits;
 mod run;
 
 use std::process::ExitCode;

@@ -22,7 +22,7 @@ pub struct RunArgs {
     /// Bytes per chip reserved for traces.
     #[arg(long, default_value_t = 10_000_000)]
     pub trace_region_size: u64,
-    /// Replays of the captured block.
+    /// Iterations of the block, untraced and replayed (1 to 1000000).
     #[arg(long, default_value_t = 20)]
     pub iters: usize,
     /// Run the block untraced only.
@@ -68,6 +68,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         "1d-ring" => FabricConfig::Fabric1DRing,
         other => return Err(format!("unknown --fabric '{other}': use 1d or 1d-ring")),
     };
+    crate::limits::check_flags(args)?;
     let config = MeshConfig {
         topology: args.mesh.clone(),
         trace_region_size: args.trace_region_size,
@@ -77,11 +78,10 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let mesh = MeshDevice::open(config).map_err(|e| e.to_string())?;
     let n = mesh.num_devices();
     let (t, h, f) = (args.tokens, args.hidden, args.ffn);
-    if f % (32 * n) != 0 || h % 32 != 0 || t == 0 {
-        return Err(format!(
-            "--ffn {f} must split into slices of a multiple of 32 over {n} chips (a multiple of {}), and --hidden {h} must be a multiple of 32",
-            32 * n
-        ));
+    let dram_per_chip = mesh.reports().iter().map(|c| c.dram_capacity).min();
+    if let Err(e) = crate::limits::check_fits(args, n, dram_per_chip.unwrap_or(0)) {
+        let _ = mesh.close();
+        return Err(e);
     }
     let result = run_on(&mesh, args, t, h, f);
     let closed = mesh.close().map_err(|e| e.to_string());
@@ -144,7 +144,7 @@ fn run_on(
     };
 
     // Untraced: the first iteration compiles every program; later ones hit the program cache.
-    let iters = args.iters.max(1);
+    let iters = args.iters;
     let mut untraced_host = Vec::with_capacity(iters);
     let wall = Instant::now();
     for i in 0..iters {

@@ -131,3 +131,67 @@ fn bad_flags_fail_with_a_message() {
         assert!(stderr.contains(expect), "{args:?}: {stderr}");
     }
 }
+
+/// `ttmesh run` with `args` is refused with exit code 1 or 2 (never a panic's 101 or an
+/// abort's 134) and a message holding every one of `words`.
+fn refused(args: &[&str], words: &[&str]) {
+    let mut full = vec!["run"];
+    full.extend_from_slice(args);
+    let out = ttmesh(&full);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let code = out.status.code();
+    assert!(
+        matches!(code, Some(1) | Some(2)),
+        "ttmesh {full:?} exited with {:?}: {stderr}",
+        out.status
+    );
+    for w in words {
+        assert!(stderr.contains(w), "ttmesh {full:?}: no '{w}' in: {stderr}");
+    }
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn sizes_that_cannot_fit_are_refused_with_the_memory_they_need() {
+    refused(
+        &["--hidden", "100000", "--ffn", "409600"],
+        // Which of the two is blamed depends on the host's free memory.
+        &[
+            "--hidden 100000 --ffn 409600",
+            "of DRAM per chip (a chip has",
+            "of host memory",
+            "is too large",
+            "at most --",
+        ],
+    );
+    for (flag, value) in [
+        ("--tokens", "18446744073709551615"),
+        ("--tokens", "1099511627776"),
+        ("--ffn", "1099511627776"),
+        ("--hidden", "18446744073709551584"),
+    ] {
+        refused(
+            &[flag, value],
+            &[&format!("{flag} {value} is too large"), "at most"],
+        );
+    }
+    refused(
+        &["--hidden", "18446744073709551615"],
+        &["--hidden 18446744073709551615", "multiple of 32"],
+    );
+}
+
+#[test]
+fn counts_and_durations_out_of_range_are_refused_naming_the_flag() {
+    refused(&["--tokens", "0"], &["--tokens 0", "at least 1 token"]);
+    refused(&["--iters", "0"], &["--iters 0", "1 to 1000000"]);
+    refused(
+        &["--iters", "18446744073709551615"],
+        &["--iters 18446744073709551615", "1 to 1000000"],
+    );
+    for hold in ["inf", "1e20", "NaN"] {
+        refused(&["--hold", hold], &["--hold", "0 to 86400"]);
+    }
+    refused(&["--ffn", "0"], &["--ffn 0", "multiple of 256"]);
+    refused(&["--hidden", "0"], &["--hidden 0", "multiple of 32"]);
+}

@@ -1,6 +1,6 @@
 //! The collective kernels: what one chip does inside all_gather and reduce_scatter.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ttmesh_chip::allocator::MemSpace;
@@ -60,7 +60,9 @@ pub(crate) struct CollectiveKernel {
     input: TensorSpec,
     output: TensorSpec,
     scratch: TensorSpec,
-    fabric: Arc<Fabric>,
+    /// Weak: the kernel sits in its chip's program cache, and the fabric holds the chips'
+    /// memories, so a strong reference would keep a closed mesh alive.
+    fabric: Weak<Fabric>,
 }
 
 impl CollectiveKernel {
@@ -87,7 +89,7 @@ impl CollectiveKernel {
             input,
             output,
             scratch,
-            fabric,
+            fabric: Arc::downgrade(&fabric),
         }
     }
 }
@@ -102,6 +104,7 @@ struct Run<'a> {
     slots: TensorPages,
     /// One sender per parallel link.
     senders: Vec<FabricSender>,
+    fabric: &'a Fabric,
     timeout: Duration,
 }
 
@@ -112,6 +115,13 @@ fn fab(ctx: &KernelContext, what: &str, e: FabricError) -> ChipError {
         chip: ctx.chip,
         source: ForeignError::new(e),
     }
+}
+
+/// Fails the collective on every chip: the fabric refuses new work naming `cause` until it
+/// is reset, so the other chips end now and nothing reuses the half-used semaphores.
+fn abort(fabric: &Fabric, ctx: &KernelContext, what: &str, cause: FabricError) -> ChipError {
+    fabric.abort(ctx.chip, cause.clone());
+    fab(ctx, what, cause)
 }
 
 impl<'a> Run<'a> {
@@ -127,6 +137,10 @@ impl<'a> Run<'a> {
         NocAddr::dram(bank, addr)
     }
 
+    fn fail(&self, e: FabricError) -> ChipError {
+        abort(self.fabric, self.ctx, self.name(), e)
+    }
+
     fn send(&self, to: u32, slot: usize, data: &[u8]) -> Result<(), ChipError> {
         self.senders[slot % self.senders.len()]
             .write_and_inc(
@@ -136,14 +150,13 @@ impl<'a> Run<'a> {
                 SEM_SLOT_BASE + slot as u32,
                 1,
             )
-            .map_err(|e| fab(self.ctx, self.name(), e))
+            .map_err(|e| self.fail(e))
     }
 
     fn wait_slot(&self, slot: usize) -> Result<(), ChipError> {
-        self.k
-            .fabric
+        self.fabric
             .wait_semaphore(self.me, SEM_SLOT_BASE + slot as u32, 1, self.timeout)
-            .map_err(|e| fab(self.ctx, self.name(), e))
+            .map_err(|e| self.fail(e))
     }
 
     fn read_slot(&self, slot: usize, len: usize) -> Result<Vec<u8>, ChipError> {
@@ -164,7 +177,7 @@ impl<'a> Run<'a> {
         let inc = |to: u32, sem: u32| {
             self.senders[0]
                 .atomic_inc(to, sem, 1)
-                .map_err(|e| fab(self.ctx, self.name(), e))
+                .map_err(|e| self.fail(e))
         };
         // Who writes into me: the left neighbour if it writes right, the right one if it writes left.
         let ring = self.k.topology == Topology::Ring;
@@ -175,10 +188,9 @@ impl<'a> Run<'a> {
             inc(r, SEM_READY_FROM_LEFT)?;
         }
         let wait = |sem: u32| {
-            self.k
-                .fabric
+            self.fabric
                 .wait_semaphore(self.me, sem, 1, self.timeout)
-                .map_err(|e| fab(self.ctx, self.name(), e))
+                .map_err(|e| self.fail(e))
         };
         if writes_right && self.right.is_some() {
             wait(SEM_READY_FROM_RIGHT)?;
@@ -191,8 +203,7 @@ impl<'a> Run<'a> {
 
     fn flush(&self) -> Result<(), ChipError> {
         for s in &self.senders {
-            s.flush_timeout(self.timeout)
-                .map_err(|e| fab(self.ctx, self.name(), e))?;
+            s.flush_timeout(self.timeout).map_err(|e| self.fail(e))?;
         }
         Ok(())
     }
@@ -207,6 +218,53 @@ impl Kernel for CollectiveKernel {
     }
 
     fn execute(&self, ctx: &KernelContext, addresses: &[u32]) -> Result<(), ChipError> {
+        let Some(fabric) = self.fabric.upgrade() else {
+            return Err(fab(ctx, self.name(), FabricError::ShutDown));
+        };
+        // After a failed collective, nothing runs until the fabric is reset.
+        if let Some(e) = fabric.failure() {
+            return Err(fab(ctx, self.name(), e));
+        }
+        let result = self.run(ctx, &fabric, addresses);
+        if let Err(e) = &result {
+            // Errors from the fabric aborted it already; anything else must too, or the other
+            // chips would wait for this one until their timeouts.
+            if fabric.failure().is_none() {
+                let cause = FabricError::KernelFailed {
+                    chip: ctx.chip,
+                    reason: e.to_string(),
+                };
+                fabric.abort(ctx.chip, cause);
+            }
+        }
+        result
+    }
+
+    fn cost(&self) -> KernelCost {
+        let n = self.line.chips.len() as f64;
+        let bytes = match self.kind {
+            CollectiveKind::AllGather { .. } => {
+                self.output.volume() as f64 * wire_bytes(self.input.dtype) as f64 * (n - 1.0) / n
+            }
+            CollectiveKind::ReduceScatter { .. } => {
+                self.input.volume() as f64 * 4.0 * (n - 1.0) / n
+            }
+        };
+        KernelCost {
+            fabric_bytes: bytes,
+            dram_bytes: (self.input.buffer_size() + self.output.buffer_size()) as f64,
+            ..Default::default()
+        }
+    }
+}
+
+impl CollectiveKernel {
+    fn run(
+        &self,
+        ctx: &KernelContext,
+        fabric: &Fabric,
+        addresses: &[u32],
+    ) -> Result<(), ChipError> {
         let n = self.line.chips.len();
         let ring = self.topology == Topology::Ring;
         let left = if self.pos > 0 {
@@ -226,9 +284,9 @@ impl Kernel for CollectiveKernel {
         let me = self.line.chips[self.pos];
         let slots = self.scratch.page_map(ctx.arch, addresses[1] as u64)?;
         let senders = (0..self.num_links)
-            .map(|l| self.fabric.sender(me).map(|s| s.with_link(l)))
+            .map(|l| fabric.sender(me).map(|s| s.with_link(l)))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| fab(ctx, "collective", e))?;
+            .map_err(|e| abort(fabric, ctx, self.name(), e))?;
         let run = Run {
             ctx,
             k: self,
@@ -237,9 +295,9 @@ impl Kernel for CollectiveKernel {
             right,
             slots,
             senders,
+            fabric,
             timeout: ctx.timeout,
         };
-        let n = self.line.chips.len();
         match self.kind {
             CollectiveKind::AllGather { dim } => {
                 match pages::page_split(&self.input, dim, self.input.shape[dim]) {
@@ -253,23 +311,6 @@ impl Kernel for CollectiveKernel {
                     None => reduce_scatter(&run, dim, addresses),
                 }
             }
-        }
-    }
-
-    fn cost(&self) -> KernelCost {
-        let n = self.line.chips.len() as f64;
-        let bytes = match self.kind {
-            CollectiveKind::AllGather { .. } => {
-                self.output.volume() as f64 * wire_bytes(self.input.dtype) as f64 * (n - 1.0) / n
-            }
-            CollectiveKind::ReduceScatter { .. } => {
-                self.input.volume() as f64 * 4.0 * (n - 1.0) / n
-            }
-        };
-        KernelCost {
-            fabric_bytes: bytes,
-            dram_bytes: (self.input.buffer_size() + self.output.buffer_size()) as f64,
-            ..Default::default()
         }
     }
 }

@@ -23,6 +23,24 @@
 //! up to `j` and from the right end down to `j`, then `left + right`. The order does not depend
 //! on timing, so results are identical run to run and replay to replay. (Chunk `j` here is
 //! the one line position `j` owns: data chunk `CclConfig::chunk_order[j]`.)
+//!
+//! # Faults: right or an error, never wrong
+//!
+//! A collective that fails on one chip (a link down, a packet dropped or corrupted, a
+//! timeout) leaves semaphore counts, slot contents and packets in flight that the next
+//! collective would read as its own. So the first chip that fails aborts the fabric
+//! (`Fabric::abort`, with the cause, which names the link and fault): every other chip's
+//! waits and sends then fail at once with that cause instead of at their timeouts, and every
+//! collective kernel started later fails the same way without touching memory. The error each
+//! chip reports, traced or untraced, therefore names the link.
+//!
+//! The mesh's `synchronize_device` (and `finish` on a single-queue mesh) resets the fabric
+//! once every chip's queues are idle: it waits until no packet is in flight, zeroes every
+//! chip's semaphores and forgets recorded losses (`Fabric::recover`). The next collective
+//! then starts clean and, once the fault is cleared, is right. If a chip is still busy the
+//! reset waits for the next synchronize, and until then collectives fail naming the original
+//! cause; if the fabric cannot be drained, the error says to close and reopen the mesh.
+//! Slots need no reset: every slot is written before its semaphore is raised.
 
 #![forbid(unsafe_code)]
 

@@ -114,6 +114,22 @@ pub enum FabricError {
     #[error("the fabric has shut down; open a new one to send again")]
     ShutDown,
 
+    #[error(
+        "the fabric stopped after a collective failed on chip {chip}: {cause}; it takes no \
+         new work until every chip is idle and it is reset (MeshDevice::synchronize_device \
+         does both), or close and reopen the mesh"
+    )]
+    Aborted { chip: u32, cause: Box<FabricError> },
+
+    #[error("chip {chip}'s part of a collective failed: {reason}")]
+    KernelFailed { chip: u32, reason: String },
+
+    #[error(
+        "the fabric cannot be reset: {what}; its state after the failed collective is \
+         unknown, close and reopen the mesh"
+    )]
+    ResetFailed { what: String },
+
     #[error("fabric shutdown did not finish: {0}")]
     ShutdownTimeout(String),
 }

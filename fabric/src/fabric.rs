@@ -361,6 +361,9 @@ impl Fabric {
             if inner.shutdown.load(SeqCst) {
                 return Err(FabricError::ShutDown);
             }
+            if let Some(e) = inner.abort_error() {
+                return Err(e);
+            }
             if inner.take_lost_sem(chip, sem) {
                 let ms = Duration::from_millis(start.elapsed().as_millis() as u64);
                 return Err(fail(ms));
@@ -387,6 +390,79 @@ impl Fabric {
         self.check_chip(chip)?;
         self.inner.sems[chip as usize].vals.lock().clear();
         self.inner.clear_losses(chip);
+        Ok(())
+    }
+
+    /// Stops the fabric taking new work after a collective failed on `chip` with `cause`
+    /// (the first cause is kept; later ones are its consequences). Every running and later
+    /// `wait_semaphore` and send fails at once with [`FabricError::Aborted`] naming it, so
+    /// the other chips of the collective end now instead of at their timeouts, and nothing
+    /// runs on semaphores and slots the failed collective left half used. Packets already in
+    /// flight are still delivered or lost as usual. [`Fabric::recover`] ends the state.
+    pub fn abort(&self, chip: u32, cause: FabricError) {
+        let inner = &self.inner;
+        {
+            let mut f = inner.failure.lock();
+            if f.is_none() {
+                let cause = match cause {
+                    FabricError::Aborted { .. } => return,
+                    c => Box::new(c),
+                };
+                *f = Some(FabricError::Aborted { chip, cause });
+            }
+            inner.aborted.store(true, SeqCst);
+        }
+        for s in &inner.sems {
+            let _g = s.vals.lock();
+            s.cv.notify_all();
+        }
+    }
+
+    /// The error the fabric answers with while aborted (see [`Fabric::abort`]).
+    pub fn failure(&self) -> Option<FabricError> {
+        self.inner.abort_error()
+    }
+
+    /// Brings an aborted fabric back to a defined state: waits (up to `timeout`) until no
+    /// packet is in flight and no router pass runs, then zeroes every chip's semaphores,
+    /// forgets recorded losses and lifts the abort. The caller must make sure no kernel uses
+    /// the fabric meanwhile (the mesh calls it once every chip's queues are idle). If packets
+    /// are still in flight at the timeout, the fabric stays aborted and the error says so.
+    pub fn recover(&self, timeout: Duration) -> Result<()> {
+        let inner = &self.inner;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let busy = inner.channels.iter().filter(|c| c.len() > 0).count();
+            if busy == 0 {
+                break;
+            }
+            if inner.shutdown.load(SeqCst) {
+                return Err(FabricError::ShutDown);
+            }
+            if Instant::now() >= deadline {
+                return Err(FabricError::ResetFailed {
+                    what: format!(
+                        "{busy} channels still held packets after {timeout:?}{}",
+                        inner.fault_note()
+                    ),
+                });
+            }
+            inner.wake_all();
+            thread::sleep(Duration::from_millis(1));
+        }
+        // A pass that took the last packet may still be delivering it.
+        for ch in &inner.channels {
+            if let Some(r) = ch.router() {
+                r.quiesce();
+            }
+        }
+        for chip in 0..inner.spec.num_chips as usize {
+            inner.sems[chip].vals.lock().clear();
+            inner.clear_losses(chip as u32);
+        }
+        let mut f = inner.failure.lock();
+        inner.aborted.store(false, SeqCst);
+        *f = None;
         Ok(())
     }
 

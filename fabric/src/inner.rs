@@ -213,6 +213,9 @@ pub(crate) struct Inner {
     losses: Vec<Mutex<Losses>>,
     seqs: Vec<AtomicU32>,
     pub shutdown: AtomicBool,
+    /// Set by `Fabric::abort`: waits and sends fail at once with `failure` until `recover`.
+    pub aborted: AtomicBool,
+    pub failure: Mutex<Option<FabricError>>,
     pub channels: Vec<Arc<Channel>>,
     /// Per link and direction (a-to-b first), every channel that crosses it.
     pub link_chans: Vec<[Vec<Arc<Channel>>; 2]>,
@@ -254,6 +257,8 @@ impl Inner {
             losses: (0..n).map(|_| Default::default()).collect(),
             seqs: (0..n * n).map(|_| AtomicU32::new(0)).collect(),
             shutdown: AtomicBool::new(false),
+            aborted: AtomicBool::new(false),
+            failure: Mutex::new(None),
             router_threads: Mutex::new(Vec::new()),
             spec,
             mems,
@@ -689,6 +694,14 @@ impl Inner {
             r.wake.wake();
         }
         progress
+    }
+
+    /// The error every wait and send returns while the fabric is aborted.
+    pub fn abort_error(&self) -> Option<FabricError> {
+        if !self.aborted.load(SeqCst) {
+            return None;
+        }
+        self.failure.lock().clone()
     }
 
     /// Wakes every thread that might be waiting, so shutdown is seen promptly.

@@ -83,6 +83,12 @@
 //! after 5s; link chip 2 port 8 <-> chip 6 port 0 dropped 2 packets`). `Slow { factor }`
 //! multiplies modeled time. Nothing waits without a timeout and `shutdown` always completes.
 //!
+//! **Abort and recover.** A user of the fabric (the collectives) that fails calls
+//! [`Fabric::abort`] with the cause: from then on every `wait_semaphore` and send fails at
+//! once with [`FabricError::Aborted`] naming it, so a failure on one chip ends the others'
+//! waits now. [`Fabric::recover`], called when no kernel runs, waits until every channel is
+//! empty, zeroes all semaphores, forgets losses and lifts the abort: a defined state again.
+//!
 //! **Modeled time.** Each packet adds `(32 + payload) / (bandwidth * efficiency)` (times the
 //! slow factor) plus one hop latency to the busy time of every link direction it crosses
 //! (`LinkStats::busy_ns`); [`LinkParams::transfer_ns`] models a whole transfer.

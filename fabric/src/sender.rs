@@ -227,6 +227,9 @@ impl FabricSender {
         if self.inner.shutdown.load(SeqCst) {
             return Err(FabricError::ShutDown);
         }
+        if let Some(e) = self.inner.abort_error() {
+            return Err(e);
+        }
         if self.inner.spec.config == FabricConfig::Disabled {
             return Err(FabricError::Disabled { chip: self.chip });
         }

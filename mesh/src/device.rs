@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use ttmesh_ccl::CclLine;
-use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig, CqId};
+use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig, ChipError, CqId};
 use ttmesh_fabric::{
     AxisLine, ChipMemory, EthLink, Fabric, FabricConfig, FabricSpec, LinkParams, MemoryError,
     NocAddr,
@@ -280,25 +280,73 @@ impl MeshDevice {
         }
     }
 
-    /// Waits for every queue of every chip; the first error names its chip.
+    /// Waits for every queue of every chip; the error returned names its chip. A chip's own
+    /// error (a kernel's, which names the link and fault behind a failed collective) is
+    /// preferred over another chip's bare finish timeout.
+    ///
+    /// After a failed collective the fabric refuses new work (see `ttmesh_ccl`'s "Faults");
+    /// once every chip's queues are idle, this resets it (semaphores zeroed, in-flight
+    /// packets drained), so the next collective starts from a clean state. If a chip is still
+    /// busy the reset waits for the next synchronize; if the fabric cannot be drained, the
+    /// error says to reopen the mesh.
     pub fn synchronize_device(&self) -> Result<()> {
-        let mut first = None;
-        for c in &self.inner.chips {
-            if let Err(e) = c.synchronize() {
-                first.get_or_insert(MeshError::Chip {
-                    chip: c.id(),
-                    source: e,
-                });
-            }
-        }
-        first.map_or(Ok(()), Err)
+        let results = self
+            .inner
+            .chips
+            .iter()
+            .map(|c| (c.id(), c.synchronize()))
+            .collect();
+        self.after_wait(results)
     }
 
+    /// Waits for queue `cq` of every chip; errors as [`MeshDevice::synchronize_device`]. The
+    /// fabric is reset here only when the mesh has one command queue per chip (another queue
+    /// could still be running a collective).
     pub fn finish(&self, cq: CqId) -> Result<()> {
-        for c in &self.inner.chips {
-            c.finish(cq).map_err(on_chip(c.id()))?;
+        let results = self
+            .inner
+            .chips
+            .iter()
+            .map(|c| (c.id(), c.finish(cq)))
+            .collect();
+        if self.inner.config.num_command_queues > 1 {
+            return pick_error(results);
         }
-        Ok(())
+        self.after_wait(results)
+    }
+
+    /// Resets an aborted fabric if every chip reached the end of its queues, then picks the
+    /// error to report.
+    fn after_wait(&self, results: Vec<(u32, std::result::Result<(), ChipError>)>) -> Result<()> {
+        let idle = results
+            .iter()
+            .all(|(_, r)| !matches!(r, Err(ChipError::Timeout { .. })));
+        if let (Some(f), true) = (&self.inner.fabric, idle) {
+            if let Some(failure) = f.failure() {
+                if let Err(e) = f.recover(self.fabric_reset_timeout()) {
+                    // The first error still names the fault; the reset's says to reopen.
+                    return Err(match pick_error(results) {
+                        Err(first) => MeshError::Config(format!(
+                            "{first}; then {e} (the collective failed with: {failure})"
+                        )),
+                        Ok(()) => MeshError::Fabric(e),
+                    });
+                }
+                if results.iter().all(|(_, r)| r.is_ok()) {
+                    // The failure was already reported (its queue error taken) by a chip's
+                    // own synchronize; still say why the fabric had stopped.
+                    return Err(MeshError::Fabric(failure));
+                }
+            }
+        }
+        pick_error(results)
+    }
+
+    fn fabric_reset_timeout(&self) -> Duration {
+        self.inner
+            .config
+            .operation_timeout
+            .unwrap_or_else(ttmesh_chip::device::default_operation_timeout)
     }
 
     pub fn reports(&self) -> Vec<ChipReport> {
@@ -376,6 +424,24 @@ impl Drop for MeshInner {
             let _ = f.shutdown();
         }
     }
+}
+
+/// The error to report from per-chip results: the first that is not a bare timeout (a
+/// kernel's error names what failed), else the first.
+fn pick_error(results: Vec<(u32, std::result::Result<(), ChipError>)>) -> Result<()> {
+    let mut errors: Vec<(u32, ChipError)> = results
+        .into_iter()
+        .filter_map(|(id, r)| r.err().map(|e| (id, e)))
+        .collect();
+    let pick = errors
+        .iter()
+        .position(|(_, e)| !matches!(e, ChipError::Timeout { .. }))
+        .unwrap_or(0);
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let (chip, source) = errors.swap_remove(pick);
+    Err(MeshError::Chip { chip, source })
 }
 
 /// Chip ids of a mesh view, row-major.
