@@ -119,7 +119,11 @@ pub enum FabricError {
          new work until every chip is idle and it is reset (MeshDevice::synchronize_device \
          does both), or close and reopen the mesh"
     )]
-    Aborted { chip: u32, cause: Box<FabricError> },
+    Aborted {
+        chip: u32,
+        #[source]
+        cause: Box<FabricError>,
+    },
 
     #[error("chip {chip}'s part of a collective failed: {reason}")]
     KernelFailed { chip: u32, reason: String },
