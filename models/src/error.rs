@@ -1,0 +1,97 @@
+use std::path::PathBuf;
+
+/// Everything that can go wrong reading a model file, building its tokenizer or running the host
+/// reference. Every variant names the file, key, tensor or limit involved and, where there is
+/// one, the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("cannot read model file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not a GGUF file (first 4 bytes {magic:02x?}, expected \"GGUF\"); pass a .gguf model file")]
+    NotGguf { path: PathBuf, magic: Vec<u8> },
+    #[error("{path}: GGUF version {version} is not supported (supported: 2 and 3); re-convert the model with a current llama.cpp")]
+    UnsupportedVersion { path: PathBuf, version: u32 },
+    #[error("{path} is truncated or corrupt: {what} needs {needed} bytes at offset {offset}, but the file has {file_len} bytes; download the file again")]
+    Truncated {
+        path: PathBuf,
+        what: String,
+        offset: u64,
+        needed: u64,
+        file_len: u64,
+    },
+    #[error("{path}: metadata {key}: {problem}")]
+    BadMetadata {
+        path: PathBuf,
+        key: String,
+        problem: String,
+    },
+    #[error("{path}: metadata key {key} is missing; the file is not a complete {expected} model")]
+    MissingMetadata {
+        path: PathBuf,
+        key: String,
+        expected: &'static str,
+    },
+    #[error("{path}: metadata {key} has type {found}, expected {expected}")]
+    MetadataType {
+        path: PathBuf,
+        key: String,
+        expected: &'static str,
+        found: &'static str,
+    },
+    #[error("{path}: tensor {tensor} has ggml type {type_name} (id {type_id}), which ttmesh cannot dequantise (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K); re-quantise the model to one of those")]
+    UnsupportedTensorType {
+        path: PathBuf,
+        tensor: String,
+        type_id: u32,
+        type_name: &'static str,
+    },
+    #[error("{path}: tensor {tensor}: {problem}")]
+    BadTensor {
+        path: PathBuf,
+        tensor: String,
+        problem: String,
+    },
+    #[error("{path}: tensor {tensor} is missing; a {architecture} model needs it")]
+    MissingTensor {
+        path: PathBuf,
+        tensor: String,
+        architecture: &'static str,
+    },
+    #[error("{path}: architecture \"{architecture}\" is not supported (supported: llama); use a llama-architecture GGUF such as SmolLM2 or TinyLlama")]
+    UnsupportedArchitecture { path: PathBuf, architecture: String },
+    #[error("{path}: the model needs {needed_bytes} bytes of host memory as f32 (weights {weight_bytes} + KV cache {kv_cache_bytes}), but only {available_bytes} are available; use a smaller model or a shorter context")]
+    HostMemory {
+        path: PathBuf,
+        needed_bytes: u64,
+        weight_bytes: u64,
+        kv_cache_bytes: u64,
+        available_bytes: u64,
+    },
+    #[error("{path}: tokenizer: {problem}")]
+    Tokenizer { path: PathBuf, problem: String },
+    #[error("tokenizer of {path}: {source}")]
+    TokenizerLibrary {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("token id {token} is outside the vocabulary (size {vocab_size})")]
+    TokenOutOfRange { token: u32, vocab_size: usize },
+    #[error("position {position} is outside the context the KV cache was sized for ({max_positions}); raise the context length or shorten the prompt")]
+    PositionOutOfRange {
+        position: usize,
+        max_positions: usize,
+    },
+    #[error("batch of {got} users given to a model set up for a batch of {expected}")]
+    BatchMismatch { got: usize, expected: usize },
+    #[error("{what} must not be empty")]
+    Empty { what: &'static str },
+    #[error("cannot write GGUF file {path}: {problem}")]
+    Write { path: PathBuf, problem: String },
+}
+
+pub type Result<T, E = ModelError> = std::result::Result<T, E>;

@@ -1,0 +1,154 @@
+//! A small GGUF v3 writer: enough to write the synthetic models (and test files) that the
+//! reader then loads like any other model.
+
+use std::path::Path;
+
+use half::f16;
+
+use super::{quantize_q4_1, quantize_q8_0, GgmlType, MetadataValue, DEFAULT_ALIGNMENT, MAGIC};
+use crate::error::{ModelError, Result};
+
+/// A tensor to write: f32 values encoded as `ty` (F32, F16, Q8_0 or Q4_1).
+#[derive(Debug, Clone)]
+pub struct WriteTensor {
+    pub name: String,
+    /// Fastest-varying first, as in the file.
+    pub dims: Vec<u64>,
+    pub ty: GgmlType,
+    pub values: Vec<f32>,
+}
+
+/// Collects metadata and tensors, then writes them as one GGUF v3 file.
+#[derive(Debug, Default)]
+pub struct GgufWriter {
+    metadata: Vec<(String, MetadataValue)>,
+    tensors: Vec<WriteTensor>,
+}
+
+impl GgufWriter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn metadata(&mut self, key: &str, value: MetadataValue) -> &mut Self {
+        self.metadata.push((key.to_string(), value));
+        self
+    }
+
+    pub fn tensor(&mut self, tensor: WriteTensor) -> &mut Self {
+        self.tensors.push(tensor);
+        self
+    }
+
+    /// The encoded file.
+    pub fn to_bytes(&self) -> std::result::Result<Vec<u8>, String> {
+        let mut out = Vec::new();
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&3u32.to_le_bytes());
+        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
+        for (key, value) in &self.metadata {
+            put_string(&mut out, key);
+            out.extend_from_slice(&value.type_id().to_le_bytes());
+            put_value(&mut out, value);
+        }
+        let mut data = Vec::new();
+        for t in &self.tensors {
+            let encoded = encode(t)?;
+            put_string(&mut out, &t.name);
+            out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+            for d in &t.dims {
+                out.extend_from_slice(&d.to_le_bytes());
+            }
+            out.extend_from_slice(&t.ty.id().to_le_bytes());
+            out.extend_from_slice(&(data.len() as u64).to_le_bytes());
+            data.extend_from_slice(&encoded);
+            pad(&mut data);
+        }
+        pad(&mut out);
+        out.extend_from_slice(&data);
+        Ok(out)
+    }
+
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let bytes = self.to_bytes().map_err(|problem| ModelError::Write {
+            path: path.to_path_buf(),
+            problem,
+        })?;
+        std::fs::write(path, bytes).map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+fn pad(buf: &mut Vec<u8>) {
+    let aligned = (buf.len() as u64).div_ceil(DEFAULT_ALIGNMENT) * DEFAULT_ALIGNMENT;
+    buf.resize(aligned as usize, 0);
+}
+
+fn encode(t: &WriteTensor) -> std::result::Result<Vec<u8>, String> {
+    let count: u64 = t.dims.iter().product();
+    if count != t.values.len() as u64 {
+        return Err(format!(
+            "tensor {}: dims {:?} hold {count} values, given {}",
+            t.name,
+            t.dims,
+            t.values.len()
+        ));
+    }
+    if t.dims.first().copied().unwrap_or(0) % t.ty.block_len() as u64 != 0 {
+        return Err(format!(
+            "tensor {}: first dimension {:?} is not a multiple of {}'s block",
+            t.name,
+            t.dims.first(),
+            t.ty.name()
+        ));
+    }
+    Ok(match t.ty {
+        GgmlType::F32 => t.values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        GgmlType::F16 => t
+            .values
+            .iter()
+            .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+            .collect(),
+        GgmlType::Q8_0 => quantize_q8_0(&t.values),
+        GgmlType::Q4_1 => quantize_q4_1(&t.values),
+        other => {
+            return Err(format!(
+                "tensor {}: the writer does not encode {}",
+                t.name,
+                other.name()
+            ))
+        }
+    })
+}
+
+fn put_string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_value(out: &mut Vec<u8>, value: &MetadataValue) {
+    match value {
+        MetadataValue::U8(v) => out.push(*v),
+        MetadataValue::I8(v) => out.push(*v as u8),
+        MetadataValue::U16(v) => out.extend_from_slice(&v.to_le_bytes()),
+        MetadataValue::I16(v) => out.extend_from_slice(&v.to_le_bytes()),
+        MetadataValue::U32(v) => out.extend_from_slice(&v.to_le_bytes()),
+        MetadataValue::I32(v) => out.extend_from_slice(&v.to_le_bytes()),
+        MetadataValue::F32(v) => out.extend_from_slice(&v.to_le_bytes()),
+        MetadataValue::Bool(v) => out.push(u8::from(*v)),
+        MetadataValue::String(s) => put_string(out, s),
+        MetadataValue::Array(a) => {
+            out.extend_from_slice(&a.element_type.to_le_bytes());
+            out.extend_from_slice(&(a.values.len() as u64).to_le_bytes());
+            for v in &a.values {
+                put_value(out, v);
+            }
+        }
+        MetadataValue::U64(v) => out.extend_from_slice(&v.to_le_bytes()),
+        MetadataValue::I64(v) => out.extend_from_slice(&v.to_le_bytes()),
+        MetadataValue::F64(v) => out.extend_from_slice(&v.to_le_bytes()),
+    }
+}

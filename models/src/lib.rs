@@ -1,0 +1,36 @@
+//! ttmesh-models: the host side of running a language model on ttmesh. GGUF files (reading,
+//! dequantisation, a small writer), the llama configuration and its f32 weights in Hugging Face
+//! order, the byte-level BPE tokenizer from the file's vocabulary, the host f32 reference
+//! forward that gives the expected tokens, and fixed-seed synthetic llamas written as GGUF.
+//!
+//! Owns: model files and everything computed on the host to check a device. Must not touch:
+//! device kernels or the mesh (the reference must stay independent of them); the device decode
+//! loop builds on this crate, never the other way round.
+
+mod config;
+mod error;
+pub mod gguf;
+mod reference;
+pub mod rope;
+pub mod synthetic;
+mod tokenizer;
+mod weights;
+
+pub use config::LlamaConfig;
+pub use error::{ModelError, Result};
+pub use reference::{argmax, HostReference};
+pub use tokenizer::GgufTokenizer;
+pub use weights::{available_host_memory, BlockWeights, LlamaWeights, LoadOptions};
+
+/// Where `scripts/fetch-model.sh` puts SmolLM2-135M-Instruct, relative to the workspace root.
+pub const DEFAULT_MODEL_PATH: &str = "target/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The real model's path: `TTMESH_MODEL` if set, else [`DEFAULT_MODEL_PATH`] under
+/// `workspace_root`; `None` when that file does not exist.
+pub fn real_model_path(workspace_root: &std::path::Path) -> Option<std::path::PathBuf> {
+    let path = match std::env::var_os("TTMESH_MODEL") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => workspace_root.join(DEFAULT_MODEL_PATH),
+    };
+    path.is_file().then_some(path)
+}
