@@ -86,7 +86,7 @@ impl GgmlType {
     /// Bytes of `n` values, or `None` when `n` is not a whole number of blocks or overflows.
     pub fn bytes_for(self, n: u64) -> Option<u64> {
         let len = self.block_len() as u64;
-        if n % len != 0 {
+        if !n.is_multiple_of(len) {
             return None;
         }
         (n / len).checked_mul(self.block_bytes() as u64)

@@ -364,10 +364,7 @@ impl GgufFile {
         };
 
         // Each tensor info takes at least 8 (name) + 4 (dims) + 4 (type) + 8 (offset) bytes.
-        r.need(
-            &|| "tensor infos".into(),
-            tensor_count.checked_mul(24).unwrap_or(u64::MAX),
-        )?;
+        r.need(&|| "tensor infos".into(), tensor_count.saturating_mul(24))?;
         let mut raw = Vec::with_capacity(tensor_count as usize);
         for i in 0..tensor_count {
             let name = r.string(&|| format!("tensor #{i} name"))?;
@@ -591,7 +588,7 @@ impl GgufFile {
 /// Dequantises whole blocks of `ty` held in `bytes`; the length must be a multiple of the
 /// type's block size (it is for any tensor read from a checked file).
 pub fn dequantize(ty: GgmlType, bytes: &[u8]) -> Option<Vec<f32>> {
-    if bytes.len() % ty.block_bytes() != 0 {
+    if !bytes.len().is_multiple_of(ty.block_bytes()) {
         return None;
     }
     let mut out = vec![0f32; bytes.len() / ty.block_bytes() * ty.block_len()];
