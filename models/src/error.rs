@@ -86,6 +86,18 @@ pub enum ModelError {
         position: usize,
         max_positions: usize,
     },
+    #[error("a host KV cache for {batch} users x {positions} positions needs {needed_bytes} bytes, but only {available_bytes} are available; use a smaller batch or fewer positions")]
+    KvCacheMemory {
+        batch: usize,
+        positions: usize,
+        needed_bytes: u64,
+        available_bytes: u64,
+    },
+    #[error("{positions} KV cache positions exceed the model's context length {context_length}; ask for at most {context_length}")]
+    BeyondContext {
+        positions: usize,
+        context_length: usize,
+    },
     #[error("batch of {got} users given to a model set up for a batch of {expected}")]
     BatchMismatch { got: usize, expected: usize },
     #[error("{what} must not be empty")]

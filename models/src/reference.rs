@@ -9,9 +9,11 @@
 
 use std::sync::Arc;
 
+use rayon::prelude::*;
+
 use crate::error::{ModelError, Result};
 use crate::rope::{apply_rope_half, rope_angles};
-use crate::weights::LlamaWeights;
+use crate::weights::{available_host_memory, LlamaWeights};
 
 /// The decoder with a KV cache for `batch` users of up to `max_positions` positions each.
 #[derive(Debug)]
@@ -35,6 +37,23 @@ impl HostReference {
             });
         }
         let c = &weights.config;
+        if max_positions > c.context_length {
+            return Err(ModelError::BeyondContext {
+                positions: max_positions,
+                context_length: c.context_length,
+            });
+        }
+        let needed_bytes = c.kv_cache_bytes(batch, max_positions);
+        if let Some(available_bytes) = available_host_memory() {
+            if needed_bytes > available_bytes {
+                return Err(ModelError::KvCacheMemory {
+                    batch,
+                    positions: max_positions,
+                    needed_bytes,
+                    available_bytes,
+                });
+            }
+        }
         let cache_len = batch * c.kv_dim() * max_positions;
         let cache = vec![vec![0f32; cache_len]; c.block_count];
         Ok(Self {
@@ -236,11 +255,38 @@ pub fn argmax(values: &[f32]) -> u32 {
     best as u32
 }
 
+/// Up to this many rows, `linear` streams the weights once with dot products (a decode step is
+/// matrix-vector work, bound by reading the weights); above it sgemm's blocking pays off.
+const DOT_ROWS_UP_TO: usize = 8;
+
 /// `x · W^T` for `rows` rows of `x` (`[rows][k]`) and `W` `[n][k]`: `[rows][n]`.
 fn linear(x: &[f32], w: &[f32], rows: usize, k: usize, n: usize) -> Vec<f32> {
     debug_assert_eq!(x.len(), rows * k);
     debug_assert_eq!(w.len(), n * k);
     let mut y = vec![0f32; rows * n];
+    if rows <= DOT_ROWS_UP_TO {
+        // out[r][j] = x[r] . w[j]; parallel over blocks of output columns (weight rows).
+        const COLS_PER_TASK: usize = 64;
+        let mut by_col = vec![0f32; n * rows];
+        by_col
+            .par_chunks_mut(COLS_PER_TASK * rows)
+            .enumerate()
+            .for_each(|(task, out)| {
+                let first = task * COLS_PER_TASK;
+                for (c, out_c) in out.chunks_exact_mut(rows).enumerate() {
+                    let wj = &w[(first + c) * k..(first + c + 1) * k];
+                    for (r, o) in out_c.iter_mut().enumerate() {
+                        *o = dot(&x[r * k..(r + 1) * k], wj);
+                    }
+                }
+            });
+        for (j, col) in by_col.chunks_exact(rows).enumerate() {
+            for (r, &v) in col.iter().enumerate() {
+                y[r * n + j] = v;
+            }
+        }
+        return y;
+    }
     // SAFETY: the slices hold rows*k, n*k and rows*n values, and the strides address exactly
     // those (x row-major; W read transposed: element (p, j) of W^T is w[j * k + p]).
     unsafe {
@@ -279,8 +325,23 @@ fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
+/// Dot product with eight independent partial sums (so the compiler can vectorise it; the
+/// summation order is fixed, so results are repeatable).
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    let mut acc = [0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a8
+        .remainder()
+        .iter()
+        .zip(b8.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a8.zip(b8) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 fn add_in_place(x: &mut [f32], y: &[f32]) {

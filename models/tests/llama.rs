@@ -402,6 +402,22 @@ fn reference_refuses_bad_steps() {
 }
 
 #[test]
+fn kv_cache_larger_than_host_memory_is_refused() {
+    let cfg = SyntheticConfig {
+        context_length: 1 << 24,
+        ..SyntheticConfig::small()
+    };
+    let (_, weights) = synthetic(&cfg, "long_context.gguf");
+    // 2 (K, V) x 2 blocks x 32 users x 2^24 positions x 64 values x 4 bytes = 512 GiB.
+    let err = HostReference::new(weights, 32, 1 << 24).unwrap_err();
+    assert!(
+        matches!(err, ModelError::KvCacheMemory { needed_bytes, .. } if needed_bytes == 1 << 39),
+        "{err}"
+    );
+    assert!(err.to_string().contains("549755813888 bytes"), "{err}");
+}
+
+#[test]
 fn argmax_picks_the_first_maximum() {
     assert_eq!(argmax(&[1.0, 3.0, 3.0, -1.0]), 1);
     assert_eq!(argmax(&[-5.0]), 0);
