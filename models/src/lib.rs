@@ -19,7 +19,7 @@ mod weights;
 pub use config::LlamaConfig;
 pub use error::{ModelError, Result};
 pub use reference::{argmax, HostReference};
-pub use tokenizer::GgufTokenizer;
+pub use tokenizer::{GgufTokenizer, TextStream};
 pub use weights::{available_host_memory, BlockWeights, LlamaWeights, LoadOptions};
 
 /// Where `scripts/fetch-model.sh` puts SmolLM2-135M-Instruct, relative to the workspace root.

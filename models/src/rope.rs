@@ -26,6 +26,23 @@ pub fn rope_angles(position: usize, head_dim: usize, base: f32) -> Vec<(f32, f32
         .collect()
 }
 
+/// The cos and sin tables a device's rotary_embedding op reads, `[max_positions][head_dim]`
+/// row-major each, in rotate_half order: `cos[p][i] = cos(p * theta_(i mod d/2))` (both halves of
+/// a row hold the same angles), so `out = x * cos + rotate_half(x) * sin` with
+/// `rotate_half(x) = (-x[d/2..], x[..d/2])`.
+pub fn rope_tables(max_positions: usize, head_dim: usize, base: f32) -> (Vec<f32>, Vec<f32>) {
+    let mut cos = Vec::with_capacity(max_positions * head_dim);
+    let mut sin = Vec::with_capacity(max_positions * head_dim);
+    for p in 0..max_positions {
+        let angles = rope_angles(p, head_dim, base);
+        for _half in 0..2 {
+            cos.extend(angles.iter().map(|a| a.0));
+            sin.extend(angles.iter().map(|a| a.1));
+        }
+    }
+    (cos, sin)
+}
+
 /// Applies rotate_half RoPE in place to every head of `x` (`heads * head_dim` values).
 pub fn apply_rope_half(x: &mut [f32], head_dim: usize, angles: &[(f32, f32)]) {
     let half = head_dim / 2;

@@ -211,3 +211,44 @@ impl GgufTokenizer {
         }
     }
 }
+
+/// Turns generated ids into text as they arrive, for streaming: a character whose UTF-8 bytes
+/// span several byte-level tokens is held back until its last byte has come.
+#[derive(Debug)]
+pub struct TextStream<'t> {
+    tokenizer: &'t GgufTokenizer,
+    ids: Vec<u32>,
+    emitted: usize,
+}
+
+impl<'t> TextStream<'t> {
+    pub fn new(tokenizer: &'t GgufTokenizer) -> Self {
+        Self {
+            tokenizer,
+            ids: Vec::new(),
+            emitted: 0,
+        }
+    }
+
+    /// The text `id` completes (possibly empty).
+    pub fn push(&mut self, id: u32) -> Result<String> {
+        self.ids.push(id);
+        let text = self.tokenizer.decode(&self.ids)?;
+        if text.ends_with(char::REPLACEMENT_CHARACTER) {
+            return Ok(String::new());
+        }
+        Ok(self.take_new(text))
+    }
+
+    /// Whatever is still held back (an incomplete character shows as U+FFFD).
+    pub fn finish(&mut self) -> Result<String> {
+        let text = self.tokenizer.decode(&self.ids)?;
+        Ok(self.take_new(text))
+    }
+
+    fn take_new(&mut self, text: String) -> String {
+        let new = text.get(self.emitted..).unwrap_or_default().to_string();
+        self.emitted = text.len();
+        new
+    }
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use ttmesh_models::gguf::{GgufFile, GgufWriter, MetadataValue, WriteTensor};
 use ttmesh_models::rope::{
     apply_rope_half, apply_rope_interleaved, gguf_row_of_hf_row, permute_rows_to_gguf, rope_angles,
-    unpermute_rows_from_gguf,
+    rope_tables, unpermute_rows_from_gguf,
 };
 use ttmesh_models::synthetic::{synthetic_llama, write_synthetic_llama, SyntheticConfig};
 use ttmesh_models::{
@@ -264,6 +264,35 @@ fn gguf_rows_with_interleaved_rope_equal_unpermuted_rows_with_rotate_half() {
     let mut v = vec![1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
     apply_rope_half(&mut v, 8, &[(0.0, 1.0); 4]); // a quarter turn of every pair
     assert_eq!(v, [0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
+}
+
+/// The device's table form of RoPE (`x * cos + rotate_half(x) * sin`) equals apply_rope_half.
+#[test]
+fn rope_tables_match_apply_rope_half() {
+    let (max_positions, head_dim, base) = (40, 16, 100_000.0);
+    let (cos, sin) = rope_tables(max_positions, head_dim, base);
+    assert_eq!(cos.len(), max_positions * head_dim);
+    let x = values(2 * head_dim, 9);
+    for p in [0, 1, 39] {
+        let mut expected = x.clone();
+        apply_rope_half(&mut expected, head_dim, &rope_angles(p, head_dim, base));
+        for head in 0..2 {
+            let xh = &x[head * head_dim..(head + 1) * head_dim];
+            for i in 0..head_dim {
+                let rotated = if i < head_dim / 2 {
+                    -xh[i + head_dim / 2]
+                } else {
+                    xh[i - head_dim / 2]
+                };
+                let got = xh[i] * cos[p * head_dim + i] + rotated * sin[p * head_dim + i];
+                let e = expected[head * head_dim + i];
+                assert!(
+                    (got - e).abs() <= 1e-6 * (1.0 + e.abs()),
+                    "p {p} i {i}: {got} vs {e}"
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -8,7 +8,7 @@ use ttmesh_models::gguf::{GgufFile, GgufWriter, MetadataValue};
 use ttmesh_models::synthetic::{
     byte_level_vocabulary, byte_to_char, synthetic_llama, SyntheticConfig,
 };
-use ttmesh_models::{GgufTokenizer, ModelError};
+use ttmesh_models::{GgufTokenizer, ModelError, TextStream};
 
 fn temp_path(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ttmesh-models-tok-{}", std::process::id()));
@@ -105,6 +105,37 @@ fn synthetic_vocabulary_merges_and_round_trips() {
     assert_eq!(tok.decode(&ids).unwrap(), text);
     let err = tok.decode(&[320]).unwrap_err();
     assert!(err.to_string().contains("token id 320"), "{err}");
+}
+
+#[test]
+fn streamed_text_holds_back_partial_characters() {
+    let tok = synthetic_tokenizer();
+    let text = "the 😀 café, naïve";
+    let ids = tok.encode(text).unwrap();
+    let mut stream = TextStream::new(&tok);
+    let mut pieces = Vec::new();
+    for &id in &ids {
+        pieces.push(stream.push(id).unwrap());
+    }
+    pieces.push(stream.finish().unwrap());
+    assert_eq!(pieces.concat(), text);
+    // The emoji is 4 byte tokens: three pushes return nothing, the fourth the whole character.
+    assert!(
+        pieces.iter().any(|p| p == "😀" || p.ends_with('😀')),
+        "{pieces:?}"
+    );
+    assert!(
+        pieces
+            .iter()
+            .all(|p| !p.contains(char::REPLACEMENT_CHARACTER)),
+        "{pieces:?}"
+    );
+    // An unfinished character at the end comes out as U+FFFD from finish().
+    let mut stream = TextStream::new(&tok);
+    assert_eq!(stream.push(tok.encode("e").unwrap()[0]).unwrap(), "e");
+    let partial = tok.encode("😀").unwrap();
+    assert_eq!(stream.push(partial[0]).unwrap(), "");
+    assert_eq!(stream.finish().unwrap(), "\u{fffd}");
 }
 
 proptest! {
