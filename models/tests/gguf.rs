@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
+use proptest::prelude::*;
 use ttmesh_models::gguf::{
     dequantize, GgmlType, GgufFile, GgufWriter, MetadataArray, MetadataValue, WriteTensor,
 };
@@ -405,4 +406,30 @@ fn lying_sizes_are_refused_before_allocating() {
     bytes[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
     let (path, r) = open_bytes("many_tensors.gguf", &bytes);
     message_names(&r.unwrap_err(), &path, "tensor");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// Any corruption of a valid file's bytes opens and reads as data or as an error: never a
+    /// panic, never an allocation the file's size does not justify.
+    #[test]
+    fn corrupted_files_never_panic(edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8)) {
+        let mut bytes = sample_writer().to_bytes().unwrap();
+        // Most edits land in the header, where the lengths are.
+        let header = 620.min(bytes.len());
+        for (at, value) in edits {
+            let i = at.index(header);
+            bytes[i] = value;
+        }
+        let path = temp_path(&format!("corrupt-{}.gguf", std::thread::current().name().unwrap_or("t").replace("::", "-")));
+        std::fs::write(&path, &bytes).unwrap();
+        if let Ok(file) = GgufFile::open(&path) {
+            let elements: u64 = file.tensors().iter().map(|t| t.element_count()).sum();
+            prop_assert!(elements <= 8 * bytes.len() as u64);
+            for t in file.tensors() {
+                let values = file.read_tensor_f32(&t.name).unwrap();
+                prop_assert_eq!(values.len() as u64, t.element_count());
+            }
+        }
+    }
 }
