@@ -98,6 +98,18 @@ pub enum ModelError {
         positions: usize,
         context_length: usize,
     },
+    #[error("{head_count} query heads do not form equal groups over {kv_head_count} KV heads")]
+    UnevenHeads {
+        head_count: usize,
+        kv_head_count: usize,
+    },
+    #[error("a head layout planned for {layout_heads} query heads over {layout_kv_heads} KV heads does not fit a model with {model_heads} over {model_kv_heads}; plan it from this model's config")]
+    HeadLayoutMismatch {
+        layout_heads: usize,
+        layout_kv_heads: usize,
+        model_heads: usize,
+        model_kv_heads: usize,
+    },
     #[error("batch of {got} users given to a model set up for a batch of {expected}")]
     BatchMismatch { got: usize, expected: usize },
     #[error("{what} must not be empty")]

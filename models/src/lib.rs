@@ -10,6 +10,7 @@
 mod config;
 mod error;
 pub mod gguf;
+mod heads;
 mod reference;
 pub mod rope;
 pub mod synthetic;
@@ -18,6 +19,7 @@ mod weights;
 
 pub use config::LlamaConfig;
 pub use error::{ModelError, Result};
+pub use heads::HeadLayout;
 pub use reference::{argmax, HostReference};
 pub use tokenizer::{GgufTokenizer, TextStream};
 pub use weights::{available_host_memory, BlockWeights, LlamaWeights, LoadOptions};
