@@ -92,7 +92,7 @@ pub fn byte_to_char() -> [char; 256] {
 }
 
 /// The vocabulary (`tokens`, in id order) and merges: 256 byte tokens, then `merge_count`
-/// merges learnt by counting adjacent pairs in [`MERGE_TEXT`] (most frequent first, ties by
+/// merges learnt by counting adjacent pairs in a fixed English paragraph (most frequent first, ties by
 /// the pair's text), then the control tokens.
 pub fn byte_level_vocabulary(merge_count: usize) -> (Vec<String>, Vec<String>) {
     let map = byte_to_char();
