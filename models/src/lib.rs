@@ -20,7 +20,7 @@ mod weights;
 pub use config::LlamaConfig;
 pub use error::{ModelError, Result};
 pub use heads::HeadLayout;
-pub use reference::{argmax, HostReference};
+pub use reference::{argmax, greedy_decode, HostReference};
 pub use tokenizer::{GgufTokenizer, TextStream};
 pub use weights::{available_host_memory, BlockWeights, LlamaWeights, LoadOptions};
 

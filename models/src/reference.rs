@@ -212,36 +212,62 @@ impl HostReference {
                 expected: self.batch,
             });
         }
-        if prompts.iter().any(|p| p.is_empty()) {
-            return Err(ModelError::Empty { what: "prompt" });
-        }
-        let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
-        let steps = longest + n.saturating_sub(1);
-        if steps > self.max_positions {
-            return Err(ModelError::PositionOutOfRange {
-                position: steps - 1,
-                max_positions: self.max_positions,
+        let vocab = self.weights.config.vocab_size;
+        let max_positions = self.max_positions;
+        greedy_decode(prompts, n, max_positions, |tokens, positions| {
+            let logits = self.forward_decode(tokens, positions)?;
+            Ok(logits.chunks_exact(vocab).map(argmax).collect())
+        })
+    }
+}
+
+/// The decode schedule every ttmesh model runs (the host reference and the device loop alike,
+/// so their token ids are comparable): prefill token by token through the decode step, then
+/// greedy decoding. At step `s` every user is at position `s`; a user still in its prompt feeds
+/// its prompt token `s`, the others their last generated token. `step(tokens, positions)`
+/// returns each user's greedy next token. Returns `n` generated ids per user.
+pub fn greedy_decode(
+    prompts: &[&[u32]],
+    n: usize,
+    max_positions: usize,
+    mut step: impl FnMut(&[u32], &[usize]) -> Result<Vec<u32>>,
+) -> Result<Vec<Vec<u32>>> {
+    if prompts.is_empty() {
+        return Err(ModelError::Empty { what: "batch" });
+    }
+    if prompts.iter().any(|p| p.is_empty()) {
+        return Err(ModelError::Empty { what: "prompt" });
+    }
+    let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+    let steps = longest + n.saturating_sub(1);
+    if steps > max_positions {
+        return Err(ModelError::PositionOutOfRange {
+            position: steps - 1,
+            max_positions,
+        });
+    }
+    let mut generated: Vec<Vec<u32>> = vec![Vec::with_capacity(n); prompts.len()];
+    for s in 0..steps {
+        let tokens: Vec<u32> = prompts
+            .iter()
+            .zip(&generated)
+            .map(|(p, g)| p.get(s).copied().or(g.last().copied()).unwrap_or(0))
+            .collect();
+        let positions = vec![s; prompts.len()];
+        let next = step(&tokens, &positions)?;
+        if next.len() != prompts.len() {
+            return Err(ModelError::BatchMismatch {
+                got: next.len(),
+                expected: prompts.len(),
             });
         }
-        let mut generated: Vec<Vec<u32>> = vec![Vec::with_capacity(n); self.batch];
-        let vocab = self.weights.config.vocab_size;
-        for step in 0..steps {
-            let tokens: Vec<u32> = prompts
-                .iter()
-                .zip(&generated)
-                .map(|(p, g)| p.get(step).copied().or(g.last().copied()).unwrap_or(0))
-                .collect();
-            let positions = vec![step; self.batch];
-            let logits = self.forward_decode(&tokens, &positions)?;
-            for ((user_logits, p), g) in logits.chunks_exact(vocab).zip(prompts).zip(&mut generated)
-            {
-                if step + 1 >= p.len() && g.len() < n {
-                    g.push(argmax(user_logits));
-                }
+        for ((&t, p), g) in next.iter().zip(prompts).zip(&mut generated) {
+            if s + 1 >= p.len() && g.len() < n {
+                g.push(t);
             }
         }
-        Ok(generated)
     }
+    Ok(generated)
 }
 
 /// Index of the largest value (the first one on ties), as greedy sampling picks.

@@ -16,8 +16,11 @@ fn temp_path(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// Writes `writer` to a file of its own (tests run in parallel) and builds its tokenizer.
 fn tokenizer_from(name: &str, writer: &GgufWriter) -> Result<GgufTokenizer, ModelError> {
-    let path = temp_path(name);
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = temp_path(&format!("{n}-{name}"));
     writer.write(&path).unwrap();
     GgufTokenizer::from_gguf(&GgufFile::open(&path)?)
 }
