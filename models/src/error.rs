@@ -110,6 +110,20 @@ pub enum ModelError {
         model_heads: usize,
         model_kv_heads: usize,
     },
+    #[error("device: {context}: {source}")]
+    Device {
+        context: String,
+        #[source]
+        source: Box<ttmesh::MeshError>,
+    },
+    #[error("host tensor {name}: {source}")]
+    HostTensor {
+        name: String,
+        #[source]
+        source: Box<ttmesh_chip::ChipError>,
+    },
+    #[error("a batch of {batch} users is not supported on the device (1..={max}: one user per row of a tile); split the users into batches of at most {max}")]
+    BatchTooLarge { batch: usize, max: usize },
     #[error("batch of {got} users given to a model set up for a batch of {expected}")]
     BatchMismatch { got: usize, expected: usize },
     #[error("{what} must not be empty")]

@@ -3,11 +3,13 @@
 //! order, the byte-level BPE tokenizer from the file's vocabulary, the host f32 reference
 //! forward that gives the expected tokens, and fixed-seed synthetic llamas written as GGUF.
 //!
-//! Owns: model files and everything computed on the host to check a device. Must not touch:
-//! device kernels or the mesh (the reference must stay independent of them); the device decode
-//! loop builds on this crate, never the other way round.
+//! Owns: model files, everything computed on the host to check a device, and the decode loop
+//! that drives a llama through the mesh API (weights and KV cache in device DRAM, one captured
+//! trace per step). Must not touch: device kernels (they live in the chip) or the mesh's
+//! internals; the host reference shares no code with the device path.
 
 mod config;
+mod device;
 mod error;
 pub mod gguf;
 mod heads;
@@ -18,6 +20,7 @@ mod tokenizer;
 mod weights;
 
 pub use config::LlamaConfig;
+pub use device::{DeviceDecodeConfig, DeviceLlama, MAX_BATCH};
 pub use error::{ModelError, Result};
 pub use heads::HeadLayout;
 pub use reference::{argmax, greedy_decode, HostReference};

@@ -1,0 +1,396 @@
+//! The llama decode step on a mesh device, the way a TT-NN model runs it: weights and KV cache
+//! in device DRAM, static shapes, every op a device kernel, token ids and positions in
+//! persistent device tensors that the kernels read when they run, so one captured trace serves
+//! every step. Traced mode captures the step once and replays it per token; untraced mode
+//! enqueues the same ops one by one.
+//!
+//! Every tensor is replicated over the mesh (an n150 is one chip); tensor parallelism shards the
+//! same tensors by heads and FFN columns.
+
+use ttmesh::ops::{self, MeshMatmulConfig, MeshOpOptions};
+use ttmesh::{
+    Activation, CqId, DataType, HostTensor, Layout, MemoryConfig, MeshDevice, MeshError,
+    MeshTensor, MeshTraceId, ReplicateTensorToMesh,
+};
+
+use ttmesh_chip::tensor::HostData;
+
+use crate::config::LlamaConfig;
+use crate::error::{ModelError, Result};
+use crate::reference::greedy_decode;
+use crate::rope::rope_tables;
+use crate::weights::LlamaWeights;
+
+/// Users decoded together: one per row of a tile, as TT-NN decodes.
+pub const MAX_BATCH: usize = 32;
+const CQ: CqId = CqId(0);
+
+/// The decode loop's static shapes and number format.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceDecodeConfig {
+    pub batch: usize,
+    /// KV cache length: the longest prompt plus generated tokens.
+    pub max_positions: usize,
+    /// Weights, caches and activations: FLOAT32, BFLOAT16 or BFLOAT8_B.
+    pub dtype: DataType,
+}
+
+struct DeviceBlock {
+    attn_norm: MeshTensor,
+    /// Projections transposed to `[in, out]` (the matmul's second operand).
+    wq: MeshTensor,
+    wk: MeshTensor,
+    wv: MeshTensor,
+    wo: MeshTensor,
+    ffn_norm: MeshTensor,
+    w_gate: MeshTensor,
+    w_up: MeshTensor,
+    w_down: MeshTensor,
+    /// `[B, kv_heads, max_positions, head_dim]`.
+    k_cache: MeshTensor,
+    v_cache: MeshTensor,
+}
+
+/// A captured decode step: its trace and the argmax output the replays write.
+struct CapturedStep {
+    id: MeshTraceId,
+    next_ids: MeshTensor,
+}
+
+/// A llama model resident on a mesh, ready to decode.
+pub struct DeviceLlama {
+    mesh: MeshDevice,
+    config: LlamaConfig,
+    decode: DeviceDecodeConfig,
+    /// `[vocab, hidden]`, rows for the embedding op.
+    embedding: MeshTensor,
+    /// `[hidden, vocab]`: the LM head (the embedding transposed when tied).
+    lm_head: MeshTensor,
+    output_norm: MeshTensor,
+    blocks: Vec<DeviceBlock>,
+    cos: MeshTensor,
+    sin: MeshTensor,
+    /// Persistent inputs, `[1, 1, 1, B]` UINT32, written before every step.
+    ids: MeshTensor,
+    positions: MeshTensor,
+    captured: Option<CapturedStep>,
+}
+
+fn device(context: impl Into<String>) -> impl FnOnce(MeshError) -> ModelError {
+    let context = context.into();
+    move |source| ModelError::Device {
+        context,
+        source: Box::new(source),
+    }
+}
+
+fn host_tensor(name: &str) -> impl FnOnce(ttmesh_chip::ChipError) -> ModelError + '_ {
+    move |source| ModelError::HostTensor {
+        name: name.to_string(),
+        source: Box::new(source),
+    }
+}
+
+/// `[rows][cols]` row-major to `[cols][rows]`.
+fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0f32; w.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = w[r * cols + c];
+        }
+    }
+    out
+}
+
+impl DeviceLlama {
+    /// Places the weights, an empty KV cache, the RoPE tables and the persistent inputs in the
+    /// mesh's DRAM.
+    pub fn new(
+        mesh: &MeshDevice,
+        weights: &LlamaWeights,
+        decode: DeviceDecodeConfig,
+    ) -> Result<Self> {
+        let c = weights.config.clone();
+        if decode.batch == 0 || decode.batch > MAX_BATCH {
+            return Err(ModelError::BatchTooLarge {
+                batch: decode.batch,
+                max: MAX_BATCH,
+            });
+        }
+        if decode.max_positions == 0 || decode.max_positions > c.context_length {
+            return Err(ModelError::BeyondContext {
+                positions: decode.max_positions,
+                context_length: c.context_length,
+            });
+        }
+        let dtype = decode.dtype;
+        let place = |name: &str, shape: Vec<usize>, values: Vec<f32>| -> Result<MeshTensor> {
+            let host = HostTensor::from_f32(shape, dtype, values).map_err(host_tensor(name))?;
+            MeshTensor::from_host(
+                &host,
+                mesh,
+                &ReplicateTensorToMesh,
+                Layout::Tile,
+                MemoryConfig::DRAM,
+                CQ,
+            )
+            .map_err(device(format!("placing {name}")))
+        };
+        let (h, f, hd) = (c.hidden_size, c.ffn_size, c.head_dim);
+        let (q_dim, kv_dim) = (c.head_count * hd, c.kv_dim());
+        let linear = |name: &str, w: &[f32], out: usize, inp: usize| {
+            place(name, vec![inp, out], transpose(w, out, inp))
+        };
+        let vector = |name: &str, v: &[f32]| place(name, vec![1, v.len()], v.to_vec());
+        let cache = |name: &str| {
+            let shape = vec![decode.batch, c.kv_head_count, decode.max_positions, hd];
+            place(
+                name,
+                shape,
+                vec![0.0; decode.batch * kv_dim * decode.max_positions],
+            )
+        };
+        let mut blocks = Vec::with_capacity(c.block_count);
+        for (i, b) in weights.blocks.iter().enumerate() {
+            let n = |t: &str| format!("blk.{i}.{t}");
+            blocks.push(DeviceBlock {
+                attn_norm: vector(&n("attn_norm"), &b.attn_norm)?,
+                wq: linear(&n("attn_q"), &b.wq, q_dim, h)?,
+                wk: linear(&n("attn_k"), &b.wk, kv_dim, h)?,
+                wv: linear(&n("attn_v"), &b.wv, kv_dim, h)?,
+                wo: linear(&n("attn_output"), &b.wo, h, q_dim)?,
+                ffn_norm: vector(&n("ffn_norm"), &b.ffn_norm)?,
+                w_gate: linear(&n("ffn_gate"), &b.w_gate, f, h)?,
+                w_up: linear(&n("ffn_up"), &b.w_up, f, h)?,
+                w_down: linear(&n("ffn_down"), &b.w_down, h, f)?,
+                k_cache: cache(&n("k_cache"))?,
+                v_cache: cache(&n("v_cache"))?,
+            });
+        }
+        let (cos, sin) = rope_tables(decode.max_positions, hd, c.rope_base);
+        let per_user = |name: &str| -> Result<MeshTensor> {
+            let host = HostTensor::from_u32(vec![1, 1, 1, decode.batch], vec![0; decode.batch])
+                .map_err(host_tensor(name))?;
+            MeshTensor::from_host(
+                &host,
+                mesh,
+                &ReplicateTensorToMesh,
+                Layout::RowMajor,
+                MemoryConfig::DRAM,
+                CQ,
+            )
+            .map_err(device(format!("placing {name}")))
+        };
+        Ok(Self {
+            mesh: mesh.clone(),
+            embedding: place(
+                "token_embd",
+                vec![c.vocab_size, h],
+                weights.token_embedding.clone(),
+            )?,
+            lm_head: linear("lm_head", weights.lm_head(), c.vocab_size, h)?,
+            output_norm: vector("output_norm", &weights.output_norm)?,
+            blocks,
+            cos: place("rope_cos", vec![1, 1, decode.max_positions, hd], cos)?,
+            sin: place("rope_sin", vec![1, 1, decode.max_positions, hd], sin)?,
+            ids: per_user("token_ids")?,
+            positions: per_user("positions")?,
+            captured: None,
+            config: c,
+            decode,
+        })
+    }
+
+    pub fn decode_config(&self) -> DeviceDecodeConfig {
+        self.decode
+    }
+
+    /// `[1, 1, B, heads * head_dim]` -> `[1, B, heads, head_dim]` (the decode layout).
+    fn split_heads(&self, x: &MeshTensor, heads: usize) -> Result<MeshTensor> {
+        self.relayout(x, vec![1, self.decode.batch, heads, self.config.head_dim])
+    }
+
+    /// `[1, B, heads, head_dim]` -> `[1, 1, B, heads * head_dim]`.
+    fn merge_heads(&self, x: &MeshTensor, heads: usize) -> Result<MeshTensor> {
+        self.relayout(
+            x,
+            vec![1, 1, self.decode.batch, heads * self.config.head_dim],
+        )
+    }
+
+    /// Until the device has a reshape op, heads are split and merged by a host round trip:
+    /// untraced only (a trace capture refuses the read and says so).
+    fn relayout(&self, x: &MeshTensor, shape: Vec<usize>) -> Result<MeshTensor> {
+        let mut host = x.to_host_shards(CQ).map_err(device("reshape"))?.remove(0);
+        host.shape = shape;
+        MeshTensor::from_host(
+            &host,
+            &self.mesh,
+            &ReplicateTensorToMesh,
+            Layout::Tile,
+            MemoryConfig::DRAM,
+            CQ,
+        )
+        .map_err(device("reshape"))
+    }
+
+    /// Enqueues one decode step for every user (reading `ids` and `positions` on the device);
+    /// returns the device tensor of next token ids.
+    fn enqueue_step(&self) -> Result<MeshTensor> {
+        let c = &self.config;
+        let none = MeshOpOptions::default();
+        let mm = MeshMatmulConfig::default();
+        let silu = MeshMatmulConfig {
+            activation: Some(Activation::Silu),
+            ..Default::default()
+        };
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let d = |what: &'static str| device(what);
+        let mut x = ops::embedding(&self.ids, &self.embedding, &none).map_err(d("embedding"))?;
+        for b in &self.blocks {
+            let n = ops::rms_norm(&x, Some(&b.attn_norm), c.rms_norm_eps, &none)
+                .map_err(d("attn_norm"))?;
+            let q = ops::matmul(&n, &b.wq, &mm).map_err(d("q projection"))?;
+            let k = ops::matmul(&n, &b.wk, &mm).map_err(d("k projection"))?;
+            let v = ops::matmul(&n, &b.wv, &mm).map_err(d("v projection"))?;
+            let q = self.split_heads(&q, c.head_count)?;
+            let k = self.split_heads(&k, c.kv_head_count)?;
+            let v = self.split_heads(&v, c.kv_head_count)?;
+            let q = ops::rotary_embedding(&q, &self.cos, &self.sin, &self.positions, &none)
+                .map_err(d("rotary q"))?;
+            let k = ops::rotary_embedding(&k, &self.cos, &self.sin, &self.positions, &none)
+                .map_err(d("rotary k"))?;
+            ops::update_cache(&b.k_cache, &k, &self.positions, &none)
+                .map_err(d("update k cache"))?;
+            ops::update_cache(&b.v_cache, &v, &self.positions, &none)
+                .map_err(d("update v cache"))?;
+            let a = ops::scaled_dot_product_attention_decode(
+                &q,
+                &b.k_cache,
+                &b.v_cache,
+                &self.positions,
+                scale,
+                &none,
+            )
+            .map_err(d("attention"))?;
+            let a = self.merge_heads(&a, c.head_count)?;
+            let o = ops::matmul(&a, &b.wo, &mm).map_err(d("output projection"))?;
+            x = ops::add(&x, &o, &none).map_err(d("attention residual"))?;
+            let n = ops::rms_norm(&x, Some(&b.ffn_norm), c.rms_norm_eps, &none)
+                .map_err(d("ffn_norm"))?;
+            let g = ops::matmul(&n, &b.w_gate, &silu).map_err(d("gate projection"))?;
+            let u = ops::matmul(&n, &b.w_up, &mm).map_err(d("up projection"))?;
+            let m = ops::mul(&g, &u, &none).map_err(d("silu(gate) * up"))?;
+            let down = ops::matmul(&m, &b.w_down, &mm).map_err(d("down projection"))?;
+            x = ops::add(&x, &down, &none).map_err(d("mlp residual"))?;
+        }
+        let n = ops::rms_norm(&x, Some(&self.output_norm), c.rms_norm_eps, &none)
+            .map_err(d("output_norm"))?;
+        let logits = ops::matmul(&n, &self.lm_head, &mm).map_err(d("lm head"))?;
+        ops::argmax(&logits, -1, &none).map_err(d("argmax"))
+    }
+
+    /// One decode step: writes `tokens` and `positions` into the persistent inputs, runs the
+    /// step (replaying its trace when `traced`, capturing it on first use), returns the next
+    /// token of every user.
+    pub fn decode_step(
+        &mut self,
+        tokens: &[u32],
+        positions: &[usize],
+        traced: bool,
+    ) -> Result<Vec<u32>> {
+        let batch = self.decode.batch;
+        for got in [tokens.len(), positions.len()] {
+            if got != batch {
+                return Err(ModelError::BatchMismatch {
+                    got,
+                    expected: batch,
+                });
+            }
+        }
+        if let Some(&token) = tokens
+            .iter()
+            .find(|&&t| t as usize >= self.config.vocab_size)
+        {
+            return Err(ModelError::TokenOutOfRange {
+                token,
+                vocab_size: self.config.vocab_size,
+            });
+        }
+        if let Some(&position) = positions.iter().find(|&&p| p >= self.decode.max_positions) {
+            return Err(ModelError::PositionOutOfRange {
+                position,
+                max_positions: self.decode.max_positions,
+            });
+        }
+        let write = |t: &MeshTensor, values: Vec<u32>, name: &str| -> Result<()> {
+            let host =
+                HostTensor::from_u32(vec![1, 1, 1, batch], values).map_err(host_tensor(name))?;
+            t.copy_from_host(&host, &ReplicateTensorToMesh, CQ)
+                .map_err(device(format!("writing {name}")))
+        };
+        write(&self.ids, tokens.to_vec(), "token ids")?;
+        write(
+            &self.positions,
+            positions.iter().map(|&p| p as u32).collect(),
+            "positions",
+        )?;
+        let next = if traced {
+            if self.captured.is_none() {
+                // Compile every program outside the capture, as TT-NN does, then capture.
+                self.enqueue_step()?;
+                let id = self
+                    .mesh
+                    .begin_trace_capture(CQ)
+                    .map_err(device("begin_trace_capture"))?;
+                let next_ids = match self.enqueue_step() {
+                    Ok(t) => t,
+                    Err(e) => {
+                        // Leave no half-captured trace behind: the mesh stays usable.
+                        let _ = self.mesh.end_trace_capture(id, CQ);
+                        let _ = self.mesh.release_trace(id);
+                        return Err(e);
+                    }
+                };
+                self.mesh
+                    .end_trace_capture(id, CQ)
+                    .map_err(device("end_trace_capture"))?;
+                self.captured = Some(CapturedStep { id, next_ids });
+            }
+            let step = self.captured.as_ref().expect("captured above");
+            self.mesh
+                .execute_trace(step.id, CQ, false)
+                .map_err(device("execute_trace"))?;
+            step.next_ids.clone()
+        } else {
+            self.enqueue_step()?
+        };
+        let host = next
+            .to_host_shards(CQ)
+            .map_err(device("reading next token ids"))?
+            .remove(0);
+        match host.data {
+            HostData::U32(ids) => Ok(ids),
+            HostData::F32(_) => Err(ModelError::Device {
+                context: "reading next token ids".into(),
+                source: Box::new(MeshError::Invalid {
+                    op: "argmax".into(),
+                    detail: "returned floats, not UINT32 ids".into(),
+                }),
+            }),
+        }
+    }
+
+    /// Greedy generation on the device with the host reference's schedule ([`greedy_decode`]).
+    pub fn generate(
+        &mut self,
+        prompts: &[&[u32]],
+        n: usize,
+        traced: bool,
+    ) -> Result<Vec<Vec<u32>>> {
+        let max_positions = self.decode.max_positions;
+        greedy_decode(prompts, n, max_positions, |tokens, positions| {
+            self.decode_step(tokens, positions, traced)
+        })
+    }
+}

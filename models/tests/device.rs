@@ -1,0 +1,138 @@
+//! The decode loop on one chip (n150) against the host reference (untraced for now: the
+//! head split/merge is a host round trip until the device reshape op lands).
+
+use std::sync::Arc;
+
+use ttmesh::{DataType, MeshConfig, MeshDevice};
+use ttmesh_models::synthetic::{write_synthetic_llama, SyntheticConfig};
+use ttmesh_models::{
+    DeviceDecodeConfig, DeviceLlama, GgufTokenizer, HostReference, LlamaWeights, LoadOptions,
+};
+
+fn n150(trace_region_size: u64) -> MeshDevice {
+    MeshDevice::open(MeshConfig {
+        topology: "n150".into(),
+        trace_region_size,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn synthetic_model_on_n150_untraced_matches_host_reference() {
+    let path =
+        std::env::temp_dir().join(format!("ttmesh-models-device-{}.gguf", std::process::id()));
+    write_synthetic_llama(&path, &SyntheticConfig::small()).unwrap();
+    let weights = Arc::new(LlamaWeights::load(&path, LoadOptions::default()).unwrap());
+    let prompt = GgufTokenizer::load(&path)
+        .unwrap()
+        .encode("Once upon a time")
+        .unwrap();
+    let mut reference = HostReference::new(Arc::clone(&weights), 1, 64).unwrap();
+    let expected = reference.generate(&prompt, 16).unwrap();
+    let mesh = n150(0);
+    let decode = DeviceDecodeConfig {
+        batch: 1,
+        max_positions: 64,
+        dtype: DataType::Float32,
+    };
+    let mut model = DeviceLlama::new(&mesh, &weights, decode).unwrap();
+    let got = model.generate(&[&prompt], 16, false).unwrap().remove(0);
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn smollm2_on_n150_untraced_f32_matches_host_reference() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let Some(path) = ttmesh_models::real_model_path(&root) else {
+        eprintln!("SKIPPED smollm2_on_n150_untraced_f32_matches_host_reference: no model file");
+        return;
+    };
+    let weights = LlamaWeights::load(&path, LoadOptions::default()).unwrap();
+    let mesh = n150(0);
+    let decode = DeviceDecodeConfig {
+        batch: 1,
+        max_positions: 64,
+        dtype: DataType::Float32,
+    };
+    let mut model = DeviceLlama::new(&mesh, &weights, decode).unwrap();
+    let started = std::time::Instant::now();
+    let got = model
+        .generate(&[&[6403, 1980, 253, 655]], 32, false)
+        .unwrap()
+        .remove(0);
+    println!("device untraced: {:?} per step", started.elapsed() / 35);
+    println!("{got:?}");
+    assert_eq!(
+        got,
+        [
+            28, 260, 2240, 282, 23324, 27108, 436, 253, 15114, 39228, 28, 351, 25854, 41658, 284,
+            14055, 9018, 30, 1249, 347, 260, 929, 3514, 411, 28, 260, 2240, 2585, 288, 5946, 624,
+            2798,
+        ]
+    );
+}
+
+#[test]
+fn synthetic_batch_of_32_users_untraced_matches_host_reference() {
+    let path = std::env::temp_dir().join(format!(
+        "ttmesh-models-device-b32-{}.gguf",
+        std::process::id()
+    ));
+    write_synthetic_llama(&path, &SyntheticConfig::heads_9_kv_3()).unwrap();
+    let weights = Arc::new(LlamaWeights::load(&path, LoadOptions::default()).unwrap());
+    let prompts: Vec<Vec<u32>> = (0..32u32)
+        .map(|u| (0..1 + u % 5).map(|i| (u * 7 + i * 13) % 300).collect())
+        .collect();
+    let refs: Vec<&[u32]> = prompts.iter().map(|p| p.as_slice()).collect();
+    let mut reference = HostReference::new(Arc::clone(&weights), 32, 32).unwrap();
+    let expected = reference.generate_batch(&refs, 8).unwrap();
+    let mesh = n150(0);
+    let decode = DeviceDecodeConfig {
+        batch: 32,
+        max_positions: 32,
+        dtype: DataType::Float32,
+    };
+    let mut model = DeviceLlama::new(&mesh, &weights, decode).unwrap();
+    assert_eq!(model.generate(&refs, 8, false).unwrap(), expected);
+}
+
+/// How many of the 32 reference tokens bf16 and bfloat8_b reproduce (printed; ~35 s, so not in
+/// the default suite): `cargo test --release -p ttmesh-models --test device -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints a measurement; ~35 s"]
+fn smollm2_bf16_agreement() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let Some(path) = ttmesh_models::real_model_path(&root) else {
+        return;
+    };
+    let weights = LlamaWeights::load(&path, LoadOptions::default()).unwrap();
+    let mut reference = HostReference::new(Arc::new(weights.clone()), 1, 64).unwrap();
+    let expected = reference.generate(&[6403, 1980, 253, 655], 32).unwrap();
+    for dtype in [DataType::BFloat16, DataType::BFloat8B] {
+        let mesh = n150(0);
+        let decode = DeviceDecodeConfig {
+            batch: 1,
+            max_positions: 64,
+            dtype,
+        };
+        let mut model = DeviceLlama::new(&mesh, &weights, decode).unwrap();
+        let got = model
+            .generate(&[&[6403, 1980, 253, 655]], 32, false)
+            .unwrap()
+            .remove(0);
+        let agree = got.iter().zip(&expected).filter(|(a, b)| a == b).count();
+        let prefix = got
+            .iter()
+            .zip(&expected)
+            .take_while(|(a, b)| a == b)
+            .count();
+        println!("{dtype:?}: {agree}/32 agree, first {prefix} identical: {got:?}");
+    }
+}
