@@ -6,5 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod ccl;
 pub mod chip;
 pub mod fabric;
+pub mod monitor;

@@ -23,8 +23,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     section("chip", &|| ttmesh_benches::chip::chip_bench(q));
     section("trace", &|| ttmesh_benches::chip::trace_bench(q));
     section("fabric", &|| ttmesh_benches::fabric::run(q));
-    section("ccl", &|| ttmesh::bench::run(q));
-    section("monitor", &|| ttmesh_monitor::bench::publish_cost(q));
+    section("ccl", &|| ttmesh_benches::ccl::run(q));
+    section("monitor", &|| ttmesh_benches::monitor::publish_cost(q));
     section("mesh-monitor", &|| {
         ttmesh::monitor_bench::monitor_overhead(q)
     });

@@ -10,7 +10,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod bench;
 pub mod ccl;
 mod device;
 mod error;

@@ -64,7 +64,6 @@
 //! a zombie, or reused: start time differs) is reported and removable with [`cleanup_stale`].
 //! Publishing is off when `TTMESH_MONITOR=0` ([`Publisher::create_from_env`]).
 
-mod bench_impl;
 mod cli;
 mod data;
 mod error;
@@ -90,8 +89,3 @@ pub use layout::{LAYOUT_VERSION, MAGIC, MAX_CHIPS, MAX_LINKS};
 pub use publisher::Publisher;
 pub use reader::{cleanup_stale, list_segments, read_segment};
 pub use render::{escape_control, render_json, render_table};
-
-/// Benchmarks that print side-by-side costs (no assertions: machines are noisy).
-pub mod bench {
-    pub use crate::bench_impl::publish_cost;
-}

@@ -242,17 +242,3 @@ fn human_units() {
         assert_eq!(human_bytes(b), s, "{b}");
     }
 }
-
-#[test]
-fn bench_runs_and_prints_side_by_side() {
-    let s = bench::publish_cost(true);
-    for needle in [
-        "on_allocate",
-        "baseline Mutex<HashMap>",
-        "ratio:",
-        "read_segment",
-    ] {
-        assert!(s.contains(needle), "{needle} missing from:\n{s}");
-    }
-    eprintln!("{s}");
-}

@@ -5,9 +5,9 @@ use std::hint::black_box;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::data::{MemoryCounters, MemoryKind, ProcessInfo};
-use crate::publisher::Publisher;
-use crate::reader::read_segment;
+use ttmesh_monitor::read_segment;
+use ttmesh_monitor::Publisher;
+use ttmesh_monitor::{MemoryCounters, MemoryKind, ProcessInfo};
 
 fn ns_per(iters: u64, f: impl FnMut(u64)) -> f64 {
     let mut f = f;

@@ -12,8 +12,8 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use crate::ccl::{self, CclArgs};
-use crate::{
+use ttmesh::ccl::{self, CclArgs};
+use ttmesh::{
     Blocking, CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice,
     MeshTensor, ReplicateTensorToMesh, TensorSpec,
 };
@@ -101,7 +101,7 @@ fn time_collective(
     size: usize,
     iters: usize,
 ) -> Result<Duration, String> {
-    let err = |e: crate::MeshError| e.to_string();
+    let err = |e: ttmesh::MeshError| e.to_string();
     let n = mesh.num_devices();
     let rows = size / 2 / 1024;
     let full = vec![1, 1, rows, 1024];
@@ -111,7 +111,7 @@ fn time_collective(
         Op::ReduceScatter => (full.clone(), vec![1, 1, rows, 1024 / n]),
     };
     let x = MeshTensor::from_host(
-        &crate::models::random_host(&in_shape, DataType::BFloat16, 7, 0.5)
+        &ttmesh::models::random_host(&in_shape, DataType::BFloat16, 7, 0.5)
             .map_err(|e| e.to_string())?,
         mesh,
         &ReplicateTensorToMesh,
@@ -251,11 +251,11 @@ fn collectives(quick: bool, m: f64, out: &mut String) -> Vec<Row> {
 /// Host time per iteration of the run block: enqueueing every op (untraced) vs one lockstep
 /// replay (traced). Each iteration finishes before the next, so queues never back up.
 fn run_block(quick: bool, out: &mut String) -> Result<(f64, f64), String> {
-    let err = |e: crate::MeshError| e.to_string();
+    let err = |e: ttmesh::MeshError| e.to_string();
     let mesh = open("t3k", FabricConfig::Fabric1D)?;
     let (t, h, f) = (32, 512, 2048);
     let x = MeshTensor::from_host(
-        &crate::models::random_host(&[1, 1, t, h], DataType::BFloat16, 1, 1.0).map_err(err)?,
+        &ttmesh::models::random_host(&[1, 1, t, h], DataType::BFloat16, 1, 1.0).map_err(err)?,
         &mesh,
         &ReplicateTensorToMesh,
         Layout::Tile,
@@ -263,7 +263,7 @@ fn run_block(quick: bool, out: &mut String) -> Result<(f64, f64), String> {
         CqId(0),
     )
     .map_err(err)?;
-    let mlp = crate::models::TpMlp::new(&mesh, h, f, 2).map_err(err)?;
+    let mlp = ttmesh::models::TpMlp::new(&mesh, h, f, 2).map_err(err)?;
     let mlp_block = |x: &MeshTensor| mlp.forward(x);
     let iters = if quick { 10 } else { 50 };
     let _ = mlp_block(&x).map_err(err)?;
