@@ -62,6 +62,9 @@ pub enum ComputeError {
     /// A row width that must be even (rotary embedding rotates pairs (i, i + d/2)).
     #[error("{what}: width {cols} is odd; rotary embedding pairs x[i] with x[i + d/2], so the head dim must be even")]
     OddWidth { what: &'static str, cols: usize },
+    /// Shapes a data-movement op cannot combine (permute dims, slice bounds, concat parts).
+    #[error("{what}: {detail}")]
+    Shapes { what: &'static str, detail: String },
     /// Dimensions whose product overflows usize.
     #[error("{what}: dimensions {dims:?} have too many elements (overflows usize); use smaller dimensions")]
     TooLarge {

@@ -392,6 +392,122 @@ pub fn argmax_last_dim(data: &[f32], cols: usize) -> Result<Vec<u32>, ComputeErr
         .collect())
 }
 
+/// Row-major strides of `shape` (the last dim varies fastest).
+fn strides_of(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for k in (0..shape.len().saturating_sub(1)).rev() {
+        strides[k] = strides[k + 1] * shape[k + 1];
+    }
+    strides
+}
+
+/// The multi-index of flat position `flat` in `shape` (row-major).
+fn unflatten(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut index = vec![0; shape.len()];
+    for k in (0..shape.len()).rev() {
+        index[k] = flat % shape[k];
+        flat /= shape[k];
+    }
+    index
+}
+
+fn shapes_error(what: &'static str, detail: String) -> ComputeError {
+    ComputeError::Shapes { what, detail }
+}
+
+/// `permute`: output dim `k` is input dim `dims[k]`, i.e. `out[i_0..i_n] = in[j]` with
+/// `j[dims[k]] = i_k`. Each output element looks up its input element one at a time.
+pub fn permute<T: Copy>(
+    data: &[T],
+    shape: &[usize],
+    dims: &[usize],
+) -> Result<Vec<T>, ComputeError> {
+    check_len("permute", checked_product("permute", shape)?, data.len())?;
+    let mut seen = vec![false; shape.len()];
+    for &d in dims {
+        if d >= shape.len() || std::mem::replace(&mut seen[d], true) {
+            return Err(shapes_error(
+                "permute",
+                format!("dims {dims:?} are not a permutation of 0..{}", shape.len()),
+            ));
+        }
+    }
+    if dims.len() != shape.len() {
+        return Err(shapes_error(
+            "permute",
+            format!("dims {dims:?} are not a permutation of 0..{}", shape.len()),
+        ));
+    }
+    let out_shape: Vec<usize> = dims.iter().map(|&d| shape[d]).collect();
+    let in_strides = strides_of(shape);
+    Ok((0..data.len())
+        .map(|flat| {
+            let i = unflatten(flat, &out_shape);
+            let src: usize = (0..dims.len()).map(|k| i[k] * in_strides[dims[k]]).sum();
+            data[src]
+        })
+        .collect())
+}
+
+/// `slice`: the elements whose index lies in `begins[k]..ends[k]` on every dim, in order.
+/// Walks the input and keeps what falls inside (the device gathers from the output side).
+pub fn slice<T: Copy>(
+    data: &[T],
+    shape: &[usize],
+    begins: &[usize],
+    ends: &[usize],
+) -> Result<Vec<T>, ComputeError> {
+    check_len("slice", checked_product("slice", shape)?, data.len())?;
+    let fits = begins.len() == shape.len()
+        && ends.len() == shape.len()
+        && (0..shape.len()).all(|k| begins[k] <= ends[k] && ends[k] <= shape[k]);
+    if !fits {
+        return Err(shapes_error(
+            "slice",
+            format!("begins {begins:?} and ends {ends:?} do not fit shape {shape:?}"),
+        ));
+    }
+    Ok(data
+        .iter()
+        .enumerate()
+        .filter(|(flat, _)| {
+            let i = unflatten(*flat, shape);
+            (0..shape.len()).all(|k| begins[k] <= i[k] && i[k] < ends[k])
+        })
+        .map(|(_, &v)| v)
+        .collect())
+}
+
+/// `concat` along `dim`: for each index of the dims before `dim`, each part's block in turn.
+pub fn concat<T: Copy>(parts: &[(&[T], &[usize])], dim: usize) -> Result<Vec<T>, ComputeError> {
+    let Some((_, first)) = parts.first() else {
+        return Err(shapes_error("concat", "no parts".into()));
+    };
+    let mut blocks = Vec::with_capacity(parts.len());
+    for (data, shape) in parts {
+        check_len("concat", checked_product("concat", shape)?, data.len())?;
+        let same = shape.len() == first.len()
+            && dim < shape.len()
+            && (0..shape.len()).all(|k| k == dim || shape[k] == first[k]);
+        if !same {
+            return Err(shapes_error(
+                "concat",
+                format!("part {shape:?} does not match {first:?} outside dim {dim}"),
+            ));
+        }
+        // One block per outer index: this part's dims from `dim` on.
+        blocks.push(checked_product("concat", &shape[dim..])?);
+    }
+    let outer = checked_product("concat", &first[..dim])?;
+    let mut out = Vec::new();
+    for o in 0..outer {
+        for ((data, _), &block) in parts.iter().zip(&blocks) {
+            out.extend_from_slice(&data[o * block..(o + 1) * block]);
+        }
+    }
+    Ok(out)
+}
+
 /// Checks `|got - want| <= atol + rtol * |want|` elementwise (NaN matches NaN, infinities
 /// must match exactly). On failure the message names the worst element, for test output.
 pub fn check_close(got: &[f32], want: &[f32], rtol: f64, atol: f64) -> Result<(), String> {

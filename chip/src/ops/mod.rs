@@ -10,6 +10,7 @@ mod eltwise;
 mod io;
 mod launch;
 mod matmul;
+mod shape;
 mod tiles;
 
 pub use data_movement::{copy, reshard, to_layout, to_memory_config, typecast};
@@ -24,6 +25,7 @@ pub use io::{read_logical, write_logical};
 pub use launch::{launch, Launch, LaunchRecord, LaunchSplit, RecordedLaunch};
 pub(crate) use launch::{run_op, OpLaunch};
 pub use matmul::{matmul, MatmulConfig};
+pub use shape::{concat, permute, reshape, slice, transpose};
 
 use crate::device::CqId;
 use crate::error::ChipError;
