@@ -12,9 +12,11 @@ use crate::tensor::MeshTensor;
 use crate::MeshDevice;
 
 mod decode;
+mod shape;
 pub use decode::{
     argmax, embedding, rotary_embedding, scaled_dot_product_attention_decode, update_cache,
 };
+pub use shape::{concat, permute, reshape, slice, transpose};
 
 /// TT-NN's per-op options for mesh tensors.
 #[derive(Clone, Debug, Default)]
