@@ -60,7 +60,7 @@ fn factor(volume: usize, picks: &[usize]) -> Vec<usize> {
     let mut rest = volume;
     let mut out = Vec::new();
     for &p in picks {
-        let divisors: Vec<usize> = (1..=rest).filter(|d| rest % d == 0).collect();
+        let divisors: Vec<usize> = (1..=rest).filter(|d| rest.is_multiple_of(*d)).collect();
         let d = divisors[p % divisors.len()];
         out.push(d);
         rest /= d;
