@@ -218,20 +218,9 @@ impl DeviceLlama {
         )
     }
 
-    /// Until the device has a reshape op, heads are split and merged by a host round trip:
-    /// untraced only (a trace capture refuses the read and says so).
+    /// A device reshape: no host round trip, so the decode step can be captured.
     fn relayout(&self, x: &MeshTensor, shape: Vec<usize>) -> Result<MeshTensor> {
-        let mut host = x.to_host_shards(CQ).map_err(device("reshape"))?.remove(0);
-        host.shape = shape;
-        MeshTensor::from_host(
-            &host,
-            &self.mesh,
-            &ReplicateTensorToMesh,
-            Layout::Tile,
-            MemoryConfig::DRAM,
-            CQ,
-        )
-        .map_err(device("reshape"))
+        ops::reshape(x, &shape, &MeshOpOptions::default()).map_err(device("reshape"))
     }
 
     /// Enqueues one decode step for every user (reading `ids` and `positions` on the device);

@@ -1,5 +1,5 @@
-//! The decode loop on one chip (n150) against the host reference (untraced for now: the
-//! head split/merge is a host round trip until the device reshape op lands).
+//! The decode loop on the device against the host reference: untraced, and traced (the step
+//! captured once and replayed for every later position).
 
 use std::sync::Arc;
 
@@ -39,6 +39,57 @@ fn synthetic_model_on_n150_untraced_matches_host_reference() {
     let mut model = DeviceLlama::new(&mesh, &weights, decode).unwrap();
     let got = model.generate(&[&prompt], 16, false).unwrap().remove(0);
     assert_eq!(got, expected);
+}
+
+/// The decode step captured once and replayed per token gives the host reference's tokens, on
+/// one chip and replicated on a T3K, in f32 and bf16 (bf16 against its own untraced run).
+#[test]
+fn synthetic_model_traced_matches_untraced_and_host_reference() {
+    let path = std::env::temp_dir().join(format!(
+        "ttmesh-models-device-traced-{}.gguf",
+        std::process::id()
+    ));
+    write_synthetic_llama(&path, &SyntheticConfig::small()).unwrap();
+    let weights = Arc::new(LlamaWeights::load(&path, LoadOptions::default()).unwrap());
+    let prompt = GgufTokenizer::load(&path)
+        .unwrap()
+        .encode("Once upon a time")
+        .unwrap();
+    let mut reference = HostReference::new(Arc::clone(&weights), 1, 64).unwrap();
+    let expected = reference.generate(&prompt, 16).unwrap();
+    for topology in ["n150", "t3k"] {
+        for dtype in [DataType::Float32, DataType::BFloat16] {
+            let mesh = MeshDevice::open(MeshConfig {
+                topology: topology.into(),
+                trace_region_size: 8 << 20,
+                ..Default::default()
+            })
+            .unwrap();
+            let decode = DeviceDecodeConfig {
+                batch: 1,
+                max_positions: 64,
+                dtype,
+            };
+            let mut model = DeviceLlama::new(&mesh, &weights, decode).unwrap();
+            let untraced = model.generate(&[&prompt], 16, false).unwrap().remove(0);
+            let traced = model.generate(&[&prompt], 16, true).unwrap().remove(0);
+            assert_eq!(traced, untraced, "{topology} {dtype:?}: traced vs untraced");
+            if dtype == DataType::Float32 {
+                assert_eq!(traced, expected, "{topology}: traced vs host reference");
+            }
+            // One capture served every position: each chip replayed once per step but the first.
+            for r in mesh.reports() {
+                assert!(
+                    r.trace_replays >= 15,
+                    "{topology}: chip {} replayed {}",
+                    r.id,
+                    r.trace_replays
+                );
+            }
+            drop(model);
+            mesh.close().unwrap();
+        }
+    }
 }
 
 #[test]
