@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod decode;
 mod limits;
 mod run;
 
@@ -25,6 +26,8 @@ struct Cli {
 enum Command {
     /// The main job: a tensor-parallel MLP block across the mesh, untraced, captured and replayed in lockstep.
     Run(run::RunArgs),
+    /// Greedy LLM decode on the mesh: weights and KV cache in DRAM, one traced step per token.
+    Decode(decode::DecodeArgs),
     /// Print a cluster topology: arch, shape, chips with coordinates, links.
     Topo {
         /// A shipped name (n150, n300, t3k, galaxy, p150, p300, line-N, ring-N) or a TOML path.
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::run(&args),
+        Command::Decode(args) => decode::run(&args),
         Command::Topo { topology, json } => topo(&topology, json),
         Command::Monitor(args) => {
             let mut out = std::io::stdout();

@@ -1,0 +1,91 @@
+//! `ttmesh decode` as a user runs it: the synthetic model's token ids, traced and untraced,
+//! equal the host reference's; bad flags exit 1 naming the flag.
+
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use ttmesh_models::synthetic::{write_synthetic_llama, SyntheticConfig};
+use ttmesh_models::{GgufTokenizer, HostReference, LlamaWeights, LoadOptions};
+
+fn ttmesh(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ttmesh"))
+        .args(args)
+        .output()
+        .expect("run ttmesh")
+}
+
+fn token_ids(out: &Output) -> Vec<u32> {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    v["token_ids"]
+        .as_array()
+        .expect("token_ids")
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+#[test]
+fn synthetic_decode_traced_and_untraced_give_the_host_reference_ids() {
+    // The same synthetic model the command writes when no --model is given.
+    let path = std::env::temp_dir().join(format!("ttmesh-decode-cli-{}.gguf", std::process::id()));
+    write_synthetic_llama(&path, &SyntheticConfig::small()).unwrap();
+    let weights = Arc::new(LlamaWeights::load(&path, LoadOptions::default()).unwrap());
+    let prompt = GgufTokenizer::load(&path)
+        .unwrap()
+        .encode("Once upon a time")
+        .unwrap();
+    let expected = HostReference::new(weights, 1, prompt.len() + 12)
+        .unwrap()
+        .generate(&prompt, 12)
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    for mesh in ["n150", "n300"] {
+        for trace in [&["--no-trace"][..], &[][..]] {
+            let mut args = vec![
+                "decode",
+                "--mesh",
+                mesh,
+                "--dtype",
+                "f32",
+                "--max-new-tokens",
+                "12",
+                "--json",
+            ];
+            args.extend_from_slice(trace);
+            assert_eq!(token_ids(&ttmesh(&args)), expected, "{args:?}");
+        }
+    }
+}
+
+#[test]
+fn bad_decode_flags_exit_1_naming_the_flag() {
+    for (args, needle) in [
+        (&["decode", "--batch", "33"][..], "--batch 33"),
+        (&["decode", "--batch", "0"][..], "--batch 0"),
+        (&["decode", "--dtype", "f16"][..], "--dtype f16"),
+        (
+            &["decode", "--max-new-tokens", "0"][..],
+            "--max-new-tokens 0",
+        ),
+        (&["decode", "--hold", "inf"][..], "--hold inf"),
+        (
+            &["decode", "--model", "/nonexistent/model.gguf"][..],
+            "--model /nonexistent",
+        ),
+        (&["decode", "--model", "/tmp"][..], "is a folder"),
+        (
+            &["decode", "--max-new-tokens", "99999"][..],
+            "beyond the model's context",
+        ),
+    ] {
+        let out = ttmesh(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
