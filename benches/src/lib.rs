@@ -8,5 +8,6 @@
 
 pub mod ccl;
 pub mod chip;
+pub mod decode;
 pub mod fabric;
 pub mod monitor;

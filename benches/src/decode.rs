@@ -1,0 +1,98 @@
+//! LLM decode step on the emulated mesh, traced vs untraced, next to the host f32 reference's
+//! step for the same model, batch and positions (the physical limit on this host). Uses
+//! SmolLM2 when `scripts/fetch-model.sh` has fetched it, else the synthetic llama.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ttmesh::{DataType, MeshConfig, MeshDevice};
+use ttmesh_models::synthetic::{write_synthetic_llama, SyntheticConfig};
+use ttmesh_models::{DeviceDecodeConfig, DeviceLlama, HostReference, LlamaWeights, LoadOptions};
+
+fn median(mut v: Vec<Duration>) -> f64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+}
+
+/// Runs the benchmark; the report says which model, mesh and batch it used.
+pub fn run(quick: bool) -> String {
+    match bench(quick) {
+        Ok(s) => s,
+        Err(e) => format!("decode bench failed: {e}\n"),
+    }
+}
+
+fn bench(quick: bool) -> Result<String, String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let real = if quick {
+        None
+    } else {
+        ttmesh_models::real_model_path(&root)
+    };
+    let synthetic = std::env::temp_dir().join(format!("ttmesh-bench-{}.gguf", std::process::id()));
+    let (path, name) = match real {
+        Some(p) => (p, "SmolLM2-135M"),
+        None => {
+            write_synthetic_llama(&synthetic, &SyntheticConfig::small()).map_err(|x| e(&x))?;
+            (synthetic.clone(), "synthetic llama")
+        }
+    };
+    let weights = Arc::new(LlamaWeights::load(&path, LoadOptions::default()).map_err(|x| e(&x))?);
+    let _ = std::fs::remove_file(&synthetic);
+    let steps = if quick { 6 } else { 16 };
+    let mut s = String::new();
+    for (mesh_name, batch) in [("n150", 1), ("t3k", 1), ("n150", 32)] {
+        let mesh = MeshDevice::open(MeshConfig {
+            topology: mesh_name.into(),
+            trace_region_size: 64 << 20,
+            ..Default::default()
+        })
+        .map_err(|x| e(&x))?;
+        let decode = DeviceDecodeConfig {
+            batch,
+            max_positions: steps + 1,
+            dtype: DataType::BFloat16,
+        };
+        let mut model = DeviceLlama::new(&mesh, &weights, decode).map_err(|x| e(&x))?;
+        let mut time = |traced: bool| -> Result<f64, String> {
+            let mut v = Vec::new();
+            for pos in 0..steps {
+                let t = Instant::now();
+                model
+                    .decode_step(&vec![1; batch], &vec![pos; batch], traced)
+                    .map_err(|x| e(&x))?;
+                // The first traced step also compiles and captures.
+                if !(traced && pos == 0) {
+                    v.push(t.elapsed());
+                }
+            }
+            Ok(median(v))
+        };
+        let untraced = time(false)?;
+        let traced = time(true)?;
+        drop(model);
+        mesh.close().map_err(|x| e(&x))?;
+        let mut host =
+            HostReference::new(Arc::clone(&weights), batch, steps + 1).map_err(|x| e(&x))?;
+        let mut v = Vec::new();
+        for pos in 0..steps {
+            let t = Instant::now();
+            host.forward_decode(&vec![1; batch], &vec![pos; batch])
+                .map_err(|x| e(&x))?;
+            v.push(t.elapsed());
+        }
+        let host_ms = median(v);
+        let _ = writeln!(
+            s,
+            "{name} bf16 on {mesh_name} (replicated), batch {batch}: decode step untraced {untraced:.2} ms, traced {traced:.2} ms ({:.2}x); host f32 reference step {host_ms:.2} ms (emulated traced / host = {:.1}x; goal <= 3x)",
+            untraced / traced.max(1e-9),
+            traced / host_ms.max(1e-9)
+        );
+    }
+    if quick {
+        s.push_str("(quick: synthetic model, few steps; figures are only indicative)\n");
+    }
+    Ok(s)
+}
