@@ -200,11 +200,26 @@ pub enum RecordFault {
     #[error("a trace holds only program launches, and this record cannot be one of them; the trace's bytes in DRAM were overwritten: release_trace and capture again")]
     NotInTrace,
 
+    #[error("the trace's last record, at byte {end}, is not its end marker (EXEC_BUF_END); the trace's bytes in DRAM were overwritten: release_trace and capture again")]
+    NoEnd { end: usize },
+
+    #[error("an end marker (EXEC_BUF_END) before the trace's own at byte {end} would stop the replay early, skipping the rest; the trace's bytes in DRAM were overwritten: release_trace and capture again")]
+    EarlyEnd { end: usize },
+
     #[error("launch of unknown program {program} (this chip has compiled {compiled})")]
     UnknownProgram { program: u32, compiled: usize },
 
     #[error("{what} for program {program} without its launch")]
     NoLaunch { program: u32, what: &'static str },
+
+    #[error("program {program} ({kernel}) has {expected} {what}, but its record says {found}; the record is corrupt")]
+    LaunchMismatch {
+        program: u32,
+        kernel: String,
+        what: &'static str,
+        found: u64,
+        expected: u64,
+    },
 
     #[error("program {program} ({kernel}) was given {given} operand addresses but has {needs} operands; its runtime-args record is missing or corrupt")]
     MissingOperands {

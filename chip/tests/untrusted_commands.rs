@@ -179,7 +179,7 @@ enum Mutation {
     Flip(Index, u8),
     /// Lose everything from a point on (the bytes read as zero).
     Truncate(Index),
-    /// Put an EXEC_BUF_END over a record: the trace stops early.
+    /// Put an EXEC_BUF_END over a record (refused: only the last record may end a trace).
     EndAt(Index),
     /// Change a record's opcode (known opcodes and a few unknown ones).
     Opcode(Index, u8),
@@ -489,4 +489,87 @@ fn a_panicking_kernel_is_an_error_and_the_queue_lives_on() {
     chip.close().unwrap();
     drop((t, again, chip));
     assert!(started.elapsed() < TIMEOUT);
+}
+
+/// A capture ends a trace with one end marker. An early one would skip the rest of the trace
+/// unseen (on a mesh, a collective the other chips then wait for), and a trace without its
+/// own is damaged further than can be seen: both are refused, the latter before anything runs.
+#[test]
+fn an_end_marker_anywhere_but_last_is_refused() {
+    let f = fixture();
+    let end = f.info.command_bytes as usize - HEADER_BYTES;
+    assert_eq!(*f.records.last().unwrap(), end);
+    let go = f.records[2];
+    assert_eq!(f.original[go], Opcode::GoSignal as u8);
+    let mut bytes = f.original.clone();
+    bytes[go] = Opcode::ExecBufEnd as u8;
+    store_trace(&f.chip, &f.info, &bytes);
+    let e = f.chip.execute_trace(f.tid, CQ0, Blocking::Yes).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "chip 0 CQ 0, trace {}, ExecBufEnd record at byte {go}: an end marker (EXEC_BUF_END) before the trace's own at byte {end} would stop the replay early, skipping the rest; the trace's bytes in DRAM were overwritten: release_trace and capture again",
+            f.tid
+        )
+    );
+    f.replay_good().unwrap();
+
+    let mut bytes = f.original.clone();
+    bytes[end] = Opcode::Stall as u8;
+    store_trace(&f.chip, &f.info, &bytes);
+    let before = f.chip.dispatch_stats().launches;
+    let e = f.chip.execute_trace(f.tid, CQ0, Blocking::Yes).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "chip 0 CQ 0, trace {}, Stall record at byte {end}: the trace's last record, at byte {end}, is not its end marker (EXEC_BUF_END); the trace's bytes in DRAM were overwritten: release_trace and capture again",
+            f.tid
+        )
+    );
+    assert_eq!(f.chip.dispatch_stats().launches, before, "nothing ran");
+    f.replay_good().unwrap();
+}
+
+/// A launch's records have the shape its program gives them. A LaunchProgram whose length
+/// grew over the runtime args and go signal after it would otherwise skip that launch unseen.
+#[test]
+fn launch_records_of_the_wrong_shape_are_refused() {
+    let f = fixture();
+    let (launch, go_end) = (f.records[0], f.records[3]);
+    assert_eq!(f.original[launch], Opcode::LaunchProgram as u8);
+    let mut bytes = f.original.clone();
+    let swallowing = (go_end - launch - HEADER_BYTES) as u32;
+    bytes[launch + 4..launch + 8].copy_from_slice(&swallowing.to_le_bytes());
+    store_trace(&f.chip, &f.info, &bytes);
+    let e = f.chip.execute_trace(f.tid, CQ0, Blocking::Yes).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "chip 0 CQ 0, trace {}, LaunchProgram record at byte 0: program 0 (Matmul) has 192 config bytes, but its record says {swallowing}; the record is corrupt",
+            f.tid
+        )
+    );
+    f.replay_good().unwrap();
+
+    let args = f.records[1];
+    assert_eq!(f.original[args], Opcode::WritePacked as u8);
+    let mut bytes = f.original.clone();
+    bytes[args + 2..args + 4].copy_from_slice(&1u16.to_le_bytes());
+    store_trace(&f.chip, &f.info, &bytes);
+    let e = f.chip.execute_trace(f.tid, CQ0, Blocking::Yes).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            ChipError::BadRecord {
+                fault: RecordFault::LaunchMismatch {
+                    what: "runtime args per core",
+                    found: 1,
+                    ..
+                },
+                site,
+            } if site.offset == args
+        ),
+        "{e}"
+    );
+    f.replay_good().unwrap();
 }

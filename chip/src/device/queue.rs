@@ -12,10 +12,12 @@ use parking_lot::{Condvar, Mutex};
 
 use std::panic::{self, AssertUnwindSafe};
 
-use super::validate::{allowed_in_trace, check_operands, check_pages, panic_message, Regions};
+use super::validate::{
+    allowed_in_trace, check_launch_shape, check_operands, check_pages, panic_message, Regions,
+};
 use super::ChipShared;
 use crate::allocator::MemSpace;
-use crate::command::{decode, packed_arg, Opcode, PageLocations, Record};
+use crate::command::{decode, packed_arg, Opcode, PageLocations, Record, HEADER_BYTES};
 use crate::error::{ChipError, RecordFault, RecordSite, Result};
 use crate::program::{KernelContext, Program};
 
@@ -390,12 +392,27 @@ impl Dispatcher {
                     memory.write(space, bank, addr as u64, page)?;
                 }
             }
-            Record::LaunchProgram { program_id, .. } => {
+            Record::LaunchProgram {
+                program_id,
+                cores,
+                config,
+            } => {
                 self.launch.reset();
-                self.launch.program = Some(self.program(program_id)?);
+                let p = self.program(program_id)?;
+                check_launch_shape(
+                    &p,
+                    [
+                        ("cores", cores as u64),
+                        ("config bytes", config.len() as u64),
+                    ],
+                    [p.split.cores as u64, p.config_image.len() as u64],
+                )?;
+                self.launch.program = Some(p);
             }
             Record::WritePacked {
-                program_id, args, ..
+                program_id,
+                args_per_core,
+                args,
             } => {
                 let p = self
                     .launch
@@ -406,8 +423,17 @@ impl Dispatcher {
                         program: program_id,
                         what: "runtime args",
                     })?;
-                // Core 0's first args are the operand addresses: what the kernel needs. A short
-                // record leaves fewer, which the go signal refuses.
+                let per_core = p.split.args_per_core as u64;
+                check_launch_shape(
+                    p,
+                    [
+                        ("runtime args per core", args_per_core as u64),
+                        ("runtime-arg bytes", args.len() as u64),
+                    ],
+                    [per_core, per_core * 4 * p.split.cores as u64],
+                )?;
+                // Core 0's first args are the operand addresses: what the kernel needs; the go
+                // signal checks them.
                 self.launch.addresses.clear();
                 let given = (0..p.operands.len()).map_while(|i| packed_arg(args, i));
                 self.launch.addresses.extend(given);
@@ -578,12 +604,33 @@ impl Dispatcher {
             self.scratch_key = Some(key);
         }
         let trace = &bytes[..size as usize];
+        // A capture ends every trace with one end marker, so one anywhere else (or none last)
+        // is damage. The last is checked before anything runs; an early one is refused where
+        // it stands rather than silently skipping the rest (on a mesh, a collective the other
+        // chips would wait for).
+        let end = trace.len().saturating_sub(HEADER_BYTES);
+        let mut result = match decode(trace, end) {
+            Ok((Record::ExecBufEnd, next)) if next == trace.len() => Ok(()),
+            _ => Err(ChipError::BadRecord {
+                site: self.site(
+                    Some(trace_id),
+                    end,
+                    trace.get(end).copied().and_then(Opcode::from_u8),
+                ),
+                fault: RecordFault::NoEnd { end },
+            }),
+        };
         let mut offset = 0;
-        let mut result = Ok(());
         let mut commands = 0u64;
-        while offset < trace.len() {
+        while result.is_ok() && offset < trace.len() {
             match decode(trace, offset) {
-                Ok((Record::ExecBufEnd, _)) => break,
+                Ok((Record::ExecBufEnd, _)) if offset == end => break,
+                Ok((Record::ExecBufEnd, _)) => {
+                    result = Err(ChipError::BadRecord {
+                        site: self.site(Some(trace_id), offset, Some(Opcode::ExecBufEnd)),
+                        fault: RecordFault::EarlyEnd { end },
+                    });
+                }
                 Ok((rec, next)) => {
                     commands += 1;
                     if let Err(e) = self.execute_at(rec, Some(trace_id), offset) {

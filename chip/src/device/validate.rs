@@ -31,6 +31,28 @@ impl Regions {
     }
 }
 
+/// A launch's records must have the shape the program gives them: its cores and config image
+/// (LaunchProgram), its args per core and one set per core (WritePacked). A record whose length
+/// was damaged could otherwise swallow the records after it and skip a launch unseen.
+pub(crate) fn check_launch_shape(
+    program: &Program,
+    found: [(&'static str, u64); 2],
+    expected: [u64; 2],
+) -> Result<(), RecordFault> {
+    for ((what, found), expected) in found.into_iter().zip(expected) {
+        if found != expected {
+            return Err(RecordFault::LaunchMismatch {
+                program: program.id,
+                kernel: program.kernel.name().to_string(),
+                what,
+                found,
+                expected,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// A launch may run only with one address per operand, each operand inside its buffer type's
 /// range: what lets every kernel index `addresses` by operand without checking.
 pub(crate) fn check_operands(
