@@ -128,6 +128,9 @@ pub enum FabricError {
     #[error("chip {chip}'s part of a collective failed: {reason}")]
     KernelFailed { chip: u32, reason: String },
 
+    #[error("chip {chip} refused a command, so its part of a collective may never run: {reason}")]
+    ChipStopped { chip: u32, reason: String },
+
     #[error(
         "the fabric cannot be reset: {what}; its state after the failed collective is \
          unknown, close and reopen the mesh"

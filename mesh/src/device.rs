@@ -8,8 +8,8 @@ use parking_lot::Mutex;
 use ttmesh_ccl::CclLine;
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig, ChipError, CqId};
 use ttmesh_fabric::{
-    AxisLine, ChipMemory, EthLink, Fabric, FabricConfig, FabricSpec, LinkParams, MemoryError,
-    NocAddr,
+    AxisLine, ChipMemory, EthLink, Fabric, FabricConfig, FabricError, FabricSpec, LinkParams,
+    MemoryError, NocAddr,
 };
 use ttmesh_topologies::{ArchName, ClusterGraph};
 
@@ -160,6 +160,9 @@ impl MeshDevice {
                 &cluster, shape, &ids, &chips, &arch, fc, &config,
             )?)),
         };
+        if let Some(f) = &fabric {
+            stop_fabric_on_refusal(&chips, f);
+        }
         // Before anyone else can allocate on the chips, so the listeners see every buffer.
         let info = ttmesh_monitor::ProcessInfo::for_current_process(
             cluster.name(),
@@ -426,20 +429,44 @@ impl Drop for MeshInner {
     }
 }
 
-/// The error to report from per-chip results: the first that is not a bare timeout (a
-/// kernel's error names what failed), else the first.
+/// A chip that refuses a record (a damaged trace) may have skipped its part of a collective
+/// the other chips are in: stop the fabric at once, so theirs fail now naming this chip instead
+/// of waiting for it until the operation timeout. The next synchronize resets the fabric, as
+/// after any failed collective. Weak, so the chips do not keep the fabric alive.
+fn stop_fabric_on_refusal(chips: &[Arc<Chip>], fabric: &Arc<Fabric>) {
+    for c in chips {
+        let (id, fabric) = (c.id(), Arc::downgrade(fabric));
+        c.on_refused_record(Arc::new(move |e: &ChipError| {
+            if let Some(f) = fabric.upgrade() {
+                f.abort(
+                    id,
+                    FabricError::ChipStopped {
+                        chip: id,
+                        reason: e.to_string(),
+                    },
+                );
+            }
+        }));
+    }
+}
+
+/// The error to report from per-chip results. A record a chip refused (a damaged trace) comes
+/// first: it is the cause, and the other chips' collectives then fail waiting for the chip
+/// that stopped. Next any error that is not a bare timeout (a kernel's error names what
+/// failed), else the first.
 fn pick_error(results: Vec<(u32, std::result::Result<(), ChipError>)>) -> Result<()> {
     let mut errors: Vec<(u32, ChipError)> = results
         .into_iter()
         .filter_map(|(id, r)| r.err().map(|e| (id, e)))
         .collect();
-    let pick = errors
-        .iter()
-        .position(|(_, e)| !matches!(e, ChipError::Timeout { .. }))
-        .unwrap_or(0);
-    if errors.is_empty() {
+    let rank = |e: &ChipError| match e {
+        ChipError::BadRecord { .. } => 0,
+        ChipError::Timeout { .. } => 2,
+        _ => 1,
+    };
+    let Some(pick) = (0..errors.len()).min_by_key(|&i| rank(&errors[i].1)) else {
         return Ok(());
-    }
+    };
     let (chip, source) = errors.swap_remove(pick);
     Err(MeshError::Chip { chip, source })
 }

@@ -130,9 +130,22 @@ pub(crate) struct ChipShared {
     launches: AtomicU64,
     kernel_ns: AtomicU64,
     pub(crate) sanitizer: AtomicBool,
+    /// Told of every record a dispatcher refuses (see [`Chip::on_refused_record`]).
+    refusal_listener: Mutex<Option<RefusalListener>>,
 }
 
+/// Called on a dispatcher thread with the error of a record it refused.
+pub type RefusalListener = Arc<dyn Fn(&ChipError) + Send + Sync>;
+
 impl ChipShared {
+    /// Tells the listener, if any, that a record was refused (its error names it).
+    pub(crate) fn refused(&self, e: &ChipError) {
+        let listener = self.refusal_listener.lock().clone();
+        if let Some(f) = listener {
+            f(e);
+        }
+    }
+
     pub(crate) fn record_launch(&self, elapsed: Duration) {
         self.launches.fetch_add(1, Ordering::Relaxed);
         self.kernel_ns
@@ -313,6 +326,7 @@ impl Chip {
             launches: AtomicU64::new(0),
             kernel_ns: AtomicU64::new(0),
             sanitizer: AtomicBool::new(config.replay_sanitizer),
+            refusal_listener: Mutex::new(None),
         });
         let mut queues = Vec::new();
         for cq in 0..config.num_command_queues {
@@ -333,6 +347,14 @@ impl Chip {
 
     pub fn id(&self) -> u32 {
         self.shared.id
+    }
+
+    /// Calls `listener` on the dispatcher thread whenever a queue refuses a record (a damaged
+    /// trace, a kernel's panic), as it happens rather than at the next finish: a mesh uses it
+    /// to stop the fabric at once, so the other chips' collectives do not wait for this chip
+    /// until their timeouts. It must not block. Replaces any earlier listener.
+    pub fn on_refused_record(&self, listener: RefusalListener) {
+        *self.shared.refusal_listener.lock() = Some(listener);
     }
     pub fn arch(&self) -> &ArchSpec {
         &self.shared.config.arch

@@ -301,12 +301,18 @@ impl Dispatcher {
                     match self.execute_at(rec, None, offset) {
                         Ok(Flow::Continue) => {}
                         Ok(Flow::Stop) => return Flow::Stop,
-                        Err(e) => self.state().set_error(e),
+                        Err(e) => {
+                            if let ChipError::BadRecord { .. } = e {
+                                self.shared.refused(&e);
+                            }
+                            self.state().set_error(e);
+                        }
                     }
                     offset = next;
                 }
                 Err(e) => {
                     let e = self.corrupt(None, bytes, offset, e);
+                    self.shared.refused(&e);
                     self.state().set_error(e);
                     break;
                 }
