@@ -262,6 +262,14 @@ fn mutated_mesh_traces_fail_cleanly_and_the_mesh_recovers() {
         failure_persistence: None,
         // A failure that waited out the timeout costs that per shrinking step.
         max_shrink_iters: 16,
+        // Damage the chip cannot see (a valid but wrong address given to a collective) can only
+        // end in a fabric timeout, which a rare random case reaches; CI takes a fixed seed so a
+        // run is repeatable. PROPTEST_RNG_SEED explores others.
+        rng_seed: if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
+            Config::default().rng_seed
+        } else {
+            proptest::test_runner::RngSeed::Fixed(0x7754_1119)
+        },
         ..Config::default()
     });
     let outcome = runner.run(
