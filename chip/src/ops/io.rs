@@ -304,6 +304,7 @@ fn read_tiles_into(
 }
 
 /// Decodes one tile page into its place in a band of `rows` logical rows `w` wide.
+#[inline(always)]
 fn decode_tile(
     dtype: DataType,
     bytes: &[u8],
@@ -560,6 +561,80 @@ fn encode_runs(
             );
         }
     }
+}
+
+/// Random access to the tiles of a float TILE tensor, each decoded to a row-major 32x32 block:
+/// for kernels that stream a large operand tile by tile instead of decoding it whole.
+pub(crate) struct TileReader<'a> {
+    ctx: &'a KernelContext<'a>,
+    t: Tiles,
+}
+
+impl<'a> TileReader<'a> {
+    /// None when `spec` is not a float TILE tensor.
+    pub(crate) fn new(
+        ctx: &'a KernelContext<'a>,
+        spec: &TensorSpec,
+        address: u32,
+    ) -> Result<Option<Self>> {
+        Ok(tiles(ctx, spec, address)?.map(|t| Self { ctx, t }))
+    }
+
+    /// Tiles per matrix: (rows of tiles, columns of tiles).
+    pub(crate) fn grid(&self) -> (usize, usize) {
+        (self.t.ht, self.t.wt)
+    }
+
+    /// Scratch a reader needs per thread: (page bytes, bfp8 unpacking).
+    pub(crate) fn scratch(&self) -> (Vec<u8>, Vec<f32>) {
+        (vec![0u8; self.t.page], vec![0f32; TILE_ELEMS])
+    }
+
+    /// Decodes tile (`tr`, `tc`) of the first matrix into `out`, row-major 32x32. Values
+    /// beyond the logical edge are whatever the page holds: callers use only logical ones.
+    pub(crate) fn read(
+        &self,
+        (tr, tc): (usize, usize),
+        (bytes, unpack): &mut (Vec<u8>, Vec<f32>),
+        out: &mut [f32; TILE_ELEMS],
+    ) -> Result<()> {
+        let t = &self.t;
+        let (bank, addr) = t.pages.location((tr * t.wt + tc) as u64);
+        self.ctx
+            .memory
+            .read_with(t.space, bank, addr, bytes, |page| {
+                decode_whole_tile(t.dtype, page, unpack, out)
+            })?
+    }
+}
+
+/// [`decode_tile`] of one whole tile into a 32x32 block, compiled for AVX2 where the host has
+/// it: streaming kernels decode every byte of a weight per step, and SSE2 code spends more
+/// time converting than multiplying.
+fn decode_whole_tile(
+    dtype: DataType,
+    page: &[u8],
+    unpack: &mut [f32],
+    out: &mut [f32],
+) -> Result<()> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked just above), the target_feature function's
+        // only precondition.
+        return unsafe { decode_whole_tile_avx2(dtype, page, unpack, out) };
+    }
+    decode_tile(dtype, page, unpack, out, TILE_HEIGHT, 0, TILE_WIDTH)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn decode_whole_tile_avx2(
+    dtype: DataType,
+    page: &[u8],
+    unpack: &mut [f32],
+    out: &mut [f32],
+) -> Result<()> {
+    decode_tile(dtype, page, unpack, out, TILE_HEIGHT, 0, TILE_WIDTH)
 }
 
 #[cfg(test)]

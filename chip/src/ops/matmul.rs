@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use super::io::{read_f32, read_two_f32, recycle_f32, take_f32, write_logical};
+use super::io::{read_f32, read_two_f32, recycle_f32, take_f32, write_logical, TileReader};
+use super::matmul_streaming::{matmul_streaming_b, STREAMING_MAX_ROWS};
 use super::{default_memory_config, run_op, unsupported_dtype, OpLaunch, OpOptions};
 use crate::arch::MathFidelity;
 use crate::compute::{self, Activation};
@@ -43,12 +44,24 @@ impl Kernel for MatmulKernel {
 
     fn execute(&self, ctx: &KernelContext, addresses: &[u32]) -> Result<()> {
         let d = self.dims;
-        let (a, b) = read_two_f32(ctx, (&self.a, addresses[0]), (&self.b, addresses[1]))?;
-        // sgemm overwrites every element (beta = 0), so a recycled buffer will do.
-        let mut out = take_f32(d.batch_a * d.m * d.n);
-        compute::matmul(&a, &b, d.batch_a, d.batch_b, d.m, d.k, d.n, &mut out)?;
-        recycle_f32(a);
-        recycle_f32(b);
+        let rows = d.batch_a * d.m;
+        // Both paths overwrite every element, so a recycled buffer will do.
+        let mut out = take_f32(rows * d.n);
+        let streaming = if d.batch_b == 1 && rows <= STREAMING_MAX_ROWS {
+            TileReader::new(ctx, &self.b, addresses[1])?
+        } else {
+            None
+        };
+        if let Some(b_tiles) = streaming {
+            let a = read_f32(ctx, &self.a, addresses[0])?;
+            matmul_streaming_b(&a, rows, (d.k, d.n), &b_tiles, &mut out)?;
+            recycle_f32(a);
+        } else {
+            let (a, b) = read_two_f32(ctx, (&self.a, addresses[0]), (&self.b, addresses[1]))?;
+            compute::matmul(&a, &b, d.batch_a, d.batch_b, d.m, d.k, d.n, &mut out)?;
+            recycle_f32(a);
+            recycle_f32(b);
+        }
         let out_addr = *addresses.last().unwrap_or(&0);
         if let Some(bias_spec) = &self.bias {
             let bias = read_f32(ctx, bias_spec, addresses[2])?;

@@ -10,6 +10,7 @@ mod eltwise;
 mod io;
 mod launch;
 mod matmul;
+mod matmul_streaming;
 mod shape;
 mod tiles;
 
