@@ -1,15 +1,18 @@
 //! `ttmesh decode`: greedy LLM decode on the emulated mesh, the way a TT-NN model runs it:
 //! weights and KV cache in device DRAM, the decode step captured once as a trace and replayed
-//! per token (or, with --no-trace, the same ops enqueued one by one). Streams the text, then
-//! prints step times and per-chip memory. The model is replicated on every chip for now.
+//! per token (or, with --no-trace, the same ops enqueued one by one). On a mesh the model is
+//! split for tensor parallelism (heads and FFN columns per chip, all_reduce per block). Streams
+//! the text, then prints step and host times traced vs untraced, per-chip memory, trace bytes,
+//! replay skew and what the collectives moved.
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
-use ttmesh::{DataType, MeshConfig, MeshDevice};
+use ttmesh::{DataType, FabricConfig, MeshConfig, MeshDevice};
 use ttmesh_models::synthetic::{write_synthetic_llama, SyntheticConfig};
 use ttmesh_models::{
     DeviceDecodeConfig, DeviceLlama, GgufTokenizer, LlamaWeights, LoadOptions, TextStream,
@@ -23,10 +26,13 @@ const MAX_NEW_TOKENS: usize = 100_000;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct DecodeArgs {
-    /// n150, n300, t3k, galaxy, p150, p300, line-N, ring-N, or a topology TOML file. Every chip
-    /// holds the whole model (replicated) for now.
+    /// n150, n300, t3k, galaxy, p150, p300, line-N, ring-N, or a topology TOML file. The model
+    /// is split over the chips (tensor parallel); a Galaxy splits it over each row of 8.
     #[arg(long, default_value = "t3k")]
     pub mesh: String,
+    /// 1d or 1d-ring: the fabric the collectives run on.
+    #[arg(long, default_value = "1d")]
+    pub fabric: String,
     /// A llama-architecture GGUF file. Without it, a small synthetic llama (fixed-seed random
     /// weights, GQA, tied embeddings) is written to a temporary file and used.
     #[arg(long, value_name = "PATH.gguf")]
@@ -65,7 +71,16 @@ fn parse_dtype(s: &str) -> Result<DataType, String> {
     }
 }
 
+fn parse_fabric(s: &str) -> Result<FabricConfig, String> {
+    match s {
+        "1d" => Ok(FabricConfig::Fabric1D),
+        "1d-ring" => Ok(FabricConfig::Fabric1DRing),
+        other => Err(format!("--fabric {other}: use 1d or 1d-ring")),
+    }
+}
+
 fn check_flags(args: &DecodeArgs) -> Result<DataType, String> {
+    parse_fabric(&args.fabric)?;
     if args.batch == 0 || args.batch > MAX_BATCH {
         return Err(format!(
             "--batch {}: decode 1 to {MAX_BATCH} users per step (one per row of a tile, as TT-NN does)",
@@ -90,25 +105,55 @@ fn check_flags(args: &DecodeArgs) -> Result<DataType, String> {
     parse_dtype(&args.dtype)
 }
 
-fn median(v: &mut [Duration]) -> Duration {
-    if v.is_empty() {
-        return Duration::ZERO;
-    }
+fn median(v: &[Duration]) -> Duration {
+    let mut v = v.to_vec();
     v.sort_unstable();
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(Duration::ZERO)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 fn mib(b: u64) -> f64 {
     b as f64 / (1 << 20) as f64
 }
 
-pub fn run(args: &DecodeArgs) -> Result<(), String> {
-    let dtype = check_flags(args)?;
-    let progress = |what: &str| {
-        if !args.json {
-            eprintln!("decode: {what}");
-        }
-    };
+/// Steps of one mode: wall time of each step and the host's share of it.
+#[derive(Default)]
+struct Timings {
+    step: Vec<Duration>,
+    host: Vec<Duration>,
+}
+
+impl Timings {
+    fn push(&mut self, step: Duration, model: &DeviceLlama) {
+        self.step.push(step);
+        self.host.push(model.last_host_dispatch());
+    }
+
+    /// The steady state: a traced run's first step also compiles and captures.
+    fn steady(&self, traced: bool) -> (Duration, Duration) {
+        let skip = usize::from(traced && self.step.len() > 1);
+        (median(&self.step[skip..]), median(&self.host[skip..]))
+    }
+}
+
+/// Wire bytes that crossed every fabric link so far.
+fn fabric_bytes(mesh: &MeshDevice) -> u64 {
+    mesh.fabric()
+        .map(|f| f.link_stats().iter().map(|l| l.bytes).sum())
+        .unwrap_or(0)
+}
+
+/// Steps a traced run enqueues untraced first, for the side-by-side figures.
+const COMPARISON_STEPS: usize = 4;
+
+/// Loads the weights and tokenizer; the synthetic model when no --model is given.
+fn load(
+    args: &DecodeArgs,
+    progress: &dyn Fn(&str),
+) -> Result<(Arc<LlamaWeights>, GgufTokenizer, String), String> {
     let (path, model_name, _synthetic_file) = match &args.model {
         Some(p) => {
             if p.is_dir() {
@@ -134,12 +179,48 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         }
     };
     progress(&format!("loading {model_name}"));
-    let t = Instant::now();
     let weights = Arc::new(
         LlamaWeights::load(&path, LoadOptions::default())
             .map_err(|e| format!("--model {}: {e}", path.display()))?,
     );
     let tokenizer = GgufTokenizer::load(&path).map_err(|e| e.to_string())?;
+    Ok((weights, tokenizer, model_name))
+}
+
+/// Places the model with a progress bar per block (hidden with --json or off a terminal).
+fn place(
+    args: &DecodeArgs,
+    mesh: &MeshDevice,
+    weights: &LlamaWeights,
+    decode: DeviceDecodeConfig,
+) -> Result<DeviceLlama, String> {
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(weights.config.block_count as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("decode: placing blocks [{bar:30}] {pos}/{len} {elapsed}")
+            .map_err(|e| e.to_string())?,
+    );
+    let model = DeviceLlama::with_progress(mesh, weights, decode, &mut |done, _| {
+        bar.set_position(done as u64)
+    })
+    .map_err(|e| e.to_string());
+    bar.finish_and_clear();
+    model
+}
+
+pub fn run(args: &DecodeArgs) -> Result<(), String> {
+    let dtype = check_flags(args)?;
+    let fabric_config = parse_fabric(&args.fabric)?;
+    let progress = |what: &str| {
+        if !args.json {
+            eprintln!("decode: {what}");
+        }
+    };
+    let t = Instant::now();
+    let (weights, tokenizer, model_name) = load(args, &progress)?;
     let prompt = tokenizer
         .encode(&args.prompt)
         .map_err(|e| format!("--prompt: {e}"))?;
@@ -163,6 +244,7 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
     let mesh = MeshDevice::open(MeshConfig {
         topology: args.mesh.clone(),
         trace_region_size: args.trace_region_size,
+        fabric_config,
         ..Default::default()
     })
     .map_err(|e| format!("--mesh {}: {e}", args.mesh))?;
@@ -171,11 +253,12 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         max_positions: positions,
         dtype,
     };
-    let mut model = DeviceLlama::new(&mesh, &weights, decode).map_err(|e| e.to_string())?;
+    let mut model = place(args, &mesh, &weights, decode)?;
     progress(&format!(
-        "placed on {} chip(s) in {:.2} s; prefilling {} prompt tokens through the decode step{}",
+        "placed on {} chip(s) in {:.2} s ({}); prefilling {} prompt tokens through the decode step{}",
         mesh.num_devices(),
         t.elapsed().as_secs_f64(),
+        model.parallel().describe(),
         prompt.len(),
         if args.no_trace {
             ""
@@ -185,9 +268,17 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
     ));
 
     let traced = !args.no_trace;
+    // A traced run enqueues its first steps untraced, for the side-by-side figures (they also
+    // compile every program), then captures the step and replays it; at least two traced steps
+    // remain so the steady state (after the capture) is measured.
+    let untraced_first = if traced {
+        COMPARISON_STEPS.min((positions - 1).saturating_sub(2))
+    } else {
+        0
+    };
     let mut stream = TextStream::new(&tokenizer);
     let mut generated = Vec::with_capacity(args.max_new_tokens);
-    let mut step_times = Vec::with_capacity(positions);
+    let (mut timings, mut comparison) = (Timings::default(), Timings::default());
     let mut input = prompt[0];
     let mut out = std::io::stdout();
     if !args.json {
@@ -195,106 +286,71 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         let _ = out.flush();
     }
     let started = Instant::now();
-    let mut first_generated_at = None;
+    // Wire bytes are counted over the steady steps: after the capture (traced) or the first.
+    let steady_from = untraced_first + 1;
+    let mut steady_bytes_from = None;
     for pos in 0..positions - 1 {
+        if pos == steady_from {
+            steady_bytes_from = Some(fabric_bytes(&mesh));
+        }
+        let step_traced = traced && pos >= untraced_first;
         let t = Instant::now();
         let next = model
-            .decode_step(&vec![input; args.batch], &vec![pos; args.batch], traced)
+            .decode_step(
+                &vec![input; args.batch],
+                &vec![pos; args.batch],
+                step_traced,
+            )
             .map_err(|e| format!("decode step at position {pos}: {e}"))?;
-        step_times.push(t.elapsed());
+        let took = t.elapsed();
+        if traced && !step_traced {
+            comparison.push(took, &model);
+        } else {
+            timings.push(took, &model);
+        }
         if pos + 1 < prompt.len() {
             input = prompt[pos + 1];
             continue;
         }
         input = next[0];
         generated.push(input);
-        first_generated_at.get_or_insert_with(Instant::now);
         if !args.json {
             print!("{}", stream.push(input).map_err(|e| e.to_string())?);
             let _ = out.flush();
         }
     }
     let total = started.elapsed();
+    let steady_steps = (positions - 1).saturating_sub(steady_from);
+    let wire_bytes_per_token = steady_bytes_from
+        .filter(|_| steady_steps > 0)
+        .map(|from| (fabric_bytes(&mesh) - from) as f64 / steady_steps as f64);
     if !args.json {
         println!("{}", stream.finish().map_err(|e| e.to_string())?);
     }
+    let untraced_first = (!comparison.step.is_empty()).then(|| comparison.steady(false));
     let text = tokenizer.decode(&generated).map_err(|e| e.to_string())?;
-    // The first step of a traced run also compiles and captures: leave it out of the median.
-    let steady: &mut [Duration] = if traced && step_times.len() > 1 {
-        &mut step_times[1..]
-    } else {
-        &mut step_times[..]
+    let (step, host) = timings.steady(traced);
+    let report = Report {
+        args,
+        model_name: &model_name,
+        mesh: &mesh,
+        model: &model,
+        prompt_tokens: prompt.len(),
+        generated: &generated,
+        text: &text,
+        total,
+        step,
+        host,
+        untraced_first,
+        wire_bytes_per_token,
     };
-    let median_step = median(steady);
-    let tokens_per_s =
-        (generated.len() * args.batch) as f64 / total.as_secs_f64().max(f64::MIN_POSITIVE);
-    let reports = mesh.reports();
-    let skew = mesh.last_replay().map(|r| r.skew_us);
-
     if args.json {
-        let chips: Vec<_> = reports
-            .iter()
-            .map(|r| {
-                json!({
-                    "id": r.id, "coord": [r.coord.row, r.coord.col],
-                    "dram_allocated": r.dram_allocated, "dram_capacity": r.dram_capacity,
-                    "l1_allocated": r.l1_allocated, "trace_allocated": r.trace_allocated,
-                    "trace_region_size": r.trace_region_size, "trace_replays": r.trace_replays,
-                })
-            })
-            .collect();
-        let report = json!({
-            "model": model_name, "mesh": args.mesh, "chips": mesh.num_devices(),
-            "dtype": args.dtype, "batch": args.batch, "traced": traced,
-            "prompt_tokens": prompt.len(), "generated_tokens": generated.len(),
-            "token_ids": generated, "text": text,
-            "tokens_per_s": tokens_per_s,
-            "median_step_ms": median_step.as_secs_f64() * 1e3,
-            "total_s": total.as_secs_f64(),
-            "replay_skew_us": skew,
-            "per_chip": chips,
-        });
         println!(
             "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&report.json()).map_err(|e| e.to_string())?
         );
     } else {
-        println!(
-            "\n{} on {} ({} chip(s), model replicated), {}, batch {}, {}",
-            model_name,
-            args.mesh,
-            mesh.num_devices(),
-            args.dtype,
-            args.batch,
-            if traced { "traced" } else { "untraced" }
-        );
-        println!(
-            "{} prompt + {} generated tokens in {:.2} s: {:.1} tokens/s, median step {:.2} ms",
-            prompt.len(),
-            generated.len(),
-            total.as_secs_f64(),
-            tokens_per_s,
-            median_step.as_secs_f64() * 1e3
-        );
-        println!(
-            "{:>5} {:>7} {:>12} {:>10} {:>12} {:>8}",
-            "chip", "coord", "DRAM", "L1", "TRACE", "replays"
-        );
-        for r in &reports {
-            println!(
-                "{:>5} {:>7} {:>8.2} MiB {:>6.2} MiB {:>8.2} MiB {:>8}",
-                r.id,
-                format!("({},{})", r.coord.row, r.coord.col),
-                mib(r.dram_allocated),
-                mib(r.l1_allocated),
-                mib(r.trace_allocated),
-                r.trace_replays
-            );
-        }
-        if let Some(s) = skew {
-            println!("replay skew between chips (last step): {s:.1} us");
-        }
-        println!("token ids: {generated:?}");
+        report.print();
     }
     if args.hold > 0.0 {
         progress(&format!(
@@ -305,6 +361,146 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
     }
     drop(model);
     mesh.close().map_err(|e| e.to_string())
+}
+
+/// What a run measured, printed as a table or one JSON object.
+struct Report<'a> {
+    args: &'a DecodeArgs,
+    model_name: &'a str,
+    mesh: &'a MeshDevice,
+    model: &'a DeviceLlama,
+    prompt_tokens: usize,
+    generated: &'a [u32],
+    text: &'a str,
+    total: Duration,
+    /// Median step and host dispatch time of the requested mode's steady state.
+    step: Duration,
+    host: Duration,
+    /// (step, host) of the untraced first steps of a traced run.
+    untraced_first: Option<(Duration, Duration)>,
+    wire_bytes_per_token: Option<f64>,
+}
+
+impl Report<'_> {
+    fn traced(&self) -> bool {
+        !self.args.no_trace
+    }
+
+    fn tokens_per_s(&self) -> f64 {
+        (self.generated.len() * self.args.batch) as f64
+            / self.total.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let p = self.model.parallel();
+        let (all_reduces, all_gathers) = self.model.collectives_per_step();
+        let chips: Vec<_> = self
+            .mesh
+            .reports()
+            .iter()
+            .map(|r| {
+                json!({
+                    "id": r.id, "coord": [r.coord.row, r.coord.col],
+                    "dram_allocated": r.dram_allocated, "dram_capacity": r.dram_capacity,
+                    "l1_allocated": r.l1_allocated, "trace_allocated": r.trace_allocated,
+                    "trace_region_size": r.trace_region_size, "trace_replays": r.trace_replays,
+                })
+            })
+            .collect();
+        json!({
+            "model": self.model_name, "mesh": self.args.mesh, "chips": self.mesh.num_devices(),
+            "fabric": self.args.fabric,
+            "parallel": {
+                "degree": p.degree, "cluster_axis": p.cluster_axis, "replicas": p.replicas,
+                "query_heads_per_chip": p.local_heads(), "kv_heads_per_chip": p.local_kv_heads(),
+                "lm_head": format!("{:?}", p.lm_head).to_lowercase(),
+            },
+            "dtype": self.args.dtype, "batch": self.args.batch, "traced": self.traced(),
+            "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated.len(),
+            "token_ids": self.generated, "text": self.text,
+            "tokens_per_s": self.tokens_per_s(),
+            "median_step_ms": ms(self.step),
+            "host_ms_per_token": ms(self.host),
+            "untraced_first_steps": self.untraced_first.map(|(s, h)| json!({"median_step_ms": ms(s), "host_ms_per_token": ms(h)})),
+            "total_s": self.total.as_secs_f64(),
+            "replay_skew_us": self.mesh.last_replay().map(|r| r.skew_us),
+            "collectives_per_token": {"all_reduce": all_reduces, "all_gather": all_gathers},
+            "fabric_wire_bytes_per_token": self.wire_bytes_per_token,
+            "per_chip": chips,
+        })
+    }
+
+    fn print(&self) {
+        let a = self.args;
+        println!(
+            "\n{} on {} ({} chip(s), {} fabric), {}, batch {}",
+            self.model_name,
+            a.mesh,
+            self.mesh.num_devices(),
+            a.fabric,
+            a.dtype,
+            a.batch
+        );
+        println!("{}", self.model.parallel().describe());
+        println!(
+            "{} prompt + {} generated tokens in {:.2} s: {:.1} tokens/s",
+            self.prompt_tokens,
+            self.generated.len(),
+            self.total.as_secs_f64(),
+            self.tokens_per_s()
+        );
+        let mode = if self.traced() { "traced" } else { "untraced" };
+        println!(
+            "{:<38} {:>12} {:>22}",
+            "per token (median)", "step", "host time (dispatch)"
+        );
+        println!(
+            "{:<38} {:>9.2} ms {:>19.3} ms",
+            mode,
+            ms(self.step),
+            ms(self.host)
+        );
+        if let Some((s, h)) = self.untraced_first {
+            println!(
+                "{:<38} {:>9.2} ms {:>19.3} ms",
+                "untraced (first steps, incl. compile)",
+                ms(s),
+                ms(h)
+            );
+            println!(
+                "trace removes {:.1}x of the host time per token and {:.2}x of the step time",
+                h.as_secs_f64() / self.host.as_secs_f64().max(1e-9),
+                s.as_secs_f64() / self.step.as_secs_f64().max(1e-9)
+            );
+        }
+        let (all_reduces, all_gathers) = self.model.collectives_per_step();
+        if all_reduces + all_gathers > 0 {
+            println!(
+                "collectives per token: {all_reduces} all_reduce + {all_gathers} all_gather; fabric wire bytes per token {}",
+                self.wire_bytes_per_token
+                    .map_or("n/a".into(), |b| format!("{:.2} MiB (measured on the links)", b / (1 << 20) as f64))
+            );
+        }
+        println!(
+            "{:>5} {:>7} {:>12} {:>10} {:>12} {:>8}",
+            "chip", "coord", "DRAM", "L1", "TRACE", "replays"
+        );
+        for r in &self.mesh.reports() {
+            println!(
+                "{:>5} {:>7} {:>8.2} MiB {:>6.2} MiB {:>8.2} MiB {:>8}",
+                r.id,
+                format!("({},{})", r.coord.row, r.coord.col),
+                mib(r.dram_allocated),
+                mib(r.l1_allocated),
+                mib(r.trace_allocated),
+                r.trace_replays
+            );
+        }
+        if let Some(r) = self.mesh.last_replay() {
+            println!("replay skew between chips (last step): {:.1} us", r.skew_us);
+        }
+        println!("token ids: {:?}", self.generated);
+    }
 }
 
 /// Removes the synthetic model's temporary file when the run ends.

@@ -4,19 +4,23 @@
 //! every step. Traced mode captures the step once and replays it per token; untraced mode
 //! enqueues the same ops one by one.
 //!
-//! Every tensor is replicated over the mesh (an n150 is one chip); tensor parallelism shards the
-//! same tensors by heads and FFN columns.
+//! On more than one chip the model is split for tensor parallelism as [`TensorParallel`] plans
+//! it (heads and FFN columns sharded, two all_reduces per block, the LM head's logits
+//! all-gathered); on one chip (an n150) everything is whole.
 
+use ttmesh::ccl::{self, CclArgs};
 use ttmesh::ops::{self, MeshMatmulConfig, MeshOpOptions};
 use ttmesh::{
     Activation, CqId, DataType, HostTensor, Layout, MemoryConfig, MeshDevice, MeshError,
-    MeshTensor, MeshTraceId, ReplicateTensorToMesh,
+    MeshMapper, MeshTensor, MeshTraceId, ReplicateTensorToMesh, ShardTensor2dMesh,
+    ShardTensorToMesh,
 };
 
 use ttmesh_chip::tensor::HostData;
 
 use crate::config::LlamaConfig;
 use crate::error::{ModelError, Result};
+use crate::parallel::{LmHead, TensorParallel};
 use crate::reference::greedy_decode;
 use crate::rope::rope_tables;
 use crate::weights::LlamaWeights;
@@ -37,7 +41,8 @@ pub struct DeviceDecodeConfig {
 
 struct DeviceBlock {
     attn_norm: MeshTensor,
-    /// Projections transposed to `[in, out]` (the matmul's second operand).
+    /// Projections transposed to `[in, out]` (the matmul's second operand), each chip's slice:
+    /// wq/wk/wv/w_gate/w_up by output columns, wo/w_down by input rows.
     wq: MeshTensor,
     wk: MeshTensor,
     wv: MeshTensor,
@@ -46,7 +51,7 @@ struct DeviceBlock {
     w_gate: MeshTensor,
     w_up: MeshTensor,
     w_down: MeshTensor,
-    /// `[B, kv_heads, max_positions, head_dim]`.
+    /// `[B, local kv heads, max_positions, head_dim]`: each chip caches its own KV heads.
     k_cache: MeshTensor,
     v_cache: MeshTensor,
 }
@@ -62,9 +67,13 @@ pub struct DeviceLlama {
     mesh: MeshDevice,
     config: LlamaConfig,
     decode: DeviceDecodeConfig,
+    parallel: TensorParallel,
+    /// Host time of the last step until everything was enqueued (not waiting for the result).
+    last_host_dispatch: std::time::Duration,
     /// `[vocab, hidden]`, rows for the embedding op.
     embedding: MeshTensor,
-    /// `[hidden, vocab]`: the LM head (the embedding transposed when tied).
+    /// `[hidden, vocab]` (or its vocabulary slice): the LM head (the embedding transposed
+    /// when tied).
     lm_head: MeshTensor,
     output_norm: MeshTensor,
     blocks: Vec<DeviceBlock>,
@@ -102,13 +111,33 @@ fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     out
 }
 
+/// How a weight is laid over the mesh.
+#[derive(Clone, Copy)]
+enum Placement {
+    Replicated,
+    /// Split along this dim over each tensor-parallel group.
+    Sharded(usize),
+}
+
 impl DeviceLlama {
-    /// Places the weights, an empty KV cache, the RoPE tables and the persistent inputs in the
-    /// mesh's DRAM.
+    /// Plans the split over the mesh ([`TensorParallel::plan`]), then places the weights (each
+    /// chip its slice), an empty KV cache per chip, the RoPE tables and the persistent inputs
+    /// in the mesh's DRAM. `progress` hears the name of each tensor as it is placed.
     pub fn new(
         mesh: &MeshDevice,
         weights: &LlamaWeights,
         decode: DeviceDecodeConfig,
+    ) -> Result<Self> {
+        Self::with_progress(mesh, weights, decode, &mut |_, _| {})
+    }
+
+    /// [`DeviceLlama::new`], calling `progress(done, total)` after each block is placed (a
+    /// large model takes seconds per chip to encode and place).
+    pub fn with_progress(
+        mesh: &MeshDevice,
+        weights: &LlamaWeights,
+        decode: DeviceDecodeConfig,
+        progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
         let c = weights.config.clone();
         if decode.batch == 0 || decode.batch > MAX_BATCH {
@@ -123,13 +152,31 @@ impl DeviceLlama {
                 context_length: c.context_length,
             });
         }
+        let shape = mesh.shape();
+        let parallel = TensorParallel::plan(&c, shape.rows, shape.cols)?;
+        // Heads padded and replicated so they divide over the group; identity on one chip.
+        let padded;
+        let w = if parallel.heads.is_identity() {
+            weights
+        } else {
+            padded = weights.with_head_layout(&parallel.heads)?;
+            &padded
+        };
         let dtype = decode.dtype;
-        let place = |name: &str, shape: Vec<usize>, values: Vec<f32>| -> Result<MeshTensor> {
+        let mapper = |placement: Placement| -> Box<dyn MeshMapper> {
+            match (placement, parallel.degree, parallel.cluster_axis) {
+                (Placement::Replicated, ..) | (_, 1, _) => Box::new(ReplicateTensorToMesh),
+                (Placement::Sharded(d), _, None) => Box::new(ShardTensorToMesh(d)),
+                (Placement::Sharded(d), _, Some(1)) => Box::new(ShardTensor2dMesh([None, Some(d)])),
+                (Placement::Sharded(d), _, Some(_)) => Box::new(ShardTensor2dMesh([Some(d), None])),
+            }
+        };
+        let place = |name: &str, shape: Vec<usize>, values: Vec<f32>, placement| {
             let host = HostTensor::from_f32(shape, dtype, values).map_err(host_tensor(name))?;
             MeshTensor::from_host(
                 &host,
                 mesh,
-                &ReplicateTensorToMesh,
+                mapper(placement).as_ref(),
                 Layout::Tile,
                 MemoryConfig::DRAM,
                 CQ,
@@ -137,36 +184,59 @@ impl DeviceLlama {
             .map_err(device(format!("placing {name}")))
         };
         let (h, f, hd) = (c.hidden_size, c.ffn_size, c.head_dim);
-        let (q_dim, kv_dim) = (c.head_count * hd, c.kv_dim());
-        let linear = |name: &str, w: &[f32], out: usize, inp: usize| {
-            place(name, vec![inp, out], transpose(w, out, inp))
-        };
-        let vector = |name: &str, v: &[f32]| place(name, vec![1, v.len()], v.to_vec());
-        let cache = |name: &str| {
-            let shape = vec![decode.batch, c.kv_head_count, decode.max_positions, hd];
+        let (q_dim, kv_dim) = (
+            parallel.heads.padded_head_count() * hd,
+            parallel.heads.padded_kv_head_count() * hd,
+        );
+        // `[out, in]` weights go to the device as `[in, out]`: a column-parallel one is split
+        // by output columns (dim 1), a row-parallel one by input rows (dim 0).
+        let column = |name: &str, w: &[f32], out: usize, inp: usize| {
             place(
                 name,
-                shape,
-                vec![0.0; decode.batch * kv_dim * decode.max_positions],
+                vec![inp, out],
+                transpose(w, out, inp),
+                Placement::Sharded(1),
             )
         };
+        let row = |name: &str, w: &[f32], out: usize, inp: usize| {
+            place(
+                name,
+                vec![inp, out],
+                transpose(w, out, inp),
+                Placement::Sharded(0),
+            )
+        };
+        let vector = |name: &str, v: &[f32]| {
+            place(name, vec![1, v.len()], v.to_vec(), Placement::Replicated)
+        };
+        let local_kv = parallel.local_kv_heads();
+        let cache = |name: &str| {
+            let shape = vec![decode.batch, local_kv, decode.max_positions, hd];
+            let zeros = vec![0.0; decode.batch * local_kv * decode.max_positions * hd];
+            place(name, shape, zeros, Placement::Replicated)
+        };
         let mut blocks = Vec::with_capacity(c.block_count);
-        for (i, b) in weights.blocks.iter().enumerate() {
+        for (i, b) in w.blocks.iter().enumerate() {
             let n = |t: &str| format!("blk.{i}.{t}");
             blocks.push(DeviceBlock {
                 attn_norm: vector(&n("attn_norm"), &b.attn_norm)?,
-                wq: linear(&n("attn_q"), &b.wq, q_dim, h)?,
-                wk: linear(&n("attn_k"), &b.wk, kv_dim, h)?,
-                wv: linear(&n("attn_v"), &b.wv, kv_dim, h)?,
-                wo: linear(&n("attn_output"), &b.wo, h, q_dim)?,
+                wq: column(&n("attn_q"), &b.wq, q_dim, h)?,
+                wk: column(&n("attn_k"), &b.wk, kv_dim, h)?,
+                wv: column(&n("attn_v"), &b.wv, kv_dim, h)?,
+                wo: row(&n("attn_output"), &b.wo, h, q_dim)?,
                 ffn_norm: vector(&n("ffn_norm"), &b.ffn_norm)?,
-                w_gate: linear(&n("ffn_gate"), &b.w_gate, f, h)?,
-                w_up: linear(&n("ffn_up"), &b.w_up, f, h)?,
-                w_down: linear(&n("ffn_down"), &b.w_down, h, f)?,
+                w_gate: column(&n("ffn_gate"), &b.w_gate, f, h)?,
+                w_up: column(&n("ffn_up"), &b.w_up, f, h)?,
+                w_down: row(&n("ffn_down"), &b.w_down, h, f)?,
                 k_cache: cache(&n("k_cache"))?,
                 v_cache: cache(&n("v_cache"))?,
             });
+            progress(i + 1, c.block_count);
         }
+        let lm_head_placement = match parallel.lm_head {
+            LmHead::Sharded => Placement::Sharded(1),
+            LmHead::Replicated => Placement::Replicated,
+        };
         let (cos, sin) = rope_tables(decode.max_positions, hd, c.rope_base);
         let per_user = |name: &str| -> Result<MeshTensor> {
             let host = HostTensor::from_u32(vec![1, 1, 1, decode.batch], vec![0; decode.batch])
@@ -181,24 +251,61 @@ impl DeviceLlama {
             )
             .map_err(device(format!("placing {name}")))
         };
+        let table = |name: &str, values: Vec<f32>| {
+            place(
+                name,
+                vec![1, 1, decode.max_positions, hd],
+                values,
+                Placement::Replicated,
+            )
+        };
         Ok(Self {
             mesh: mesh.clone(),
             embedding: place(
                 "token_embd",
                 vec![c.vocab_size, h],
-                weights.token_embedding.clone(),
+                w.token_embedding.clone(),
+                Placement::Replicated,
             )?,
-            lm_head: linear("lm_head", weights.lm_head(), c.vocab_size, h)?,
-            output_norm: vector("output_norm", &weights.output_norm)?,
+            lm_head: place(
+                "lm_head",
+                vec![h, c.vocab_size],
+                transpose(w.lm_head(), c.vocab_size, h),
+                lm_head_placement,
+            )?,
+            output_norm: vector("output_norm", &w.output_norm)?,
             blocks,
-            cos: place("rope_cos", vec![1, 1, decode.max_positions, hd], cos)?,
-            sin: place("rope_sin", vec![1, 1, decode.max_positions, hd], sin)?,
+            cos: table("rope_cos", cos)?,
+            sin: table("rope_sin", sin)?,
             ids: per_user("token_ids")?,
             positions: per_user("positions")?,
             captured: None,
             config: c,
             decode,
+            parallel,
+            last_host_dispatch: std::time::Duration::ZERO,
         })
+    }
+
+    /// Host time the last [`DeviceLlama::decode_step`] spent writing its inputs and enqueueing
+    /// its work (the ops one by one, or one `execute_trace`), before waiting for the result:
+    /// what trace removes.
+    pub fn last_host_dispatch(&self) -> std::time::Duration {
+        self.last_host_dispatch
+    }
+
+    /// Collectives one decode step runs: (all_reduces, all_gathers).
+    pub fn collectives_per_step(&self) -> (usize, usize) {
+        if self.parallel.degree == 1 {
+            return (0, 0);
+        }
+        let gathers = usize::from(self.parallel.lm_head == LmHead::Sharded);
+        (2 * self.blocks.len(), gathers)
+    }
+
+    /// The split this model runs with.
+    pub fn parallel(&self) -> &TensorParallel {
+        &self.parallel
     }
 
     pub fn decode_config(&self) -> DeviceDecodeConfig {
@@ -223,6 +330,22 @@ impl DeviceLlama {
         ops::reshape(x, &shape, &MeshOpOptions::default()).map_err(device("reshape"))
     }
 
+    /// The sum of each tensor-parallel group's partial results (nothing on one chip).
+    fn all_reduce(&self, partial: MeshTensor, what: &'static str) -> Result<MeshTensor> {
+        if self.parallel.degree == 1 {
+            return Ok(partial);
+        }
+        ccl::all_reduce(&partial, &self.ccl_args()).map_err(device(what))
+    }
+
+    fn ccl_args(&self) -> CclArgs {
+        CclArgs {
+            cluster_axis: self.parallel.cluster_axis,
+            cq: CQ,
+            ..Default::default()
+        }
+    }
+
     /// Enqueues one decode step for every user (reading `ids` and `positions` on the device);
     /// returns the device tensor of next token ids.
     fn enqueue_step(&self) -> Result<MeshTensor> {
@@ -233,18 +356,20 @@ impl DeviceLlama {
             activation: Some(Activation::Silu),
             ..Default::default()
         };
+        let (heads, kv_heads) = (self.parallel.local_heads(), self.parallel.local_kv_heads());
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         let d = |what: &'static str| device(what);
         let mut x = ops::embedding(&self.ids, &self.embedding, &none).map_err(d("embedding"))?;
         for b in &self.blocks {
             let n = ops::rms_norm(&x, Some(&b.attn_norm), c.rms_norm_eps, &none)
                 .map_err(d("attn_norm"))?;
+            // Column-parallel: each chip projects onto its own heads.
             let q = ops::matmul(&n, &b.wq, &mm).map_err(d("q projection"))?;
             let k = ops::matmul(&n, &b.wk, &mm).map_err(d("k projection"))?;
             let v = ops::matmul(&n, &b.wv, &mm).map_err(d("v projection"))?;
-            let q = self.split_heads(&q, c.head_count)?;
-            let k = self.split_heads(&k, c.kv_head_count)?;
-            let v = self.split_heads(&v, c.kv_head_count)?;
+            let q = self.split_heads(&q, heads)?;
+            let k = self.split_heads(&k, kv_heads)?;
+            let v = self.split_heads(&v, kv_heads)?;
             let q = ops::rotary_embedding(&q, &self.cos, &self.sin, &self.positions, &none)
                 .map_err(d("rotary q"))?;
             let k = ops::rotary_embedding(&k, &self.cos, &self.sin, &self.positions, &none)
@@ -262,8 +387,10 @@ impl DeviceLlama {
                 &none,
             )
             .map_err(d("attention"))?;
-            let a = self.merge_heads(&a, c.head_count)?;
+            let a = self.merge_heads(&a, heads)?;
+            // Row-parallel: partial sums over each chip's heads, joined by all_reduce.
             let o = ops::matmul(&a, &b.wo, &mm).map_err(d("output projection"))?;
+            let o = self.all_reduce(o, "all_reduce of the output projection")?;
             x = ops::add(&x, &o, &none).map_err(d("attention residual"))?;
             let n = ops::rms_norm(&x, Some(&b.ffn_norm), c.rms_norm_eps, &none)
                 .map_err(d("ffn_norm"))?;
@@ -271,11 +398,16 @@ impl DeviceLlama {
             let u = ops::matmul(&n, &b.w_up, &mm).map_err(d("up projection"))?;
             let m = ops::mul(&g, &u, &none).map_err(d("silu(gate) * up"))?;
             let down = ops::matmul(&m, &b.w_down, &mm).map_err(d("down projection"))?;
+            let down = self.all_reduce(down, "all_reduce of the down projection")?;
             x = ops::add(&x, &down, &none).map_err(d("mlp residual"))?;
         }
         let n = ops::rms_norm(&x, Some(&self.output_norm), c.rms_norm_eps, &none)
             .map_err(d("output_norm"))?;
-        let logits = ops::matmul(&n, &self.lm_head, &mm).map_err(d("lm head"))?;
+        let mut logits = ops::matmul(&n, &self.lm_head, &mm).map_err(d("lm head"))?;
+        if self.parallel.lm_head == LmHead::Sharded {
+            logits = ccl::all_gather(&logits, -1, &self.ccl_args())
+                .map_err(d("all_gather of the logits"))?;
+        }
         ops::argmax(&logits, -1, &none).map_err(d("argmax"))
     }
 
@@ -312,6 +444,7 @@ impl DeviceLlama {
                 max_positions: self.decode.max_positions,
             });
         }
+        let dispatch_started = std::time::Instant::now();
         let write = |t: &MeshTensor, values: Vec<u32>, name: &str| -> Result<()> {
             let host =
                 HostTensor::from_u32(vec![1, 1, 1, batch], values).map_err(host_tensor(name))?;
@@ -354,6 +487,7 @@ impl DeviceLlama {
         } else {
             self.enqueue_step()?
         };
+        self.last_host_dispatch = dispatch_started.elapsed();
         let host = next
             .to_host_shards(CQ)
             .map_err(device("reading next token ids"))?

@@ -110,6 +110,13 @@ pub enum ModelError {
         model_heads: usize,
         model_kv_heads: usize,
     },
+    #[error("the model's {what} cannot be split over the {mesh} mesh: {reason}; what would work: {works}")]
+    CannotSplit {
+        what: String,
+        mesh: String,
+        reason: String,
+        works: String,
+    },
     #[error("device: {context}: {source}")]
     Device {
         context: String,
