@@ -44,12 +44,14 @@ fn synthetic_decode_traced_and_untraced_give_the_host_reference_ids() {
         .generate(&prompt, 12)
         .unwrap();
     let _ = std::fs::remove_file(&path);
-    for mesh in ["n150", "n300"] {
+    for (mesh, fabric) in [("n150", "1d"), ("n300", "1d"), ("t3k", "1d-ring")] {
         for trace in [&["--no-trace"][..], &[][..]] {
             let mut args = vec![
                 "decode",
                 "--mesh",
                 mesh,
+                "--fabric",
+                fabric,
                 "--dtype",
                 "f32",
                 "--max-new-tokens",
@@ -73,6 +75,12 @@ fn bad_decode_flags_exit_1_naming_the_flag() {
             "--max-new-tokens 0",
         ),
         (&["decode", "--hold", "inf"][..], "--hold inf"),
+        (&["decode", "--fabric", "2d"][..], "--fabric 2d"),
+        // The synthetic model's FFN (256 = 8 tiles) does not split over 16 chips.
+        (
+            &["decode", "--mesh", "line-16"][..],
+            "what would work: a line of 1, 2, 4, 8 chips",
+        ),
         (
             &["decode", "--model", "/nonexistent/model.gguf"][..],
             "--model /nonexistent",

@@ -4,143 +4,15 @@
 //! Every segment is named after its process's pid, so parallel tests never share one; every
 //! child is killed and every file this test creates is removed, also when an assertion fails.
 
-use std::io::Read;
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use common::{json_of, monitor, wait_for_segment, Guard, STARTUP};
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_ttmesh");
-/// Generous: a debug build on a busy 2-core machine opens a T3K and runs the block slowly.
-const STARTUP: Duration = Duration::from_secs(120);
-
-/// Kills the child (if still running) and removes the listed /dev/shm files when dropped.
-struct Guard {
-    child: Option<Child>,
-    files: Vec<PathBuf>,
-}
-
-impl Guard {
-    fn spawn(args: &[&str]) -> Guard {
-        Self::spawn_with(args, None)
-    }
-
-    /// `monitor`: the value of TTMESH_MONITOR, or None to leave it unset (publishing on).
-    fn spawn_with(args: &[&str], monitor: Option<&str>) -> Guard {
-        let mut cmd = Command::new(BIN);
-        match monitor {
-            Some(v) => cmd.env("TTMESH_MONITOR", v),
-            None => cmd.env_remove("TTMESH_MONITOR"),
-        };
-        let child = cmd
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start ttmesh");
-        Guard {
-            child: Some(child),
-            files: Vec::new(),
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("child").id()
-    }
-
-    /// Waits for the child to exit (killing it after `limit`) and returns its output.
-    fn wait(&mut self, limit: Duration) -> Output {
-        let mut child = self.child.take().expect("child");
-        let deadline = Instant::now() + limit;
-        while child.try_wait().expect("try_wait").is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("wait");
-                panic!(
-                    "ttmesh did not exit within {limit:?}; stderr:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            sleep(Duration::from_millis(50));
-        }
-        let mut out = Output {
-            status: child.wait().expect("wait"),
-            stdout: Vec::new(),
-            stderr: Vec::new(),
-        };
-        // The child has exited: its pipes hold everything it wrote.
-        if let Some(mut s) = child.stdout.take() {
-            s.read_to_end(&mut out.stdout).expect("read stdout");
-        }
-        if let Some(mut s) = child.stderr.take() {
-            s.read_to_end(&mut out.stderr).expect("read stderr");
-        }
-        out
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for f in &self.files {
-            let _ = std::fs::remove_file(f);
-        }
-    }
-}
-
-fn monitor(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("monitor")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run ttmesh monitor")
-}
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}); stdout:\n{}\nstderr:\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-/// Polls until the child's segment is listed; its name.
-fn wait_for_segment(g: &mut Guard) -> String {
-    let pid = g.pid();
-    let deadline = Instant::now() + STARTUP;
-    loop {
-        if let Some(s) = ttmesh_monitor::list_segments()
-            .into_iter()
-            .find(|s| s.pid == Some(pid))
-        {
-            return s.name;
-        }
-        if let Some(c) = g.child.as_mut() {
-            if let Ok(Some(status)) = c.try_wait() {
-                let out = g.wait(Duration::from_secs(1));
-                panic!(
-                    "ttmesh run exited ({status}) before publishing; stderr:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no segment for pid {pid} after {STARTUP:?}"
-        );
-        sleep(Duration::from_millis(20));
-    }
-}
 
 fn process_pids(v: &Value) -> Vec<u64> {
     v["processes"]
