@@ -1,6 +1,8 @@
-//! LLM decode step on the emulated mesh, traced vs untraced, next to the host f32 reference's
-//! step for the same model, batch and positions (the physical limit on this host). Uses
-//! SmolLM2 when `scripts/fetch-model.sh` has fetched it, else the synthetic llama.
+//! LLM decode on the emulated mesh, traced vs untraced, side by side in one run: the step's wall
+//! time, the host's time per token (writing the inputs and enqueueing: what trace removes), and
+//! the host f32 reference's step for the same model, batch and positions (the physical limit on
+//! this host). Tensor parallel on the T3K. Uses SmolLM2 when `scripts/fetch-model.sh` has
+//! fetched it, else the synthetic llama.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -43,7 +45,12 @@ fn bench(quick: bool) -> Result<String, String> {
     let _ = std::fs::remove_file(&synthetic);
     let steps = if quick { 6 } else { 16 };
     let mut s = String::new();
-    for (mesh_name, batch) in [("n150", 1), ("t3k", 1), ("n150", 32)] {
+    let meshes: &[(&str, usize)] = if quick {
+        &[("n150", 1), ("t3k", 1)]
+    } else {
+        &[("n150", 1), ("t3k", 1), ("n150", 32), ("t3k", 32)]
+    };
+    for &(mesh_name, batch) in meshes {
         let mesh = MeshDevice::open(MeshConfig {
             topology: mesh_name.into(),
             trace_region_size: 64 << 20,
@@ -56,22 +63,25 @@ fn bench(quick: bool) -> Result<String, String> {
             dtype: DataType::BFloat16,
         };
         let mut model = DeviceLlama::new(&mesh, &weights, decode).map_err(|x| e(&x))?;
-        let mut time = |traced: bool| -> Result<f64, String> {
-            let mut v = Vec::new();
+        let split = model.parallel().describe();
+        // (median step, median host time per token) of one mode.
+        let mut time = |traced: bool| -> Result<(f64, f64), String> {
+            let (mut step, mut host) = (Vec::new(), Vec::new());
             for pos in 0..steps {
                 let t = Instant::now();
                 model
                     .decode_step(&vec![1; batch], &vec![pos; batch], traced)
                     .map_err(|x| e(&x))?;
-                // The first traced step also compiles and captures.
-                if !(traced && pos == 0) {
-                    v.push(t.elapsed());
+                // The first step of each mode compiles (and, traced, captures).
+                if pos > 0 {
+                    step.push(t.elapsed());
+                    host.push(model.last_host_dispatch());
                 }
             }
-            Ok(median(v))
+            Ok((median(step), median(host)))
         };
-        let untraced = time(false)?;
-        let traced = time(true)?;
+        let (untraced, untraced_host) = time(false)?;
+        let (traced, traced_host) = time(true)?;
         drop(model);
         mesh.close().map_err(|x| e(&x))?;
         let mut host =
@@ -86,8 +96,11 @@ fn bench(quick: bool) -> Result<String, String> {
         let host_ms = median(v);
         let _ = writeln!(
             s,
-            "{name} bf16 on {mesh_name} (replicated), batch {batch}: decode step untraced {untraced:.2} ms, traced {traced:.2} ms ({:.2}x); host f32 reference step {host_ms:.2} ms (emulated traced / host = {:.1}x; goal <= 3x)",
+            "{name} bf16 on {mesh_name}, batch {batch} ({split}):\n  step untraced {untraced:.2} ms, traced {traced:.2} ms ({:.2}x); emulated tokens/s untraced {:.1}, traced {:.1}\n  host time per token untraced {untraced_host:.3} ms, traced {traced_host:.3} ms: trace removes {:.0}x (goal >= 50x)\n  host f32 reference step {host_ms:.2} ms: emulated traced / reference = {:.2}x (goal <= 3x)",
             untraced / traced.max(1e-9),
+            batch as f64 * 1e3 / untraced.max(1e-9),
+            batch as f64 * 1e3 / traced.max(1e-9),
+            untraced_host / traced_host.max(1e-9),
             traced / host_ms.max(1e-9)
         );
     }
