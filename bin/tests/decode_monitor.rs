@@ -3,40 +3,18 @@
 
 mod common;
 
-use std::thread::sleep;
-use std::time::{Duration, Instant};
-
-use common::{json_of, monitor, wait_for_segment, Guard, STARTUP};
-use serde_json::Value;
+use common::{json_of, stable_chips, wait_for_segment, Guard, STARTUP};
 
 #[test]
 fn monitor_sees_each_chips_decode_trace_while_decode_holds() {
     let mut g = Guard::spawn(&["decode", "--hold", "4", "--json", "--max-new-tokens", "4"]);
-    let pid = g.pid().to_string();
+    let pid = g.pid();
     wait_for_segment(&mut g);
-    // The hold starts once the trace has been replayed for every step; wait until each chip's
-    // counters have stayed the same for 500 ms (they refresh every 100 ms).
-    let deadline = Instant::now() + STARTUP;
-    let mut stable: Option<(Vec<Value>, Instant)> = None;
-    let live = loop {
-        let v = json_of(&monitor(&["--once", "--json", "--pid", &pid]));
-        let chips = v["processes"][0]["chips"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        if chips.len() == 8 && chips.iter().all(|c| c["trace"]["traces"] == 1) {
-            match &stable {
-                Some((prev, since)) if *prev == chips => {
-                    if since.elapsed() >= Duration::from_millis(500) {
-                        break chips;
-                    }
-                }
-                _ => stable = Some((chips, Instant::now())),
-            }
-        }
-        assert!(Instant::now() < deadline, "no decode trace seen: {v}");
-        sleep(Duration::from_millis(50));
-    };
+    // The hold starts once the trace has been replayed for every step.
+    let live = stable_chips(pid, |p| {
+        let chips = p["chips"].as_array().expect("chips");
+        chips.len() == 8 && chips.iter().all(|c| c["trace"]["traces"] == 1)
+    });
     let out = g.wait(STARTUP);
     assert!(
         out.status.success(),

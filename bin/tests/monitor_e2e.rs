@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{json_of, monitor, wait_for_segment, Guard, STARTUP};
+use common::{json_of, monitor, stable_chips, wait_for_segment, Guard, STARTUP};
 use serde_json::Value;
 
 fn process_pids(v: &Value) -> Vec<u64> {
@@ -42,39 +42,17 @@ fn monitor_reads_the_running_mesh_and_forgets_it_after_exit() {
     // output is still being checked (temporary buffers) when the count reaches `iters`: so
     // take the snapshot once it has stayed the same for 500 ms.
     let pid_arg = pid.to_string();
-    let deadline = Instant::now() + STARTUP;
-    let mut stable: Option<(Vec<Value>, Instant)> = None;
-    let live = loop {
-        let out = monitor(&["--once", "--json", "--pid", &pid_arg]);
-        assert!(
-            out.status.success(),
-            "monitor failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v = json_of(&out);
-        assert_eq!(v["errors"], Value::Array(vec![]), "{v}");
-        assert_eq!(process_pids(&v), vec![pid as u64]);
-        let p = &v["processes"][0];
-        let chips = p["chips"].as_array().expect("chips").clone();
-        if !chips.is_empty() && chips.iter().all(|c| c["trace"]["replays"] == iters) {
+    let live = stable_chips(pid, |p| {
+        let chips = p["chips"].as_array().expect("chips");
+        if chips.iter().all(|c| c["trace"]["replays"] == iters) {
+            assert_eq!(p["pid"], pid as u64);
             assert_eq!(p["topology"], "t3k");
             assert_eq!(p["mesh_shape"], serde_json::json!([2, 4]));
             assert_eq!(p["fabric"], "FABRIC_1D");
-            match &stable {
-                Some((prev, since)) if *prev == chips => {
-                    if since.elapsed() >= Duration::from_millis(500) {
-                        break chips;
-                    }
-                }
-                _ => stable = Some((chips, Instant::now())),
-            }
+            return true;
         }
-        assert!(
-            Instant::now() < deadline,
-            "replays never reached {iters}: {v}"
-        );
-        sleep(Duration::from_millis(50));
-    };
+        false
+    });
 
     let out = g.wait(STARTUP);
     assert!(

@@ -138,3 +138,35 @@ pub fn wait_for_segment(g: &mut Guard) -> String {
         sleep(Duration::from_millis(20));
     }
 }
+
+/// Polls `ttmesh monitor --once --json --pid PID` until `ready(process)` holds and the chips it
+/// lists have stayed the same for 500 ms (counters refresh every 100 ms); returns those chips.
+pub fn stable_chips(pid: u32, ready: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let pid_arg = pid.to_string();
+    let deadline = Instant::now() + STARTUP;
+    let mut stable: Option<(Vec<Value>, Instant)> = None;
+    loop {
+        let out = monitor(&["--once", "--json", "--pid", &pid_arg]);
+        assert!(
+            out.status.success(),
+            "monitor failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v = json_of(&out);
+        assert_eq!(v["errors"], Value::Array(vec![]), "{v}");
+        let process = &v["processes"][0];
+        let chips = process["chips"].as_array().cloned().unwrap_or_default();
+        if !chips.is_empty() && ready(process) {
+            match &stable {
+                Some((prev, since)) if *prev == chips => {
+                    if since.elapsed() >= Duration::from_millis(500) {
+                        return chips;
+                    }
+                }
+                _ => stable = Some((chips, Instant::now())),
+            }
+        }
+        assert!(Instant::now() < deadline, "never ready and stable: {v}");
+        sleep(Duration::from_millis(50));
+    }
+}
