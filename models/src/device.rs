@@ -100,12 +100,18 @@ fn host_tensor(name: &str) -> impl FnOnce(ttmesh_chip::ChipError) -> ModelError 
     }
 }
 
-/// `[rows][cols]` row-major to `[cols][rows]`.
+/// `[rows][cols]` row-major to `[cols][rows]`, in 32x32 blocks so reads and writes both stay
+/// in cache (a weight is tens of MB; element by element, every write misses).
 fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    const BLOCK: usize = 32;
     let mut out = vec![0f32; w.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = w[r * cols + c];
+    for r0 in (0..rows).step_by(BLOCK) {
+        for c0 in (0..cols).step_by(BLOCK) {
+            for r in r0..(r0 + BLOCK).min(rows) {
+                for c in c0..(c0 + BLOCK).min(cols) {
+                    out[c * rows + r] = w[r * cols + c];
+                }
+            }
         }
     }
     out
