@@ -6,6 +6,8 @@ mod bench;
 mod decode;
 mod limits;
 mod run;
+mod soak;
+mod stress;
 
 use std::process::ExitCode;
 
@@ -40,6 +42,8 @@ enum Command {
     Monitor(ttmesh_monitor::MonitorArgs),
     /// Benchmarks, each printing side-by-side ratios.
     Bench(bench::BenchArgs),
+    /// Topology stress: a seeded matrix of collectives and sends, with faults, every result checked.
+    Stress(stress::StressArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
             ttmesh_monitor::run_monitor(&args, &mut out).map_err(|e| e.to_string())
         }
         Command::Bench(args) => bench::run(&args),
+        Command::Stress(args) => stress::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,1 @@
+//! Soak mode: placeholder until the soak loop lands.
