@@ -168,11 +168,10 @@ pub fn run(args: &StressArgs) -> Result<(), String> {
     }
     let mut cases = indices.map(|i| generate(&spec, seed, i));
     let opts = RunOptions {
-        timeout,
-        grace: Duration::from_secs(2),
         jobs: args.jobs,
         deadline: duration.map(|d| Instant::now() + d),
         stop,
+        ..RunOptions::new(timeout)
     };
     let bar = if args.json {
         ProgressBar::hidden()

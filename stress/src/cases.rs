@@ -305,9 +305,9 @@ pub fn generate(spec: &StressSpec, seed: u64, index: u64) -> Case {
         .copied()
         .filter(|&f| !(f == FaultKind::Stall && op == OpKind::Send))
         .collect();
-    let kind = if faults.is_empty() {
-        FaultKind::None
-    } else if faults.contains(&FaultKind::None) && r.chance(1, 2) {
+    // Half the cases run healthy when "none" is allowed.
+    let healthy = faults.is_empty() || (faults.contains(&FaultKind::None) && r.chance(1, 2));
+    let kind = if healthy {
         FaultKind::None
     } else {
         // A stall costs a whole timeout: drawn half as often as the others.
@@ -393,13 +393,17 @@ mod tests {
                     } else {
                         c.shape[s.dim]
                     };
-                    let need: usize = c
-                        .steps
-                        .iter()
-                        .filter(|t| t.dim == s.dim)
-                        .map(|t| t.chips)
-                        .product();
-                    assert_eq!(units % need.max(s.chips), 0, "{c}");
+                    // Reduce-scatters divide the dim one after another.
+                    let need: usize = match s.op {
+                        OpKind::ReduceScatter => c
+                            .steps
+                            .iter()
+                            .filter(|t| t.dim == s.dim)
+                            .map(|t| t.chips)
+                            .product(),
+                        _ => s.chips,
+                    };
+                    assert_eq!(units % need, 0, "{c}");
                 }
             }
             assert_eq!(generate(&spec, 7, i), c);

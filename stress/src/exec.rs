@@ -455,14 +455,11 @@ fn judge_errors(
     stall_timed_out: bool,
 ) -> Option<(Verdict, String)> {
     match expect {
-        Expect::StalledChip { id, .. } => Some(if stall_timed_out {
+        Expect::StalledChip { id, index } => Some(if stall_timed_out {
+            let own = errors.iter().find(|e| e.0 == *index).or(errors.first());
             (
                 Verdict::ExpectedError,
-                errors
-                    .iter()
-                    .map(|e| e.1.clone())
-                    .next()
-                    .unwrap_or_default(),
+                own.map(|e| e.1.clone()).unwrap_or_default(),
             )
         } else {
             (

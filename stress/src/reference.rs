@@ -99,6 +99,11 @@ pub fn reduce_scatter(
     out
 }
 
+/// NaN is never within.
+fn within(a: f32, b: f32, tol: f32) -> bool {
+    (a - b).abs() <= tol
+}
+
 fn line_sum(data: &[Vec<f32>], line: &[usize], dtype: DataType) -> Vec<f32> {
     (0..data[line[0]].len())
         .map(|e| {
@@ -146,7 +151,7 @@ pub fn count_wrong(got: &[Vec<f32>], want: &[Vec<f32>], dtype: DataType, roundin
             wrong += gb
                 .iter()
                 .zip(wb)
-                .filter(|(a, b)| !((**a - **b).abs() <= tol))
+                .filter(|(a, b)| !within(**a, **b, tol))
                 .count() as u64;
         }
     }

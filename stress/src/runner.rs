@@ -18,8 +18,8 @@ use crate::spec::TopologyChoice;
 pub struct RunOptions {
     /// The operation timeout every mesh is opened with.
     pub timeout: Duration,
-    /// Added to the case's own bound before the watchdog calls it a hang.
-    pub grace: Duration,
+    /// A case still running after this is reported as a hang.
+    pub watchdog: Duration,
     pub jobs: usize,
     /// No case starts after this.
     pub deadline: Option<Instant>,
@@ -28,10 +28,17 @@ pub struct RunOptions {
 }
 
 impl RunOptions {
-    /// How long one case may take: its waits are bounded by the timeout (a stalled chip's by
-    /// about 1.5 of it), and a traced case waits twice.
-    pub fn watchdog(&self) -> Duration {
-        self.timeout * 3 + self.grace
+    /// One job, no deadline, and a watchdog past every wait a case makes: its waits are bounded
+    /// by the timeout (a stalled chip's by about 1.5 of it; a traced case waits twice), plus a
+    /// grace of 2 s.
+    pub fn new(timeout: Duration) -> RunOptions {
+        RunOptions {
+            timeout,
+            watchdog: timeout * 3 + Duration::from_secs(2),
+            jobs: 1,
+            deadline: None,
+            stop: Arc::new(AtomicBool::new(false)),
+        }
     }
 }
 
@@ -113,7 +120,7 @@ impl Worker {
                 })
                 .expect("a thread for the case");
         }
-        match rx.recv_timeout(opts.watchdog()) {
+        match rx.recv_timeout(opts.watchdog) {
             Ok(r) => {
                 if dirty.load(Ordering::Relaxed) {
                     self.close();
@@ -122,8 +129,9 @@ impl Worker {
             }
             Err(_) => {
                 let detail = format!(
-                    "no result after {:.1} s (operation timeout {:.1} s + grace): {}",
+                    "no result after {:.1} s (watchdog {:.1} s, operation timeout {:.1} s): {}",
                     started.elapsed().as_secs_f64(),
+                    opts.watchdog.as_secs_f64(),
                     opts.timeout.as_secs_f64(),
                     probe.describe()
                 );
