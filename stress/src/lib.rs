@@ -18,7 +18,7 @@ mod exec;
 pub mod reference;
 mod report;
 mod runner;
-
+mod soak;
 mod spec;
 
 pub use cases::{generate, Case, FaultPlan, Step};
@@ -26,5 +26,5 @@ pub use error::StressError;
 pub use exec::{CaseResult, Verdict};
 pub use report::{junit_xml, render_report, summary, Summary};
 pub use runner::{run_cases, RunOptions};
-
+pub use soak::{process_stats, run_soak, ProcessStats, SoakOptions, SoakReport, SoakSample};
 pub use spec::{parse_size, FaultKind, OpKind, StressSpec, TopologyChoice};
