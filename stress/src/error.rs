@@ -22,12 +22,6 @@ pub enum StressError {
     Fabric(#[from] ttmesh_fabric::FabricError),
     #[error(transparent)]
     Topology(#[from] ttmesh_topologies::TopologyError),
-    #[error("writing {path}: {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
     #[error("soak: {0}")]
     Soak(String),
 }

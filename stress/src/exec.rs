@@ -496,8 +496,9 @@ fn judge_errors(
     }
 }
 
-/// Runs one case; `Err` only for an error before the op ran (an unexpected error too).
-/// Sets `dirty` when the mesh should not be reused (a stall, an unexpected error).
+/// Runs one case; an error the case does not expect (setting up, or from the op) is an
+/// UnexpectedError result. Sets `dirty` when the mesh should not be reused (a stall, an
+/// unexpected error).
 pub fn run_case(
     mesh: &MeshDevice,
     case: &Case,
