@@ -94,8 +94,8 @@ fn fixture() -> Fixture {
     model(Some(&out));
     chip.end_trace_capture(tid, CQ0).unwrap();
     let info = chip.trace_info(tid).unwrap();
-    let original = trace_bytes(&chip, &info);
-    let records = record_offsets(&original);
+    let original = chip.read_trace_commands(&info).unwrap();
+    let records = ttmesh_chip::command::record_offsets(&original).unwrap();
     let f = Fixture {
         chip,
         inputs,
@@ -110,51 +110,13 @@ fn fixture() -> Fixture {
     f
 }
 
-fn record_offsets(bytes: &[u8]) -> Vec<usize> {
-    let mut offsets = Vec::new();
-    let mut at = 0;
-    while at < bytes.len() {
-        offsets.push(at);
-        at = ttmesh_chip::command::decode(bytes, at).unwrap().1;
-    }
-    offsets
-}
-
-/// The trace buffer's pages are interleaved over the DRAM banks.
-fn page_location(chip: &Chip, info: &TraceInfo, p: u64) -> (u32, u64) {
-    let banks = chip.arch().num_dram_banks as u64;
-    (
-        (p % banks) as u32,
-        info.address + (p / banks) * info.page_size,
-    )
-}
-
-fn trace_bytes(chip: &Chip, info: &TraceInfo) -> Vec<u8> {
-    let mut bytes = vec![0u8; (info.page_size * info.num_pages) as usize];
-    for (p, page) in bytes.chunks_mut(info.page_size as usize).enumerate() {
-        let (bank, addr) = page_location(chip, info, p as u64);
-        chip.memory()
-            .read(MemSpace::Dram, bank, addr, page)
-            .unwrap();
-    }
-    bytes.truncate(info.command_bytes as usize);
-    bytes
-}
-
-fn store_trace(chip: &Chip, info: &TraceInfo, bytes: &[u8]) {
-    for (p, page) in bytes.chunks(info.page_size as usize).enumerate() {
-        let (bank, addr) = page_location(chip, info, p as u64);
-        chip.memory()
-            .write(MemSpace::Dram, bank, addr, page)
-            .unwrap();
-    }
-}
-
 impl Fixture {
     /// Restores the trace and the inputs (a mutated launch may have written over them), replays,
     /// and checks the output bit for bit.
     fn replay_good(&self) -> Result<(), String> {
-        store_trace(&self.chip, &self.info, &self.original);
+        self.chip
+            .write_trace_commands(&self.info, &self.original)
+            .unwrap();
         for (t, host) in &self.inputs {
             t.copy_from_host(host, CQ0).map_err(|e| e.to_string())?;
         }
@@ -282,7 +244,7 @@ fn mutated_traces_fail_cleanly_and_the_chip_recovers() {
         for m in &muts {
             apply(m, &mut bytes, &f.records);
         }
-        store_trace(&f.chip, &f.info, &bytes);
+        f.chip.write_trace_commands(&f.info, &bytes).unwrap();
         let started = Instant::now();
         let result = f.chip.execute_trace(f.tid, CQ0, Blocking::Yes);
         check_outcome(&f, result, started.elapsed()).map_err(TestCaseError::fail)?;
@@ -316,7 +278,7 @@ fn a_launch_without_its_runtime_args_is_refused_at_its_go_signal() {
         (at, iter.next().unwrap())
     };
     bytes[at] = Opcode::Stall as u8;
-    store_trace(&f.chip, &f.info, &bytes);
+    f.chip.write_trace_commands(&f.info, &bytes).unwrap();
     let e = f.chip.execute_trace(f.tid, CQ0, Blocking::Yes).unwrap_err();
     assert_eq!(
         e.to_string(),
@@ -329,7 +291,7 @@ fn a_launch_without_its_runtime_args_is_refused_at_its_go_signal() {
     // A program id no launch ever compiled: refused at its launch record.
     let mut bytes = f.original.clone();
     bytes[8..12].copy_from_slice(&77u32.to_le_bytes());
-    store_trace(&f.chip, &f.info, &bytes);
+    f.chip.write_trace_commands(&f.info, &bytes).unwrap();
     let e = f
         .chip
         .execute_trace(f.tid, CQ0, Blocking::Yes)
@@ -361,7 +323,7 @@ fn records_a_capture_cannot_make_are_refused_in_a_trace() {
         let mut bytes = f.original.clone();
         // The first record (a launch) keeps its length, so the header still decodes.
         bytes[0] = op as u8;
-        store_trace(&f.chip, &f.info, &bytes);
+        f.chip.write_trace_commands(&f.info, &bytes).unwrap();
         let e = f.chip.execute_trace(f.tid, CQ0, Blocking::Yes).unwrap_err();
         match &e {
             ChipError::BadRecord {
@@ -503,7 +465,7 @@ fn an_end_marker_anywhere_but_last_is_refused() {
     assert_eq!(f.original[go], Opcode::GoSignal as u8);
     let mut bytes = f.original.clone();
     bytes[go] = Opcode::ExecBufEnd as u8;
-    store_trace(&f.chip, &f.info, &bytes);
+    f.chip.write_trace_commands(&f.info, &bytes).unwrap();
     let e = f.chip.execute_trace(f.tid, CQ0, Blocking::Yes).unwrap_err();
     assert_eq!(
         e.to_string(),
@@ -516,7 +478,7 @@ fn an_end_marker_anywhere_but_last_is_refused() {
 
     let mut bytes = f.original.clone();
     bytes[end] = Opcode::Stall as u8;
-    store_trace(&f.chip, &f.info, &bytes);
+    f.chip.write_trace_commands(&f.info, &bytes).unwrap();
     let before = f.chip.dispatch_stats().launches;
     let e = f.chip.execute_trace(f.tid, CQ0, Blocking::Yes).unwrap_err();
     assert_eq!(
@@ -540,7 +502,7 @@ fn launch_records_of_the_wrong_shape_are_refused() {
     let mut bytes = f.original.clone();
     let swallowing = (go_end - launch - HEADER_BYTES) as u32;
     bytes[launch + 4..launch + 8].copy_from_slice(&swallowing.to_le_bytes());
-    store_trace(&f.chip, &f.info, &bytes);
+    f.chip.write_trace_commands(&f.info, &bytes).unwrap();
     let e = f.chip.execute_trace(f.tid, CQ0, Blocking::Yes).unwrap_err();
     assert_eq!(
         e.to_string(),
@@ -555,7 +517,7 @@ fn launch_records_of_the_wrong_shape_are_refused() {
     assert_eq!(f.original[args], Opcode::WritePacked as u8);
     let mut bytes = f.original.clone();
     bytes[args + 2..args + 4].copy_from_slice(&1u16.to_le_bytes());
-    store_trace(&f.chip, &f.info, &bytes);
+    f.chip.write_trace_commands(&f.info, &bytes).unwrap();
     let e = f.chip.execute_trace(f.tid, CQ0, Blocking::Yes).unwrap_err();
     assert!(
         matches!(

@@ -11,11 +11,10 @@ use proptest::sample::Index;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use ttmesh::models::{random_host, TpMlp};
 use ttmesh::*;
-use ttmesh_chip::allocator::MemSpace;
-use ttmesh_chip::command::{decode, HEADER_BYTES};
+use ttmesh_chip::command::HEADER_BYTES;
 use ttmesh_chip::device::TraceInfo;
 use ttmesh_chip::error::RecordFault;
-use ttmesh_chip::{Chip, ChipError};
+use ttmesh_chip::ChipError;
 
 const CQ0: CqId = CqId(0);
 /// Long, so that a replay ending before it shows that no chip waited for the damaged one: a
@@ -71,8 +70,8 @@ fn fixture() -> Fixture {
         .zip(mesh.trace_info(tid))
         .map(|(chip, info)| {
             let info = info.unwrap();
-            let bytes = trace_bytes(chip, &info);
-            let records = record_offsets(&bytes);
+            let bytes = chip.read_trace_commands(&info).unwrap();
+            let records = ttmesh_chip::command::record_offsets(&bytes).unwrap();
             (info, bytes, records)
         })
         .collect();
@@ -90,49 +89,10 @@ fn fixture() -> Fixture {
     f
 }
 
-fn record_offsets(bytes: &[u8]) -> Vec<usize> {
-    let mut offsets = Vec::new();
-    let mut at = 0;
-    while at < bytes.len() {
-        offsets.push(at);
-        at = decode(bytes, at).unwrap().1;
-    }
-    offsets
-}
-
-fn page_location(chip: &Chip, info: &TraceInfo, p: u64) -> (u32, u64) {
-    let banks = chip.arch().num_dram_banks as u64;
-    (
-        (p % banks) as u32,
-        info.address + (p / banks) * info.page_size,
-    )
-}
-
-fn trace_bytes(chip: &Chip, info: &TraceInfo) -> Vec<u8> {
-    let mut bytes = vec![0u8; (info.page_size * info.num_pages) as usize];
-    for (p, page) in bytes.chunks_mut(info.page_size as usize).enumerate() {
-        let (bank, addr) = page_location(chip, info, p as u64);
-        chip.memory()
-            .read(MemSpace::Dram, bank, addr, page)
-            .unwrap();
-    }
-    bytes.truncate(info.command_bytes as usize);
-    bytes
-}
-
-fn store_trace(chip: &Chip, info: &TraceInfo, bytes: &[u8]) {
-    for (p, page) in bytes.chunks(info.page_size as usize).enumerate() {
-        let (bank, addr) = page_location(chip, info, p as u64);
-        chip.memory()
-            .write(MemSpace::Dram, bank, addr, page)
-            .unwrap();
-    }
-}
-
 impl Fixture {
     fn replay_good(&self) -> Result<(), String> {
         for (chip, (info, bytes, _)) in self.mesh.chips().iter().zip(&self.traces) {
-            store_trace(chip, info, bytes);
+            chip.write_trace_commands(info, bytes).unwrap();
         }
         self.x
             .copy_from_host(&self.x_host, &ReplicateTensorToMesh, CQ0)
@@ -281,7 +241,9 @@ fn mutated_mesh_traces_fail_cleanly_and_the_mesh_recovers() {
             for m in &muts {
                 apply(m, &mut bytes, records);
             }
-            store_trace(&f.mesh.chips()[damaged], info, &bytes);
+            f.mesh.chips()[damaged]
+                .write_trace_commands(info, &bytes)
+                .unwrap();
             let started = Instant::now();
             let result = f.mesh.execute_trace(f.tid, CQ0, Blocking::Yes);
             check_outcome(&f, damaged, result, started.elapsed())

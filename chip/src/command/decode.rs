@@ -298,6 +298,17 @@ pub fn decode(bytes: &[u8], offset: usize) -> Result<(Record<'_>, usize)> {
     Ok((rec, next))
 }
 
+/// Where each record of `bytes` starts; the first record that does not decode is the error.
+pub fn record_offsets(bytes: &[u8]) -> Result<Vec<usize>> {
+    let mut offsets = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        offsets.push(at);
+        at = decode(bytes, at)?.1;
+    }
+    Ok(offsets)
+}
+
 /// Iterates over the records of a byte slice, stopping at the first error.
 pub struct RecordIter<'a> {
     bytes: &'a [u8],

@@ -8,7 +8,7 @@
 
 mod decode;
 
-pub use decode::{decode, packed_arg, PageLocations, Record, RecordIter};
+pub use decode::{decode, packed_arg, record_offsets, PageLocations, Record, RecordIter};
 
 use crate::allocator::MemSpace;
 

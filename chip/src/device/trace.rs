@@ -151,6 +151,39 @@ pub fn trace_page_size(size: u64, banks: u64) -> (u64, u64) {
     (best.1, best.2)
 }
 
+/// A captured trace's command bytes in device DRAM, for tools that inspect or damage them
+/// (fault injection, fuzzing the replay's checks): pages interleaved over the DRAM banks from
+/// the trace's address, as the capture stored them.
+impl Chip {
+    fn trace_page(&self, info: &TraceInfo, p: u64) -> (u32, u64) {
+        let banks = self.arch().num_dram_banks as u64;
+        (
+            (p % banks) as u32,
+            info.address + (p / banks) * info.page_size,
+        )
+    }
+
+    /// The command bytes of a live trace (its EXEC_BUF_END included, padding left out).
+    pub fn read_trace_commands(&self, info: &TraceInfo) -> Result<Vec<u8>> {
+        let mut bytes = vec![0u8; (info.page_size * info.num_pages) as usize];
+        for (p, page) in bytes.chunks_mut(info.page_size as usize).enumerate() {
+            let (bank, addr) = self.trace_page(info, p as u64);
+            self.memory().read(MemSpace::Dram, bank, addr, page)?;
+        }
+        bytes.truncate(info.command_bytes as usize);
+        Ok(bytes)
+    }
+
+    /// Writes `bytes` over a live trace's commands from its start, as a stray write would.
+    pub fn write_trace_commands(&self, info: &TraceInfo, bytes: &[u8]) -> Result<()> {
+        for (p, page) in bytes.chunks(info.page_size as usize).enumerate() {
+            let (bank, addr) = self.trace_page(info, p as u64);
+            self.memory().write(MemSpace::Dram, bank, addr, page)?;
+        }
+        Ok(())
+    }
+}
+
 impl Chip {
     pub fn begin_trace_capture(&self, cq: CqId) -> Result<TraceId> {
         self.queue(cq)?;
