@@ -187,7 +187,16 @@ impl DeviceLlama {
                 MemoryConfig::DRAM,
                 CQ,
             )
-            .map_err(device(format!("placing {name}")))
+            .map_err(|e| match e {
+                MeshError::Chip {
+                    source: ttmesh_chip::ChipError::OutOfMemory { .. },
+                    ..
+                } => ModelError::DoesNotFit {
+                    tensor: name.to_string(),
+                    source: Box::new(e),
+                },
+                e => device(format!("placing {name}"))(e),
+            })
         };
         let (h, f, hd) = (c.hidden_size, c.ffn_size, c.head_dim);
         let (q_dim, kv_dim) = (

@@ -117,6 +117,12 @@ pub enum ModelError {
         reason: String,
         works: String,
     },
+    #[error("{tensor} does not fit in the device's DRAM: {source}; split the model over more chips (--mesh t3k), use a smaller dtype (bfp8_b), fewer KV cache positions or a smaller trace region")]
+    DoesNotFit {
+        tensor: String,
+        #[source]
+        source: Box<ttmesh::MeshError>,
+    },
     #[error("device: {context}: {source}")]
     Device {
         context: String,

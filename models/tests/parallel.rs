@@ -186,3 +186,32 @@ fn a_trace_region_too_small_names_the_size_that_fits() {
     drop(model);
     mesh.close().unwrap();
 }
+
+/// A model that does not fit in DRAM (here: a trace region that leaves 400 kB of the n150's
+/// 12 GiB): the allocator's out-of-memory message, naming the tensor, and the ways out.
+#[test]
+fn a_model_that_does_not_fit_in_dram_names_the_tensor() {
+    let weights = synthetic("oom", &SyntheticConfig::small());
+    let mesh = MeshDevice::open(MeshConfig {
+        topology: "n150".into(),
+        trace_region_size: 1_072_693_184 * 12 - 400_000,
+        ..Default::default()
+    })
+    .unwrap();
+    let err = match DeviceLlama::new(&mesh, &weights, f32_decode(8)) {
+        Ok(_) => panic!("the model fit in 400 kB of DRAM"),
+        Err(e) => e,
+    };
+    assert!(matches!(err, ModelError::DoesNotFit { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("Out of Memory: Not enough space to allocate"),
+        "{msg}"
+    );
+    assert!(
+        msg.starts_with("blk.") || msg.starts_with("token_embd"),
+        "{msg}"
+    );
+    assert!(msg.contains("split the model over more chips"), "{msg}");
+    mesh.close().unwrap();
+}
