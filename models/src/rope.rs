@@ -75,6 +75,41 @@ pub fn gguf_row_of_hf_row(hf_row: usize, head_dim: usize) -> usize {
     2 * i + a
 }
 
+/// Which way [`reorder_rows`] moves rows.
+#[derive(Clone, Copy)]
+enum Direction {
+    FromGguf,
+    ToGguf,
+}
+
+/// Moves every head's rows between GGUF and HF order (`heads * head_dim` rows of `cols`).
+fn reorder_rows(
+    weights: &[f32],
+    heads: usize,
+    head_dim: usize,
+    cols: usize,
+    direction: Direction,
+) -> Vec<f32> {
+    assert_eq!(
+        weights.len(),
+        heads * head_dim * cols,
+        "Q/K row reorder: shape checked by the loader or writer"
+    );
+    let mut out = vec![0f32; weights.len()];
+    for h in 0..heads {
+        for hf_row in 0..head_dim {
+            let gguf = (h * head_dim + gguf_row_of_hf_row(hf_row, head_dim)) * cols;
+            let hf = (h * head_dim + hf_row) * cols;
+            let (src, dst) = match direction {
+                Direction::FromGguf => (gguf, hf),
+                Direction::ToGguf => (hf, gguf),
+            };
+            out[dst..dst + cols].copy_from_slice(&weights[src..src + cols]);
+        }
+    }
+    out
+}
+
 /// Reorders the rows of a Q or K projection (`heads * head_dim` rows of `cols` values, row-major)
 /// from GGUF order to HF order.
 pub fn unpermute_rows_from_gguf(
@@ -83,20 +118,7 @@ pub fn unpermute_rows_from_gguf(
     head_dim: usize,
     cols: usize,
 ) -> Vec<f32> {
-    assert_eq!(
-        weights.len(),
-        heads * head_dim * cols,
-        "unpermute: shape checked by the loader"
-    );
-    let mut out = vec![0f32; weights.len()];
-    for h in 0..heads {
-        for hf_row in 0..head_dim {
-            let src = (h * head_dim + gguf_row_of_hf_row(hf_row, head_dim)) * cols;
-            let dst = (h * head_dim + hf_row) * cols;
-            out[dst..dst + cols].copy_from_slice(&weights[src..src + cols]);
-        }
-    }
-    out
+    reorder_rows(weights, heads, head_dim, cols, Direction::FromGguf)
 }
 
 /// The inverse of [`unpermute_rows_from_gguf`]: HF order to GGUF order (for the writer).
@@ -106,18 +128,5 @@ pub fn permute_rows_to_gguf(
     head_dim: usize,
     cols: usize,
 ) -> Vec<f32> {
-    assert_eq!(
-        weights.len(),
-        heads * head_dim * cols,
-        "permute: shape checked by the caller"
-    );
-    let mut out = vec![0f32; weights.len()];
-    for h in 0..heads {
-        for hf_row in 0..head_dim {
-            let dst = (h * head_dim + gguf_row_of_hf_row(hf_row, head_dim)) * cols;
-            let src = (h * head_dim + hf_row) * cols;
-            out[dst..dst + cols].copy_from_slice(&weights[src..src + cols]);
-        }
-    }
-    out
+    reorder_rows(weights, heads, head_dim, cols, Direction::ToGguf)
 }
