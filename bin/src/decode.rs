@@ -426,6 +426,8 @@ impl Report<'_> {
             "replay_skew_us": self.mesh.last_replay().map(|r| r.skew_us),
             "collectives_per_token": {"all_reduce": all_reduces, "all_gather": all_gathers},
             "fabric_wire_bytes_per_token": self.wire_bytes_per_token,
+            "weights_bytes_per_chip": self.model.dram_bytes_per_chip().0,
+            "kv_cache_bytes_per_chip": self.model.dram_bytes_per_chip().1,
             "per_chip": chips,
         })
     }
@@ -481,6 +483,12 @@ impl Report<'_> {
                     .map_or("n/a".into(), |b| format!("{:.2} MiB (measured on the links)", b / (1 << 20) as f64))
             );
         }
+        let (weights, cache) = self.model.dram_bytes_per_chip();
+        println!(
+            "each chip's DRAM holds {:.2} MiB of weights and {:.2} MiB of KV cache",
+            mib(weights),
+            mib(cache)
+        );
         println!(
             "{:>5} {:>7} {:>12} {:>10} {:>12} {:>8}",
             "chip", "coord", "DRAM", "L1", "TRACE", "replays"

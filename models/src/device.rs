@@ -318,6 +318,32 @@ impl DeviceLlama {
         (2 * self.blocks.len(), gathers)
     }
 
+    /// DRAM bytes each chip holds for (weights, KV cache): what the monitor's DRAM figure is
+    /// made of, besides the RoPE tables, the inputs and the step's activations.
+    pub fn dram_bytes_per_chip(&self) -> (u64, u64) {
+        let size = |t: &MeshTensor| t.spec().buffer_size();
+        let mut weights = size(&self.embedding) + size(&self.lm_head) + size(&self.output_norm);
+        let mut cache = 0;
+        for b in &self.blocks {
+            weights += [
+                &b.attn_norm,
+                &b.wq,
+                &b.wk,
+                &b.wv,
+                &b.wo,
+                &b.ffn_norm,
+                &b.w_gate,
+                &b.w_up,
+                &b.w_down,
+            ]
+            .into_iter()
+            .map(size)
+            .sum::<u64>();
+            cache += size(&b.k_cache) + size(&b.v_cache);
+        }
+        (weights, cache)
+    }
+
     /// The split this model runs with.
     pub fn parallel(&self) -> &TensorParallel {
         &self.parallel
