@@ -281,10 +281,16 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
     let (mut timings, mut comparison) = (Timings::default(), Timings::default());
     let mut input = prompt[0];
     let mut out = std::io::stdout();
-    if !args.json {
-        print!("{}", args.prompt);
-        let _ = out.flush();
-    }
+    // Prefill runs the decode step once per prompt token: a long prompt must not look hung.
+    let prefill_bar = if args.json || prompt.len() < 2 {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(prompt.len() as u64 - 1)
+    };
+    prefill_bar.set_style(
+        ProgressStyle::with_template("decode: prefilling [{bar:30}] {pos}/{len} prompt tokens")
+            .map_err(|e| e.to_string())?,
+    );
     let started = Instant::now();
     // Wire bytes are counted over the steady steps: after the capture (traced) or the first.
     let steady_from = untraced_first + 1;
@@ -310,7 +316,15 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         }
         if pos + 1 < prompt.len() {
             input = prompt[pos + 1];
+            prefill_bar.set_position(pos as u64 + 1);
             continue;
+        }
+        if !prefill_bar.is_finished() {
+            // The prompt is printed once prefill is done, so the bar never draws over it.
+            prefill_bar.finish_and_clear();
+            if !args.json {
+                print!("{}", args.prompt);
+            }
         }
         input = next[0];
         generated.push(input);
