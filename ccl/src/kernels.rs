@@ -6,7 +6,7 @@ use std::time::Duration;
 use ttmesh_chip::allocator::MemSpace;
 use ttmesh_chip::error::ForeignError;
 use ttmesh_chip::ops::{read_logical, write_logical};
-use ttmesh_chip::program::{Kernel, KernelContext, KernelCost};
+use ttmesh_chip::program::{CollectiveCost, Kernel, KernelContext, KernelCost};
 use ttmesh_chip::tensor::{DataType, HostData, TensorPages, TensorSpec};
 use ttmesh_chip::ChipError;
 use ttmesh_fabric::{Fabric, FabricError, FabricSender, NocAddr};
@@ -250,9 +250,21 @@ impl Kernel for CollectiveKernel {
                 self.input.volume() as f64 * 4.0 * (n - 1.0) / n
             }
         };
+        let participants = self
+            .line
+            .chips
+            .iter()
+            .filter(|&&c| c < 64)
+            .fold(0u64, |m, &c| m | 1 << c);
         KernelCost {
             fabric_bytes: bytes,
             dram_bytes: (self.input.buffer_size() + self.output.buffer_size()) as f64,
+            collective: Some(CollectiveCost {
+                participants,
+                chips: n as u32,
+                steps: (n as u32).saturating_sub(1),
+                links: self.num_links.max(1) as u32,
+            }),
             ..Default::default()
         }
     }

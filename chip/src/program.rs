@@ -13,7 +13,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::allocator::BufferType;
-use crate::arch::ArchSpec;
+use crate::arch::{ArchSpec, MathFidelity};
 use crate::error::{ChipError, Result};
 use crate::memory::DeviceMemory;
 
@@ -25,13 +25,33 @@ pub struct KernelContext<'a> {
     pub timeout: Duration,
 }
 
-/// Modeled device cost of one launch.
+/// What one launch does, for a device-time model: the kernel states its work, the model (which
+/// lives above the chip) turns it into time.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct KernelCost {
     pub flops: f64,
     pub dram_bytes: f64,
     pub l1_bytes: f64,
+    /// Bytes over the busiest link direction the op uses (collectives).
     pub fabric_bytes: f64,
+    /// 32x32x32 tile multiplies of a matmul (0 for other ops), at `math_fidelity`.
+    pub matmul_tiles: f64,
+    pub math_fidelity: MathFidelity,
+    /// Set by collectives: who takes part and how data travels.
+    pub collective: Option<CollectiveCost>,
+}
+
+/// The shape of one collective launch, as a device-time model needs it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CollectiveCost {
+    /// Bit `i` set: chip `i` takes part (chip ids below 64; every shipped mesh fits).
+    pub participants: u64,
+    /// Chips on the line or ring.
+    pub chips: u32,
+    /// Sequential steps that each pay one hop's latency (n-1 on a ring or a line).
+    pub steps: u32,
+    /// Parallel ethernet links the op spreads its packets over.
+    pub links: u32,
 }
 
 pub trait Kernel: Send + Sync {

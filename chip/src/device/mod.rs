@@ -2,11 +2,13 @@
 //! dispatcher threads, events and traces.
 
 mod events;
+mod observer;
 mod queue;
 mod trace;
 mod validate;
 
 pub use events::Event;
+pub use observer::CommandObserver;
 pub use queue::{default_operation_timeout, CqId};
 pub use trace::{trace_page_size, TraceId, TraceInfo, TraceStats};
 
@@ -132,6 +134,7 @@ pub(crate) struct ChipShared {
     pub(crate) sanitizer: AtomicBool,
     /// Told of every record a dispatcher refuses (see [`Chip::on_refused_record`]).
     refusal_listener: Mutex<Option<RefusalListener>>,
+    observer: observer::ObserverSlot,
 }
 
 /// Called on a dispatcher thread with the error of a record it refused.
@@ -327,6 +330,7 @@ impl Chip {
             kernel_ns: AtomicU64::new(0),
             sanitizer: AtomicBool::new(config.replay_sanitizer),
             refusal_listener: Mutex::new(None),
+            observer: Default::default(),
         });
         let mut queues = Vec::new();
         for cq in 0..config.num_command_queues {
@@ -518,8 +522,15 @@ impl Chip {
             let mut cap = self.captures[cq.0 as usize].lock();
             if let Some(c) = cap.as_mut() {
                 c.append(&bytes, &refs());
+                drop(cap);
+                if let Some(o) = self.shared.observer.get() {
+                    o.submitted(self, cq, &bytes, true);
+                }
                 return Ok(());
             }
+        }
+        if let Some(o) = self.shared.observer.get() {
+            o.submitted(self, cq, &bytes, false);
         }
         q.ring.push(bytes, wake);
         Ok(())
@@ -675,6 +686,9 @@ impl Chip {
         let id = q.allocate_event_id();
         let mut e = Encoder::with_capacity(16);
         e.simple(Opcode::RecordEvent, 0, id);
+        if let Some(o) = self.shared.observer.get() {
+            o.host_waits(self.shared.id, cq);
+        }
         q.ring.push(e.bytes, true);
         let state = &self.shared.cq_states[cq.0 as usize];
         let timeout = self.shared.config.operation_timeout;
@@ -744,6 +758,9 @@ pub struct PendingRead {
 
 impl PendingRead {
     pub fn wait(self) -> Result<Vec<u8>> {
+        if let Some(o) = self.shared.observer.get() {
+            o.host_waits(self.shared.id, self.cq);
+        }
         let timeout = self.shared.config.operation_timeout;
         let deadline = Instant::now() + timeout;
         let mut g = self.slot.data.lock();

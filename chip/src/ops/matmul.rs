@@ -25,6 +25,7 @@ struct MatmulKernel {
     bias: Option<TensorSpec>,
     out: TensorSpec,
     activation: Option<Activation>,
+    math_fidelity: MathFidelity,
     dims: Dims,
 }
 
@@ -84,6 +85,9 @@ impl Kernel for MatmulKernel {
         KernelCost {
             flops: 2.0 * (d.batch_a * d.m * d.k * d.n) as f64,
             dram_bytes: bytes(&self.a) + bytes(&self.b) + bytes(&self.out),
+            matmul_tiles: (d.batch_a * d.m.div_ceil(32) * d.k.div_ceil(32) * d.n.div_ceil(32))
+                as f64,
+            math_fidelity: self.math_fidelity,
             ..Default::default()
         }
     }
@@ -170,6 +174,7 @@ pub fn matmul(a: &Tensor, b: &Tensor, config: &MatmulConfig) -> Result<Tensor> {
         n,
     };
     let activation = config.activation;
+    let math_fidelity = config.math_fidelity;
     let launch = OpLaunch {
         name: "Matmul",
         attributes: format!(
@@ -189,6 +194,7 @@ pub fn matmul(a: &Tensor, b: &Tensor, config: &MatmulConfig) -> Result<Tensor> {
             bias: ins.get(2).cloned(),
             out: out.clone(),
             activation,
+            math_fidelity,
             dims,
         }))
     })
