@@ -151,6 +151,8 @@ impl Recorder {
     fn commands(state: &mut State, chip: &Chip, bytes: &[u8], in_trace: bool) -> Vec<Command> {
         let mut out = Vec::new();
         let mut at = 0;
+        // A replay behind a host callback in the same submission is a mesh's lockstep replay
+        // (the callback is its start barrier).
         let mut after_callback = false;
         // (program, cores, bytes so far) of a launch whose go signal has not come yet.
         let mut launch: Option<(Option<Arc<ProgramInfo>>, bool, u32, usize)> = None;
@@ -160,7 +162,7 @@ impl Recorder {
             };
             let size = next - at;
             at = next;
-            let callback = matches!(rec, Record::HostCallback { .. });
+            after_callback |= matches!(rec, Record::HostCallback { .. });
             match rec {
                 Record::LaunchProgram {
                     program_id, cores, ..
@@ -224,7 +226,6 @@ impl Recorder {
                 }
                 _ => {}
             }
-            after_callback = callback;
         }
         out
     }
