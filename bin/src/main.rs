@@ -5,6 +5,7 @@
 mod bench;
 mod decode;
 mod limits;
+mod profile;
 mod run;
 mod soak;
 mod stress;

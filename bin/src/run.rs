@@ -43,6 +43,8 @@ pub struct RunArgs {
     /// Tokens per step (rows of the activation).
     #[arg(long, default_value_t = 32)]
     pub tokens: usize,
+    #[command(flatten)]
+    pub profile: crate::profile::ProfileArgs,
 }
 
 /// Median of per-iteration host times in microseconds: on a shared host a few iterations are
@@ -69,6 +71,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         other => return Err(format!("unknown --fabric '{other}': use 1d or 1d-ring")),
     };
     crate::limits::check_flags(args)?;
+    args.profile.check()?;
     let config = MeshConfig {
         topology: args.mesh.clone(),
         trace_region_size: args.trace_region_size,
@@ -83,7 +86,10 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         let _ = mesh.close();
         return Err(e);
     }
-    let result = run_on(&mesh, args, t, h, f);
+    let result = args
+        .profile
+        .start(&mesh)
+        .and_then(|profiler| run_on(&mesh, args, t, h, f, profiler));
     let closed = mesh.close().map_err(|e| e.to_string());
     let report = result?;
     closed?;
@@ -103,6 +109,7 @@ fn run_on(
     t: usize,
     h: usize,
     f: usize,
+    profiler: Option<ttmesh_profile::Profiler>,
 ) -> Result<serde_json::Value, String> {
     let err = |e: ttmesh::MeshError| e.to_string();
     let cq = CqId(0);
@@ -197,6 +204,8 @@ fn run_on(
             .fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s))));
     }
 
+    let traced_iters = if args.no_trace { 0 } else { iters };
+    let profile = crate::profile::finish(profiler, iters, traced_iters)?;
     let reports = mesh.reports();
     let correct = max_err <= tolerance && max_err.is_finite();
     let chips: Vec<serde_json::Value> = reports
@@ -212,7 +221,7 @@ fn run_on(
         })
         .collect();
     let shape = mesh.shape();
-    let value = json!({
+    let mut value = json!({
         "mesh": {"topology": mesh.cluster().name(), "shape": [shape.rows, shape.cols], "arch": mesh.arch().name,
                  "fabric": mesh.fabric_config().tt_metal_name()},
         "model": {"block": "tensor-parallel MLP (column-parallel up + gelu, row-parallel down + all_reduce)",
@@ -229,6 +238,9 @@ fn run_on(
             "last_per_chip_us": last_replay.as_ref().map(|r| r.per_chip_us.clone()),
         },
     });
+    if let Some(p) = &profile {
+        value["profile"] = crate::profile::to_json(p);
+    }
     if args.json {
         println!(
             "{}",
@@ -236,6 +248,9 @@ fn run_on(
         );
     } else {
         print_tables(mesh, &value, &reports, &trace_bytes);
+        if let Some(p) = &profile {
+            crate::profile::print(p);
+        }
     }
     // The report is out; keep the mesh, the model's tensors and the trace alive for watchers
     // (`ttmesh monitor` in another terminal sees exactly what the report says).

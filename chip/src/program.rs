@@ -80,6 +80,8 @@ pub struct OperandInfo {
     pub access: Access,
     /// Bytes the operand spans in each bank it uses (for the trace sanitizer).
     pub per_bank_size: u64,
+    /// The tensor the program was compiled for (shape, dtype, layout, memory), for reports.
+    pub spec: crate::tensor::TensorSpec,
 }
 
 /// How the real op would split over the compute grid.

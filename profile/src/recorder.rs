@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use ttmesh_chip::command::{decode, Record};
 use ttmesh_chip::device::CommandObserver;
 use ttmesh_chip::program::KernelCost;
-use ttmesh_chip::{BufferType, Chip, CqId, TraceId};
+use ttmesh_chip::{Chip, CqId, TensorSpec, TraceId};
 
 /// One program as the recorder keeps it (looked up once per chip and program id).
 #[derive(Debug)]
@@ -19,8 +19,8 @@ pub struct ProgramInfo {
     /// tt-metal-style op name ("Matmul", "AllGather", ...).
     pub name: String,
     pub cost: KernelCost,
-    /// Memory of each operand (inputs first, then the output), as the ops report names it.
-    pub operands: Vec<(BufferType, bool)>,
+    /// Each operand's tensor and whether the program writes it (inputs first, then outputs).
+    pub operands: Vec<(TensorSpec, bool)>,
 }
 
 /// One device command.
@@ -137,7 +137,7 @@ impl Recorder {
                 .iter()
                 .map(|o| {
                     (
-                        o.buffer_type,
+                        o.spec.clone(),
                         o.access == ttmesh_chip::program::Access::Write,
                     )
                 })

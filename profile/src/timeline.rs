@@ -329,10 +329,13 @@ impl<'a> Sim<'a> {
                     bytes: 0,
                 });
                 // The trace's commands run next, ahead of anything queued after the replay.
-                for cmd in commands.iter().rev() {
+                // They have no host dispatch of their own: each takes its replay's host start
+                // plus its position in ns, so an ops report ordered by host start (as
+                // tt-perf-report orders it) keeps the replay's order.
+                for (i, cmd) in commands.iter().enumerate().rev() {
                     q.pending.push_front(Item {
                         enqueued_ns: start,
-                        host_start_ns: item.host_start_ns,
+                        host_start_ns: item.host_start_ns + i as f64,
                         cmd: cmd.clone(),
                         trace: Some(trace_id),
                     });

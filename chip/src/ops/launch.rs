@@ -92,6 +92,7 @@ pub fn launch(
                         buffer_type: t.spec().memory_config.buffer_type,
                         access: *access,
                         per_bank_size: per_bank,
+                        spec: t.spec().clone(),
                     });
                 }
                 let split = match &l.split {

@@ -3,12 +3,13 @@
 
 use std::fmt::Write as _;
 
-use ttmesh_chip::BufferType;
+use ttmesh_chip::tensor::TensorMemoryLayout;
+use ttmesh_chip::{BufferType, Layout, TensorSpec};
 
 use crate::timeline::{OpSpan, Timeline};
 
-/// The header, in tt-metal's order (the input and output columns after the timing ones).
-pub const COLUMNS: &[&str] = &[
+/// The columns before the tensors', in tt-metal's order.
+const TIMING: &[&str] = &[
     "OP CODE",
     "OP TYPE",
     "GLOBAL CALL COUNT",
@@ -26,38 +27,81 @@ pub const COLUMNS: &[&str] = &[
     "OP TO OP LATENCY [ns]",
     "DEVICE FW DURATION [ns]",
     "DEVICE KERNEL DURATION [ns]",
-    "INPUT_0_MEMORY",
-    "INPUT_1_MEMORY",
-    "INPUT_2_MEMORY",
-    "OUTPUT_0_MEMORY",
-    "METAL TRACE ID",
-    "PROGRAM CACHE HIT",
-    "DEVICE ARCH",
 ];
 
-fn memory(b: BufferType) -> &'static str {
-    match b {
-        BufferType::Dram => "DEV_0_DRAM_INTERLEAVED",
-        BufferType::L1 => "DEV_0_L1_INTERLEAVED",
-        BufferType::L1Small => "DEV_0_L1_SMALL",
-        BufferType::Trace => "DEV_0_TRACE",
-        BufferType::SystemMemory => "DEV_0_SYSTEM_MEMORY",
+/// Tensors described per op, each with [`TENSOR_FIELDS`].
+const TENSORS: &[&str] = &["INPUT_0", "INPUT_1", "INPUT_2", "OUTPUT_0"];
+const TENSOR_FIELDS: &[&str] = &[
+    "W_PAD[LOGICAL]",
+    "Z_PAD[LOGICAL]",
+    "Y_PAD[LOGICAL]",
+    "X_PAD[LOGICAL]",
+    "LAYOUT",
+    "DATATYPE",
+    "MEMORY",
+];
+
+const TRAILER: &[&str] = &["METAL TRACE ID", "PROGRAM CACHE HIT", "DEVICE ARCH"];
+
+/// The header line.
+pub fn header() -> String {
+    let mut cols: Vec<String> = TIMING.iter().map(|s| s.to_string()).collect();
+    for t in TENSORS {
+        cols.extend(TENSOR_FIELDS.iter().map(|f| format!("{t}_{f}")));
     }
+    cols.extend(TRAILER.iter().map(|s| s.to_string()));
+    cols.join(",")
+}
+
+/// tt-metal's memory string: device 0 (as the reports write it), buffer type and layout.
+fn memory(spec: &TensorSpec) -> String {
+    let buffer = match spec.memory_config.buffer_type {
+        BufferType::Dram => "DRAM",
+        BufferType::L1 => "L1",
+        BufferType::L1Small => "L1_SMALL",
+        BufferType::Trace => "TRACE",
+        BufferType::SystemMemory => "SYSTEM_MEMORY",
+    };
+    let layout = match spec.memory_config.memory_layout {
+        TensorMemoryLayout::Interleaved => "INTERLEAVED",
+        TensorMemoryLayout::HeightSharded => "HEIGHT_SHARDED",
+        TensorMemoryLayout::WidthSharded => "WIDTH_SHARDED",
+        TensorMemoryLayout::BlockSharded => "BLOCK_SHARDED",
+    };
+    format!("DEV_0_{buffer}_{layout}")
+}
+
+/// The seven tensor fields of `spec` (empty when the op has no such tensor).
+fn tensor_fields(out: &mut String, spec: Option<&TensorSpec>) {
+    let Some(spec) = spec else {
+        out.push_str(&",".repeat(TENSOR_FIELDS.len()));
+        return;
+    };
+    let mut dims = [1usize; 4];
+    let rank = spec.shape.len().min(4);
+    dims[4 - rank..].copy_from_slice(&spec.shape[spec.shape.len() - rank..]);
+    for (i, d) in dims.iter().enumerate() {
+        let tiled = spec.layout == Layout::Tile && i >= 2;
+        let padded = if tiled { d.div_ceil(32) * 32 } else { *d };
+        let _ = write!(out, ",{padded}[{d}]");
+    }
+    let layout = if spec.layout == Layout::Tile {
+        "TILE"
+    } else {
+        "ROW_MAJOR"
+    };
+    let _ = write!(out, ",{layout},{},{}", spec.dtype.as_str(), memory(spec));
 }
 
 fn row(out: &mut String, op: &OpSpan, arch: &str, clock_hz: f64, workers: u32) {
     let p = &op.program;
-    let inputs: Vec<&'static str> = p
+    let inputs: Vec<&TensorSpec> = p
         .operands
         .iter()
         .filter(|(_, w)| !w)
-        .map(|(b, _)| memory(*b))
+        .map(|(s, _)| s)
         .collect();
-    let output = p
-        .operands
-        .iter()
-        .find(|(_, w)| *w)
-        .map_or("", |(b, _)| memory(*b));
+    let output = p.operands.iter().find(|(_, w)| *w).map(|(s, _)| s);
     let ns = |v: f64| v.round() as u64;
     let cycles = |v: f64| (v * clock_hz / 1e9).round() as u64;
     let fidelity = if p.cost.matmul_tiles > 0.0 {
@@ -65,9 +109,9 @@ fn row(out: &mut String, op: &OpSpan, arch: &str, clock_hz: f64, workers: u32) {
     } else {
         String::new()
     };
-    let _ = writeln!(
+    let _ = write!(
         out,
-        "{},tt_dnn_device,{},{},,{},{},{},,{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        "{},tt_dnn_device,{},{},,{},{},{},,{},{},{},{},{},{},{},{}",
         p.name,
         op.call_count,
         op.chip,
@@ -82,10 +126,14 @@ fn row(out: &mut String, op: &OpSpan, arch: &str, clock_hz: f64, workers: u32) {
         ns(op.op_to_op_ns),
         ns(op.end_ns - op.start_ns),
         ns(op.kernel_ns),
-        inputs.first().unwrap_or(&""),
-        inputs.get(1).unwrap_or(&""),
-        inputs.get(2).unwrap_or(&""),
-        output,
+    );
+    for i in 0..3 {
+        tensor_fields(out, inputs.get(i).copied());
+    }
+    tensor_fields(out, output);
+    let _ = writeln!(
+        out,
+        ",{},{},{}",
         op.trace_id.map_or(String::new(), |t| t.to_string()),
         op.cache_hit,
         arch,
@@ -94,7 +142,7 @@ fn row(out: &mut String, op: &OpSpan, arch: &str, clock_hz: f64, workers: u32) {
 
 /// The CSV text of every op of `t`, in modeled device order.
 pub fn ops_report(t: &Timeline, arch: &str, clock_hz: f64, workers: u32) -> String {
-    let mut out = COLUMNS.join(",");
+    let mut out = header();
     out.push('\n');
     let mut ops: Vec<&OpSpan> = t.ops.iter().collect();
     ops.sort_by(|a, b| a.start_ns.total_cmp(&b.start_ns).then(a.chip.cmp(&b.chip)));
