@@ -507,7 +507,6 @@ pub fn build(events: &[HostEvent], model: &DeviceModel, mode: HostModel) -> Time
     let mut out = sim.out;
     out.queues = sim.queues.keys().copied().collect();
     out.queues.sort_unstable();
-    out.ops
-        .sort_by(|a, b| (a.chip, a.cq, a.call_count).cmp(&(b.chip, b.cq, b.call_count)));
+    out.ops.sort_by_key(|o| (o.chip, o.cq, o.call_count));
     out
 }

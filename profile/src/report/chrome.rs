@@ -21,6 +21,9 @@ fn pid(chip: u32) -> u64 {
     chip as u64 + 1
 }
 
+/// Where one chip's part of a collective sits: chip, CQ, start.
+type Place = (u32, u8, f64);
+
 /// The trace as a JSON value.
 pub fn trace(t: &Timeline) -> Value {
     let mut ev = Vec::new();
@@ -53,7 +56,7 @@ pub fn trace(t: &Timeline) -> Value {
         }));
     }
     // The ops of one collective, by (participants, call count), to draw flows between chips.
-    let mut collectives: HashMap<(u64, u64), Vec<(u32, u8, f64)>> = HashMap::new();
+    let mut collectives: HashMap<(u64, u64), Vec<Place>> = HashMap::new();
     for op in &t.ops {
         let p = &op.program;
         ev.push(json!({
