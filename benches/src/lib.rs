@@ -11,3 +11,4 @@ pub mod chip;
 pub mod decode;
 pub mod fabric;
 pub mod monitor;
+pub mod profile;

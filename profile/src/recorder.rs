@@ -3,7 +3,6 @@
 //! writes and reads, events, trace replays with the trace's own commands read back from the
 //! chip's DRAM). Nothing is modeled here: the timeline is computed afterwards.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -72,14 +71,209 @@ pub enum HostEvent {
     Wait { host_ns: f64, chip: u32, cq: u8 },
 }
 
-#[derive(Default)]
-struct State {
-    events: Vec<HostEvent>,
-    programs: HashMap<(u32, u32), Arc<ProgramInfo>>,
-    traces: HashMap<(u32, u32, u64), Arc<Vec<Command>>>,
+/// One command as recorded on the dispatch path: small and copyable; programs and traces are
+/// indexes, resolved when the recording is read ([`Recorder::events`]).
+#[derive(Clone, Copy, Debug)]
+enum Raw {
+    Program {
+        chip: u32,
+        id: u32,
+        cores: u32,
+        launch_bytes: u32,
+        first: bool,
+    },
+    Write(u64),
+    Read(u64),
+    RecordEvent(u64),
+    WaitEvent(u8, u64),
+    /// Index into `State::traces`.
+    Replay(u32, bool),
 }
 
-/// Records every chip's submissions; set it on chips with [`Recorder::attach`].
+#[derive(Clone, Copy, Debug)]
+enum RawEvent {
+    /// Commands `start..start + len` of `State::raw`.
+    Submit {
+        host_ns: f64,
+        chip: u32,
+        cq: u8,
+        captured: bool,
+        start: u32,
+        len: u32,
+    },
+    Wait {
+        host_ns: f64,
+        chip: u32,
+        cq: u8,
+    },
+}
+
+/// A trace seen replayed: (chip, trace id, address) and its commands, read once from DRAM.
+type SeenTrace = ((u32, u32, u64), Arc<Vec<Command>>);
+
+#[derive(Default)]
+struct State {
+    events: Vec<RawEvent>,
+    raw: Vec<Raw>,
+    /// Programs by chip id, then program id.
+    programs: Vec<Vec<Option<Arc<ProgramInfo>>>>,
+    traces: Vec<SeenTrace>,
+}
+
+impl State {
+    fn program(&self, chip: u32, id: u32) -> Option<&Arc<ProgramInfo>> {
+        self.programs.get(chip as usize)?.get(id as usize)?.as_ref()
+    }
+
+    /// Looks program `id` of `chip` up the first time it is seen; true if it was new.
+    fn learn_program(&mut self, chip: &Chip, id: u32) -> bool {
+        if self.program(chip.id(), id).is_some() {
+            return false;
+        }
+        let Some(p) = chip.program_cache().table().get(id as usize).cloned() else {
+            return false;
+        };
+        let info = Arc::new(ProgramInfo {
+            name: p.kernel.name().to_string(),
+            cost: p.kernel.cost(),
+            operands: p
+                .operands
+                .iter()
+                .map(|o| {
+                    (
+                        o.spec.clone(),
+                        o.access == ttmesh_chip::program::Access::Write,
+                    )
+                })
+                .collect(),
+        });
+        let c = chip.id() as usize;
+        if self.programs.len() <= c {
+            self.programs.resize(c + 1, Vec::new());
+        }
+        let table = &mut self.programs[c];
+        if table.len() <= id as usize {
+            table.resize(id as usize + 1, None);
+        }
+        table[id as usize] = Some(info);
+        true
+    }
+
+    fn resolve(&self, raw: &[Raw]) -> Vec<Command> {
+        raw.iter()
+            .filter_map(|r| {
+                Some(match *r {
+                    Raw::Program {
+                        chip,
+                        id,
+                        cores,
+                        launch_bytes,
+                        first,
+                    } => Command::Program {
+                        program: self.program(chip, id)?.clone(),
+                        cores,
+                        launch_bytes,
+                        first,
+                    },
+                    Raw::Write(bytes) => Command::Write { bytes },
+                    Raw::Read(bytes) => Command::Read { bytes },
+                    Raw::RecordEvent(event) => Command::RecordEvent { event },
+                    Raw::WaitEvent(cq, event) => Command::WaitEvent { cq, event },
+                    Raw::Replay(i, lockstep) => {
+                        let ((_, trace_id, _), commands) = self.traces.get(i as usize)?;
+                        Command::Replay {
+                            trace_id: *trace_id,
+                            commands: commands.clone(),
+                            lockstep,
+                        }
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// Appends the commands of `bytes` to `raw`; a replayed trace is read back from the chip
+    /// the first time it is seen.
+    fn scan(&mut self, chip: &Chip, bytes: &[u8], in_trace: bool) {
+        let mut at = 0;
+        // A replay behind a host callback in the same submission is a mesh's lockstep replay
+        // (the callback is its start barrier).
+        let mut after_callback = false;
+        // (program id, first seen, cores, bytes so far) of a launch awaiting its go signal.
+        let mut launch: Option<(u32, bool, u32, usize)> = None;
+        while at < bytes.len() {
+            let Ok((rec, next)) = decode(bytes, at) else {
+                break;
+            };
+            let size = next - at;
+            at = next;
+            after_callback |= matches!(rec, Record::HostCallback { .. });
+            match rec {
+                Record::LaunchProgram {
+                    program_id, cores, ..
+                } => {
+                    let first = self.learn_program(chip, program_id);
+                    launch = Some((program_id, first && !in_trace, cores, size));
+                }
+                Record::WritePacked { .. } => {
+                    if let Some(l) = launch.as_mut() {
+                        l.3 += size;
+                    }
+                }
+                Record::GoSignal { .. } => {
+                    if let Some((id, first, cores, n)) = launch.take() {
+                        self.raw.push(Raw::Program {
+                            chip: chip.id(),
+                            id,
+                            cores,
+                            launch_bytes: (n + size) as u32,
+                            first,
+                        });
+                    }
+                }
+                Record::WriteLinear { data, .. } | Record::WritePaged { data, .. } => {
+                    self.raw.push(Raw::Write(data.len() as u64))
+                }
+                Record::ReadPaged {
+                    page_size,
+                    locations,
+                    ..
+                } => self
+                    .raw
+                    .push(Raw::Read(page_size as u64 * locations.len() as u64)),
+                Record::RecordEvent { event } => self.raw.push(Raw::RecordEvent(event)),
+                Record::WaitEvent { cq, event } => self.raw.push(Raw::WaitEvent(cq as u8, event)),
+                Record::ExecBuf {
+                    trace_id, address, ..
+                } => {
+                    let key = (chip.id(), trace_id, address as u64);
+                    let i = match self.traces.iter().position(|(k, _)| *k == key) {
+                        Some(i) => i,
+                        None => {
+                            let bytes = chip
+                                .trace_info(TraceId(trace_id))
+                                .and_then(|info| chip.read_trace_commands(&info).ok())
+                                .unwrap_or_default();
+                            // The trace's records, resolved at once into their own list.
+                            let mark = self.raw.len();
+                            self.scan(chip, &bytes, true);
+                            let commands = self.resolve(&self.raw[mark..]);
+                            self.raw.truncate(mark);
+                            self.traces.push((key, Arc::new(commands)));
+                            self.traces.len() - 1
+                        }
+                    };
+                    self.raw.push(Raw::Replay(i as u32, after_callback));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Records every chip's submissions; set it on chips with [`Recorder::attach`]. On the
+/// dispatch path it only timestamps, scans record headers and appends small copies; programs
+/// and traces are looked up once each.
 pub struct Recorder {
     start: Instant,
     state: Mutex<State>,
@@ -115,119 +309,38 @@ impl Recorder {
 
     /// Everything recorded so far, in the host's order.
     pub fn events(&self) -> Vec<HostEvent> {
-        self.state.lock().events.clone()
+        let state = self.state.lock();
+        state
+            .events
+            .iter()
+            .filter_map(|e| match *e {
+                RawEvent::Submit {
+                    host_ns,
+                    chip,
+                    cq,
+                    captured,
+                    start,
+                    len,
+                } => {
+                    let raw = &state.raw[start as usize..(start + len) as usize];
+                    Some(HostEvent::Submit {
+                        host_ns,
+                        chip,
+                        cq,
+                        captured,
+                        commands: state.resolve(raw),
+                    })
+                    .filter(
+                        |e| !matches!(e, HostEvent::Submit { commands, .. } if commands.is_empty()),
+                    )
+                }
+                RawEvent::Wait { host_ns, chip, cq } => Some(HostEvent::Wait { host_ns, chip, cq }),
+            })
+            .collect()
     }
 
     fn now(&self) -> f64 {
         self.start.elapsed().as_nanos() as f64
-    }
-
-    fn program(state: &mut State, chip: &Chip, id: u32) -> (Option<Arc<ProgramInfo>>, bool) {
-        if let Some(p) = state.programs.get(&(chip.id(), id)) {
-            return (Some(p.clone()), false);
-        }
-        let Some(p) = chip.program_cache().table().get(id as usize).cloned() else {
-            return (None, false);
-        };
-        let info = Arc::new(ProgramInfo {
-            name: p.kernel.name().to_string(),
-            cost: p.kernel.cost(),
-            operands: p
-                .operands
-                .iter()
-                .map(|o| {
-                    (
-                        o.spec.clone(),
-                        o.access == ttmesh_chip::program::Access::Write,
-                    )
-                })
-                .collect(),
-        });
-        state.programs.insert((chip.id(), id), info.clone());
-        (Some(info), true)
-    }
-
-    /// The commands of `bytes`; a replay's trace is read back from the chip once per trace.
-    fn commands(state: &mut State, chip: &Chip, bytes: &[u8], in_trace: bool) -> Vec<Command> {
-        let mut out = Vec::new();
-        let mut at = 0;
-        // A replay behind a host callback in the same submission is a mesh's lockstep replay
-        // (the callback is its start barrier).
-        let mut after_callback = false;
-        // (program, cores, bytes so far) of a launch whose go signal has not come yet.
-        let mut launch: Option<(Option<Arc<ProgramInfo>>, bool, u32, usize)> = None;
-        while at < bytes.len() {
-            let Ok((rec, next)) = decode(bytes, at) else {
-                break;
-            };
-            let size = next - at;
-            at = next;
-            after_callback |= matches!(rec, Record::HostCallback { .. });
-            match rec {
-                Record::LaunchProgram {
-                    program_id, cores, ..
-                } => {
-                    let (p, first) = Self::program(state, chip, program_id);
-                    launch = Some((p, first && !in_trace, cores, size));
-                }
-                Record::WritePacked { .. } => {
-                    if let Some(l) = launch.as_mut() {
-                        l.3 += size;
-                    }
-                }
-                Record::GoSignal { .. } => {
-                    if let Some((Some(program), first, cores, n)) = launch.take() {
-                        out.push(Command::Program {
-                            program,
-                            cores,
-                            launch_bytes: (n + size) as u32,
-                            first,
-                        });
-                    }
-                }
-                Record::WriteLinear { data, .. } | Record::WritePaged { data, .. } => {
-                    out.push(Command::Write {
-                        bytes: data.len() as u64,
-                    })
-                }
-                Record::ReadPaged {
-                    page_size,
-                    locations,
-                    ..
-                } => out.push(Command::Read {
-                    bytes: page_size as u64 * locations.len() as u64,
-                }),
-                Record::RecordEvent { event } => out.push(Command::RecordEvent { event }),
-                Record::WaitEvent { cq, event } => out.push(Command::WaitEvent {
-                    cq: cq as u8,
-                    event,
-                }),
-                Record::ExecBuf {
-                    trace_id, address, ..
-                } => {
-                    let key = (chip.id(), trace_id, address as u64);
-                    let commands = match state.traces.get(&key) {
-                        Some(c) => c.clone(),
-                        None => {
-                            let bytes = chip
-                                .trace_info(TraceId(trace_id))
-                                .and_then(|info| chip.read_trace_commands(&info).ok())
-                                .unwrap_or_default();
-                            let c = Arc::new(Self::commands(state, chip, &bytes, true));
-                            state.traces.insert(key, c.clone());
-                            c
-                        }
-                    };
-                    out.push(Command::Replay {
-                        trace_id,
-                        commands,
-                        lockstep: after_callback,
-                    });
-                }
-                _ => {}
-            }
-        }
-        out
     }
 }
 
@@ -235,22 +348,25 @@ impl CommandObserver for Recorder {
     fn submitted(&self, chip: &Chip, cq: CqId, bytes: &[u8], captured: bool) {
         let host_ns = self.now();
         let mut state = self.state.lock();
-        let commands = Self::commands(&mut state, chip, bytes, false);
-        if commands.is_empty() {
+        let start = state.raw.len();
+        state.scan(chip, bytes, false);
+        let len = state.raw.len() - start;
+        if len == 0 {
             return;
         }
-        state.events.push(HostEvent::Submit {
+        state.events.push(RawEvent::Submit {
             host_ns,
             chip: chip.id(),
             cq: cq.0,
             captured,
-            commands,
+            start: start as u32,
+            len: len as u32,
         });
     }
 
     fn host_waits(&self, chip: u32, cq: CqId) {
         let host_ns = self.now();
-        self.state.lock().events.push(HostEvent::Wait {
+        self.state.lock().events.push(RawEvent::Wait {
             host_ns,
             chip,
             cq: cq.0,

@@ -523,15 +523,15 @@ impl Chip {
             if let Some(c) = cap.as_mut() {
                 c.append(&bytes, &refs());
                 drop(cap);
-                if let Some(o) = self.shared.observer.get() {
-                    o.submitted(self, cq, &bytes, true);
-                }
+                self.shared
+                    .observer
+                    .with(|o| o.submitted(self, cq, &bytes, true));
                 return Ok(());
             }
         }
-        if let Some(o) = self.shared.observer.get() {
-            o.submitted(self, cq, &bytes, false);
-        }
+        self.shared
+            .observer
+            .with(|o| o.submitted(self, cq, &bytes, false));
         q.ring.push(bytes, wake);
         Ok(())
     }
@@ -686,9 +686,9 @@ impl Chip {
         let id = q.allocate_event_id();
         let mut e = Encoder::with_capacity(16);
         e.simple(Opcode::RecordEvent, 0, id);
-        if let Some(o) = self.shared.observer.get() {
-            o.host_waits(self.shared.id, cq);
-        }
+        self.shared
+            .observer
+            .with(|o| o.host_waits(self.shared.id, cq));
         q.ring.push(e.bytes, true);
         let state = &self.shared.cq_states[cq.0 as usize];
         let timeout = self.shared.config.operation_timeout;
@@ -758,9 +758,9 @@ pub struct PendingRead {
 
 impl PendingRead {
     pub fn wait(self) -> Result<Vec<u8>> {
-        if let Some(o) = self.shared.observer.get() {
-            o.host_waits(self.shared.id, self.cq);
-        }
+        self.shared
+            .observer
+            .with(|o| o.host_waits(self.shared.id, self.cq));
         let timeout = self.shared.config.operation_timeout;
         let deadline = Instant::now() + timeout;
         let mut g = self.slot.data.lock();

@@ -29,11 +29,16 @@ pub(crate) struct ObserverSlot {
 }
 
 impl ObserverSlot {
-    pub(crate) fn get(&self) -> Option<Arc<dyn CommandObserver>> {
+    /// Calls `f` with the observer, if one is set (under a read lock: no reference counting
+    /// on the dispatch path).
+    #[inline]
+    pub(crate) fn with(&self, f: impl FnOnce(&dyn CommandObserver)) {
         if !self.set.load(Ordering::Relaxed) {
-            return None;
+            return;
         }
-        self.observer.read().clone()
+        if let Some(o) = self.observer.read().as_deref() {
+            f(o);
+        }
     }
 }
 
