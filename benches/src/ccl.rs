@@ -183,6 +183,7 @@ fn collectives(quick: bool, m: f64, out: &mut String) -> Vec<Row> {
     };
     let sizes: &[usize] = if quick { &[MIB] } else { &[MIB, 16 * MIB] };
     let mut rows = Vec::new();
+    let mut modeled = Vec::new();
     let _ = writeln!(
         out,
         "{:<15} {:>5} {:<14} {:>9} {:>11} {:>12} {:>12} {:>10}",
@@ -236,6 +237,19 @@ fn collectives(quick: bool, m: f64, out: &mut String) -> Vec<Row> {
                             size,
                             time: t,
                         });
+                        let run_once = || time_collective(&mesh, op, size, 1).map(|_| ());
+                        if let Ok(Some(ns)) = crate::profile::modeled_collective_ns(&mesh, run_once)
+                        {
+                            modeled.push(crate::profile::ModeledRow {
+                                op: op.name(),
+                                n,
+                                mesh: label.clone(),
+                                size,
+                                bus_factor: op.bus_factor(n),
+                                emulated: t,
+                                modeled_ns: ns,
+                            });
+                        }
                     }
                     Err(e) => {
                         let _ = writeln!(out, "{:<15} {n:>5} {label:<14} failed: {e}", op.name());
@@ -245,6 +259,7 @@ fn collectives(quick: bool, m: f64, out: &mut String) -> Vec<Row> {
         }
         let _ = mesh.close();
     }
+    crate::profile::modeled_table(&modeled, out);
     rows
 }
 

@@ -104,3 +104,71 @@ fn bench(quick: bool) -> Result<String, String> {
     );
     Ok(s)
 }
+
+/// Modeled device time of what `run` enqueues when it runs twice (a warm-up, then the one
+/// measured): from the first start to the last end of the second half of the collective ops
+/// on the first chip. `None` if it recorded no collective.
+pub fn modeled_collective_ns(
+    mesh: &MeshDevice,
+    run: impl FnOnce() -> Result<(), String>,
+) -> Result<Option<f64>, String> {
+    let recorder = Recorder::new();
+    recorder.attach(mesh.chips());
+    let ran = run();
+    Recorder::detach(mesh.chips());
+    ran?;
+    let model = DeviceModel::new(Calibration::for_arch(mesh.arch()));
+    let t = timeline::build(&recorder.events(), &model, HostModel::Cpp);
+    let first = mesh.chips().first().map(|c| c.id());
+    let ops: Vec<_> = t
+        .ops
+        .iter()
+        .filter(|o| Some(o.chip) == first && o.program.cost.collective.is_some())
+        .collect();
+    let measured = &ops[ops.len() / 2..];
+    Ok(match (measured.first(), measured.last()) {
+        (Some(a), Some(b)) => Some(b.end_ns - a.start_ns),
+        _ => None,
+    })
+}
+
+/// One collective of the CCL benchmark, emulated and modeled.
+pub struct ModeledRow {
+    pub op: &'static str,
+    pub n: usize,
+    pub mesh: String,
+    pub size: usize,
+    pub bus_factor: f64,
+    pub emulated: Duration,
+    pub modeled_ns: f64,
+}
+
+/// The modeled figures next to the emulated ones, in nccl-tests' columns.
+pub fn modeled_table(rows: &[ModeledRow], out: &mut String) {
+    let _ = writeln!(
+        out,
+        "modeled on hardware (Wormhole link model: 12.5 GB/s x 0.96 per link, 711 ns per hop; see ttmesh-profile's calibration)"
+    );
+    let _ = writeln!(
+        out,
+        "{:<15} {:>5} {:<14} {:>9} {:>13} {:>15} {:>15} {:>9}",
+        "op", "chips", "mesh", "size", "model us", "model busbw", "emulated busbw", "emu/model"
+    );
+    for r in rows {
+        let bus = |secs: f64| r.size as f64 / secs / 1e9 * r.bus_factor;
+        let model = bus(r.modeled_ns / 1e9);
+        let emulated = bus(r.emulated.as_secs_f64());
+        let _ = writeln!(
+            out,
+            "{:<15} {:>5} {:<14} {:>5} MiB {:>13.1} {:>10.2} GB/s {:>10.2} GB/s {:>8.2}x",
+            r.op,
+            r.n,
+            r.mesh,
+            r.size >> 20,
+            r.modeled_ns / 1e3,
+            model,
+            emulated,
+            emulated / model.max(1e-12)
+        );
+    }
+}
