@@ -60,6 +60,8 @@ pub struct DecodeArgs {
     /// Keep the mesh open this many seconds after decoding (for `ttmesh monitor`).
     #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
     pub hold: f64,
+    #[command(flatten)]
+    pub profile: crate::profile::ProfileArgs,
 }
 
 fn parse_dtype(s: &str) -> Result<DataType, String> {
@@ -213,6 +215,7 @@ fn place(
 
 pub fn run(args: &DecodeArgs) -> Result<(), String> {
     let dtype = check_flags(args)?;
+    args.profile.check()?;
     let fabric_config = parse_fabric(&args.fabric)?;
     let progress = |what: &str| {
         if !args.json {
@@ -254,6 +257,7 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         dtype,
     };
     let mut model = place(args, &mesh, &weights, decode)?;
+    let profiler = args.profile.start(&mesh)?;
     progress(&format!(
         "placed on {} chip(s) in {:.2} s ({}); prefilling {} prompt tokens through the decode step{}",
         mesh.num_devices(),
@@ -334,6 +338,7 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         }
     }
     let total = started.elapsed();
+    let profile = crate::profile::finish(profiler, positions - 1)?;
     let steady_steps = (positions - 1).saturating_sub(steady_from);
     let wire_bytes_per_token = steady_bytes_from
         .filter(|_| steady_steps > 0)
@@ -359,12 +364,17 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         wire_bytes_per_token,
     };
     if args.json {
+        let mut v = report.json();
+        if let Some(p) = &profile {
+            v["profile"] = crate::profile::to_json(p);
+        }
         println!(
             "{}",
-            serde_json::to_string_pretty(&report.json()).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
         );
     } else {
         report.print();
+        profile.iter().for_each(crate::profile::print);
     }
     if args.hold > 0.0 {
         progress(&format!(

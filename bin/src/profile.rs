@@ -49,14 +49,13 @@ impl ProfileArgs {
     }
 }
 
-/// Models and writes the profile.
+/// Models and writes the profile (`untraced_iterations` counts only when nothing was traced).
 pub fn finish(
     profiler: Option<Profiler>,
     untraced_iterations: usize,
-    traced_iterations: usize,
 ) -> Result<Option<ProfileOutput>, String> {
     profiler
-        .map(|p| p.finish(untraced_iterations, traced_iterations))
+        .map(|p| p.finish(untraced_iterations))
         .transpose()
         .map_err(|e| e.to_string())
 }

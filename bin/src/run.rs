@@ -204,8 +204,7 @@ fn run_on(
             .fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s))));
     }
 
-    let traced_iters = if args.no_trace { 0 } else { iters };
-    let profile = crate::profile::finish(profiler, iters, traced_iters)?;
+    let profile = crate::profile::finish(profiler, iters)?;
     let reports = mesh.reports();
     let correct = max_err <= tolerance && max_err.is_finite();
     let chips: Vec<serde_json::Value> = reports

@@ -96,16 +96,12 @@ impl Profiler {
         &self.model
     }
 
-    /// Stops recording, models the timeline and writes the reports; the summary counts
-    /// `untraced_iterations` and `traced_iterations` of the program.
-    pub fn finish(
-        self,
-        untraced_iterations: usize,
-        traced_iterations: usize,
-    ) -> Result<ProfileOutput> {
+    /// Stops recording, models the timeline and writes the reports. The summary counts one
+    /// iteration per replay, and `untraced_iterations` when nothing was traced.
+    pub fn finish(self, untraced_iterations: usize) -> Result<ProfileOutput> {
         Recorder::detach(&self.chips);
         let timeline = timeline::build(&self.recorder.events(), &self.model, self.host_model);
-        let summary = Summary::of(&timeline, untraced_iterations, traced_iterations);
+        let summary = Summary::of(&timeline, untraced_iterations);
         let workers = self.arch.num_compute_cores();
         let json = report::chrome::trace(&timeline);
         let files = [

@@ -51,7 +51,7 @@ fn profile(topology: &str, host: HostModel) -> (Timeline, usize) {
         mesh.execute_trace(tid, CqId(0), Blocking::No).unwrap();
     }
     mesh.synchronize_device().unwrap();
-    let out = profiler.finish(ITERS, ITERS).unwrap();
+    let out = profiler.finish(ITERS).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     mesh.close().unwrap();
     (out.timeline, n)
@@ -106,7 +106,12 @@ fn untraced_host_bound_gaps_and_traced_replay_without_them() {
         );
     }
     // The summary's verdicts follow.
-    let summary = report::summary::Summary::of(&t, ITERS, ITERS);
+    let summary = report::summary::Summary::of(&t, ITERS);
+    assert_eq!(
+        summary.phases[0].ops_per_iter,
+        summary.phases[1].ops_per_iter
+    );
+    assert_eq!(summary.phases[0].ops_per_iter, per_iter as f64);
     assert!(summary.phases[0].host_bound, "{summary}");
     assert!(!summary.phases[1].host_bound, "{summary}");
 }

@@ -12,8 +12,8 @@ pub const HOST_GAP_NS: f64 = 6500.0;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Phase {
     pub name: &'static str,
-    /// Ops per chip in the phase.
-    pub ops_per_chip: f64,
+    /// Ops per chip per iteration.
+    pub ops_per_iter: f64,
     /// Modeled device span (first dispatch to last end, averaged over chips) per iteration.
     pub device_us_per_iter: f64,
     /// Sum of op durations per chip per iteration.
@@ -58,7 +58,7 @@ impl Phase {
         };
         Some(Phase {
             name,
-            ops_per_chip: ops.len() as f64 / n,
+            ops_per_iter: ops.len() as f64 / n / iters,
             device_us_per_iter: span / n / iters / 1000.0,
             busy_us_per_iter: busy / n / iters / 1000.0,
             busy_percent,
@@ -78,15 +78,29 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// `iterations` of each phase (the untraced ops and the replayed ops).
-    pub fn of(t: &Timeline, untraced_iterations: usize, traced_iterations: usize) -> Summary {
+    /// The iterations of the traced phase are its replays (on the first queue that has any);
+    /// those of the untraced phase are its ops over the ops of one replay when there was a
+    /// trace, else `untraced_iterations`.
+    pub fn of(t: &Timeline, untraced_iterations: usize) -> Summary {
         let untraced: Vec<&OpSpan> = t.ops.iter().filter(|o| o.trace_id.is_none()).collect();
         let traced: Vec<&OpSpan> = t.ops.iter().filter(|o| o.trace_id.is_some()).collect();
+        let (mut replays, mut untraced_iters) = (0, untraced_iterations);
+        if let Some(first) = traced.first().map(|o| (o.chip, o.cq)) {
+            let on_first = |ops: &[&OpSpan]| ops.iter().filter(|o| (o.chip, o.cq) == first).count();
+            replays = t
+                .device
+                .iter()
+                .filter(|d| d.name == "EXEC_BUF" && (d.chip, d.cq) == first)
+                .count()
+                .max(1);
+            let per_replay = on_first(&traced) as f64 / replays as f64;
+            untraced_iters = (on_first(&untraced) as f64 / per_replay.max(1.0)).round() as usize;
+        }
         Summary {
             host_model: t.host_model.map_or(String::new(), |m| m.to_string()),
             phases: [
-                Phase::of("untraced", &untraced, untraced_iterations),
-                Phase::of("traced", &traced, traced_iterations),
+                Phase::of("untraced", &untraced, untraced_iters),
+                Phase::of("traced", &traced, replays),
             ]
             .into_iter()
             .flatten()
@@ -100,7 +114,7 @@ impl Summary {
             .iter()
             .map(|p| {
                 serde_json::json!({
-                    "phase": p.name, "ops_per_chip": p.ops_per_chip,
+                    "phase": p.name, "ops_per_iter": p.ops_per_iter,
                     "device_us_per_iter": p.device_us_per_iter, "busy_us_per_iter": p.busy_us_per_iter,
                     "busy_percent": p.busy_percent, "median_op_to_op_us": p.median_gap_us,
                     "max_op_to_op_us": p.max_gap_us, "gaps_over_6_5_us": p.gaps_over_host_threshold,
@@ -134,9 +148,9 @@ impl fmt::Display for Summary {
         for p in &self.phases {
             writeln!(
                 f,
-                "{:>9} {:>7.0} {:>14.1} {:>12.1} {:>7.1} {:>9.2} us {:>7.2} us {:>9}  {}",
+                "{:>9} {:>7.1} {:>14.1} {:>12.1} {:>7.1} {:>9.2} us {:>7.2} us {:>9}  {}",
                 p.name,
-                p.ops_per_chip,
+                p.ops_per_iter,
                 p.device_us_per_iter,
                 p.busy_us_per_iter,
                 p.busy_percent,
