@@ -64,7 +64,7 @@ pub fn picture(t: &Timeline) -> String {
     let longest = windows.iter().map(|w| w.1 - w.0).fold(1.0, f64::max);
     let scale = (WIDTH - LABEL - 10.0) / longest;
     let panel_h = ROW * (chips.len() as f64 + 1.0) + 40.0;
-    let height = panel_h * phases.len() as f64 + 30.0;
+    let height = panel_h * phases.len() as f64 + 30.0 + ROW;
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -97,7 +97,7 @@ pub fn picture(t: &Timeline) -> String {
             };
             let _ = writeln!(
                 s,
-                r#"<rect x="{a:.1}" y="{:.1}" width="{:.1}" height="{}" fill="{fill}"><title>{}</title></rect>"#,
+                r#"<rect x="{a:.1}" y="{:.1}" width="{:.1}" height="{}" fill="{fill}" stroke="white" stroke-width="0.5"><title>{}</title></rect>"#,
                 row_y(0) + 2.0,
                 (b - a).max(0.5),
                 ROW - 4.0,
@@ -124,6 +124,26 @@ pub fn picture(t: &Timeline) -> String {
                 );
             }
         }
+    }
+    // Legend: each op name in its colour, host dispatch and host waiting.
+    let mut names: Vec<&str> = t.ops.iter().map(|o| o.program.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let y = height - ROW + 4.0;
+    let mut x = 4.0;
+    let entries = names
+        .iter()
+        .map(|n| (*n, color(n)))
+        .chain([("host dispatch", "#9c755f"), ("host waits", "#dddddd")]);
+    for (name, fill) in entries {
+        let _ = writeln!(
+            s,
+            r#"<rect x="{x:.1}" y="{y:.1}" width="10" height="10" fill="{fill}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            x + 13.0,
+            y + 9.0,
+            escape(name)
+        );
+        x += 20.0 + 6.5 * name.len() as f64;
     }
     s.push_str("</svg>\n");
     s
