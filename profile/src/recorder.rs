@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use ttmesh_chip::command::{decode, Record};
+use ttmesh_chip::command::{decode, Opcode, Record, HEADER_BYTES, RECORD_ALIGN};
 use ttmesh_chip::device::CommandObserver;
 use ttmesh_chip::program::KernelCost;
 use ttmesh_chip::{Chip, CqId, TensorSpec, TraceId};
@@ -202,6 +202,11 @@ impl State {
         // (program id, first seen, cores, bytes so far) of a launch awaiting its go signal.
         let mut launch: Option<(u32, bool, u32, usize)> = None;
         while at < bytes.len() {
+            // Records that change nothing in the model are skipped on their header alone.
+            if let Some(next) = skip(bytes, at, &mut after_callback) {
+                at = next;
+                continue;
+            }
             let Ok((rec, next)) = decode(bytes, at) else {
                 break;
             };
@@ -269,6 +274,27 @@ impl State {
             }
         }
     }
+}
+
+/// The end of the record at `at` if the model ignores it (stalls, go-signal resets, host
+/// callbacks, which only mark a lockstep replay, ...); `None` to decode it.
+fn skip(bytes: &[u8], at: usize, after_callback: &mut bool) -> Option<usize> {
+    let h = bytes.get(at..at + HEADER_BYTES)?;
+    let op = Opcode::from_u8(h[0])?;
+    let ignored = match op {
+        Opcode::HostCallback => {
+            *after_callback = true;
+            true
+        }
+        Opcode::Stall | Opcode::ResetGo | Opcode::ExecBufEnd | Opcode::Discard => true,
+        _ => false,
+    };
+    if !ignored {
+        return None;
+    }
+    let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
+    let next = at + HEADER_BYTES + len.div_ceil(RECORD_ALIGN) * RECORD_ALIGN;
+    (next <= bytes.len()).then_some(next)
 }
 
 /// Records every chip's submissions; set it on chips with [`Recorder::attach`]. On the
