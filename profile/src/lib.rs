@@ -58,6 +58,13 @@ pub struct Profiler {
     chips: Vec<Arc<Chip>>,
 }
 
+impl Drop for Profiler {
+    /// A run that fails before `finish` leaves no recorder on the chips.
+    fn drop(&mut self) {
+        Recorder::detach(&self.chips);
+    }
+}
+
 /// What [`Profiler::finish`] wrote and found.
 pub struct ProfileOutput {
     pub timeline: Timeline,

@@ -4,7 +4,8 @@
 //! there; a lockstep replay starts on every chip at once; a wait for an event waits for the
 //! other queue's modeled time of that event. The host's clock is either measured or modeled
 //! from tt-metal's per-op dispatch cost ([`HostModel`]); a host that waits on the device
-//! resumes when the modeled device is done.
+//! (finish, synchronize, a blocking read) resumes when the modeled device is done.
+//! `event_synchronize` is not observed: the modeled host does not wait there.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
