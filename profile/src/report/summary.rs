@@ -137,7 +137,7 @@ impl fmt::Display for Summary {
             f,
             "{:>9} {:>7} {:>14} {:>12} {:>7} {:>12} {:>10} {:>9}  verdict",
             "phase",
-            "ops",
+            "ops/it",
             "device us/it",
             "busy us/it",
             "busy %",
