@@ -101,14 +101,26 @@ fn time_collective(
     size: usize,
     iters: usize,
 ) -> Result<Duration, String> {
+    let rows = size / 2 / 1024;
+    time_collective_shaped(mesh, op, &[1, 1, rows, 1024], iters)
+}
+
+/// Times one collective of a bf16 tile tensor of shape `full` per chip (all_gather's output,
+/// reduce_scatter's input).
+fn time_collective_shaped(
+    mesh: &MeshDevice,
+    op: Op,
+    full: &[usize],
+    iters: usize,
+) -> Result<Duration, String> {
     let err = |e: ttmesh::MeshError| e.to_string();
     let n = mesh.num_devices();
-    let rows = size / 2 / 1024;
-    let full = vec![1, 1, rows, 1024];
+    let rows = full[2];
+    let full = full.to_vec();
     let (in_shape, out_shape) = match op {
         Op::AllReduce => (full.clone(), full.clone()),
-        Op::AllGather => (vec![1, 1, rows, 1024 / n], full.clone()),
-        Op::ReduceScatter => (full.clone(), vec![1, 1, rows, 1024 / n]),
+        Op::AllGather => (vec![1, 1, rows, full[3] / n], full.clone()),
+        Op::ReduceScatter => (full.clone(), vec![1, 1, rows, full[3] / n]),
     };
     let x = MeshTensor::from_host(
         &ttmesh::models::random_host(&in_shape, DataType::BFloat16, 7, 0.5)
@@ -186,8 +198,16 @@ fn collectives(quick: bool, m: f64, out: &mut String) -> Vec<Row> {
     let mut modeled = Vec::new();
     let _ = writeln!(
         out,
-        "{:<15} {:>5} {:<14} {:>9} {:>11} {:>12} {:>12} {:>10}",
-        "op", "chips", "mesh", "size", "time (us)", "algbw GB/s", "busbw GB/s", "busbw*n/M"
+        "{:<15} {:>5} {:<14} {:>9} {:>11} {:>12} {:>12} {:>10} {:>10}",
+        "op",
+        "chips",
+        "mesh",
+        "size",
+        "time (us)",
+        "algbw GB/s",
+        "busbw GB/s",
+        "busbw*n/M",
+        "MPI (us)"
     );
     for &(n, topo, fabric) in meshes {
         let mesh = match open(topo, fabric) {
@@ -220,7 +240,7 @@ fn collectives(quick: bool, m: f64, out: &mut String) -> Vec<Row> {
                         let bus = alg * op.bus_factor(n);
                         let _ = writeln!(
                             out,
-                            "{:<15} {:>5} {:<14} {:>5} MiB {:>11.1} {:>12.2} {:>12.2} {:>10.2}",
+                            "{:<15} {:>5} {:<14} {:>5} MiB {:>11.1} {:>12.2} {:>12.2} {:>10.2} {:>10}",
                             op.name(),
                             n,
                             label,
@@ -228,7 +248,10 @@ fn collectives(quick: bool, m: f64, out: &mut String) -> Vec<Row> {
                             t.as_secs_f64() * 1e6,
                             alg,
                             bus,
-                            bus * 1e9 * n as f64 / m
+                            bus * 1e9 * n as f64 / m,
+                            mpi_us(n, size)
+                                .filter(|_| op == Op::AllReduce)
+                                .map_or("-".into(), |us| format!("{us:.0}"))
                         );
                         rows.push(Row {
                             op,
@@ -261,6 +284,102 @@ fn collectives(quick: bool, m: f64, out: &mut String) -> Vec<Row> {
     }
     crate::profile::modeled_table(&modeled, out);
     rows
+}
+
+/// OpenMPI's MPI_Allreduce (float sum, processes on this same 2-core host, shared memory), as
+/// measured for the issue that set these goals: (ranks, bytes per rank, microseconds).
+const MPI_ALLREDUCE_US: &[(usize, usize, f64)] = &[
+    (8, 36 * 1024, 190.0),
+    (32, 36 * 1024, 1200.0),
+    (2, MIB, 170.0),
+    (8, MIB, 1090.0),
+    (8, 16 * MIB, 20600.0),
+];
+
+/// Goals for the small all_reduce (what one LLM decode layer needs twice per token).
+const SMALL_GOALS_US: &[(usize, usize, f64)] = &[(8, 36 * 1024, 150.0), (32, 36 * 1024, 1000.0)];
+
+fn mpi_us(n: usize, size: usize) -> Option<f64> {
+    MPI_ALLREDUCE_US
+        .iter()
+        .find(|&&(r, s, _)| r == n && s == size)
+        .map(|&(_, _, us)| us)
+}
+
+/// Small all_reduce latency: one 32-row tile row-block per chip (4 KiB = 32x64, 36 KiB =
+/// 32x576 as a decode layer's, 256 KiB = 32x4096 bf16), on 2, 4, 8 and 32 chips, next to
+/// the MPI figures measured on this host. `quick`: 36 KiB on 8 chips only.
+fn small_all_reduce(quick: bool, out: &mut String) {
+    let meshes: &[(usize, &str, FabricConfig)] = if quick {
+        &[(8, "t3k", FabricConfig::Fabric1DRing)]
+    } else {
+        &[
+            (2, "line-2", FabricConfig::Fabric1D),
+            (4, "line-4", FabricConfig::Fabric1D),
+            (8, "t3k", FabricConfig::Fabric1DRing),
+            (32, "galaxy", FabricConfig::Fabric1DRing),
+        ]
+    };
+    let widths: &[usize] = if quick { &[576] } else { &[64, 576, 4096] };
+    let _ = writeln!(
+        out,
+        "{:<15} {:>5} {:<14} {:>9} {:>11} {:>11} {:>9} {:>10}",
+        "op", "chips", "mesh", "size", "time (us)", "MPI (us)", "MPI/us", "goal (us)"
+    );
+    for &(n, topo, fabric) in meshes {
+        let mesh = match open(topo, fabric) {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = writeln!(out, "{topo}: cannot open: {e}");
+                continue;
+            }
+        };
+        let label = format!(
+            "{topo} {}",
+            if n > 2 && fabric == FabricConfig::Fabric1DRing {
+                "ring"
+            } else {
+                "line"
+            }
+        );
+        for &w in widths {
+            let size = 32 * w * 2;
+            let iters = if quick {
+                20
+            } else if n >= 32 {
+                30
+            } else {
+                100
+            };
+            match time_collective_shaped(&mesh, Op::AllReduce, &[1, 1, 32, w], iters) {
+                Ok(t) => {
+                    let us = t.as_secs_f64() * 1e6;
+                    let mpi = mpi_us(n, size);
+                    let goal = SMALL_GOALS_US
+                        .iter()
+                        .find(|&&(r, s, _)| r == n && s == size)
+                        .map(|&(_, _, g)| format!("{g:.0}"))
+                        .unwrap_or_else(|| "-".into());
+                    let _ = writeln!(
+                        out,
+                        "{:<15} {:>5} {:<14} {:>5} KiB {:>11.1} {:>11} {:>9} {:>10}",
+                        "all_reduce",
+                        n,
+                        label,
+                        size / 1024,
+                        us,
+                        mpi.map_or("-".into(), |m| format!("{m:.0}")),
+                        mpi.map_or("-".into(), |m| format!("{:.2}", m / us)),
+                        goal
+                    );
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "{:<15} {n:>5} {label:<14} failed: {e}", "all_reduce");
+                }
+            }
+        }
+        let _ = mesh.close();
+    }
 }
 
 /// Host time per iteration of the run block: enqueueing every op (untraced) vs one lockstep
@@ -334,6 +453,7 @@ pub fn run(quick: bool) -> String {
         "host memcpy bandwidth M = {:.2} GB/s ({threads} threads copying at once)",
         m / 1e9
     );
+    small_all_reduce(quick, &mut out);
     let rows = collectives(quick, m, &mut out);
     if let Some(r) = rows
         .iter()
