@@ -21,6 +21,15 @@ pub(crate) fn gather_slot_bytes(spec: &TensorSpec) -> usize {
     (spec.volume() * wire_bytes(spec.dtype)).max(spec.buffer_size() as usize)
 }
 
+/// Scratch of the one-kernel all_reduce over `n`: (slots, slot bytes). Slots `0..2n` carry
+/// f32 partial sums of the largest chunk, `2n..3n` the gathered sums.
+pub(crate) fn all_reduce_scratch(spec: &TensorSpec, n: usize) -> Option<(usize, usize)> {
+    pages::fused_all_reduce_fits(spec).then(|| {
+        let most = (spec.num_pages() as usize).div_ceil(n) * pages::page_elems(spec);
+        (3 * n, most * 4)
+    })
+}
+
 /// Scratch slot size of a reduce_scatter over `n`: one chunk of f32 partial sums, counting the
 /// tile padding the fast path carries.
 pub(crate) fn scatter_slot_bytes(spec: &TensorSpec, n: usize) -> usize {
@@ -36,8 +45,14 @@ pub const SEM_SLOT_BASE: u32 = 0x2000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CollectiveKind {
-    AllGather { dim: usize },
-    ReduceScatter { dim: usize },
+    AllGather {
+        dim: usize,
+    },
+    ReduceScatter {
+        dim: usize,
+    },
+    /// The whole all_reduce in one kernel (pages split unevenly; see `pages::all_reduce`).
+    AllReduce,
 }
 
 /// Bytes per element on the wire: bfloat16 travels as bf16 bits, everything else as 32 bits.
@@ -129,6 +144,7 @@ impl<'a> Run<'a> {
         match self.k.kind {
             CollectiveKind::AllGather { .. } => "AllGather",
             CollectiveKind::ReduceScatter { .. } => "ReduceScatter",
+            CollectiveKind::AllReduce => "AllReduce",
         }
     }
 
@@ -214,6 +230,7 @@ impl Kernel for CollectiveKernel {
         match self.kind {
             CollectiveKind::AllGather { .. } => "AllGather",
             CollectiveKind::ReduceScatter { .. } => "ReduceScatter",
+            CollectiveKind::AllReduce => "AllReduce",
         }
     }
 
@@ -248,6 +265,12 @@ impl Kernel for CollectiveKernel {
             }
             CollectiveKind::ReduceScatter { .. } => {
                 self.input.volume() as f64 * 4.0 * (n - 1.0) / n
+            }
+            CollectiveKind::AllReduce => {
+                self.input.volume() as f64
+                    * (4.0 + wire_bytes(self.output.dtype) as f64)
+                    * (n - 1.0)
+                    / n
             }
         };
         let participants = self
@@ -323,6 +346,7 @@ impl CollectiveKernel {
                     None => reduce_scatter(&run, dim, addresses),
                 }
             }
+            CollectiveKind::AllReduce => pages::all_reduce(&run, addresses),
         }
     }
 }

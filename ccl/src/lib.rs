@@ -415,8 +415,9 @@ pub fn reduce_scatter(
     launch(plan, line, topology, fabric, cfg, alloc)
 }
 
-/// Sum across the line, result on every chip: reduce_scatter then all_gather along the largest
-/// dim that splits evenly (the result does not depend on which).
+/// Sum across the line, result on every chip. Summable formats whose pages hold whole elements
+/// (bf16, f32) run as one kernel over their pages; others as reduce_scatter then all_gather
+/// along the largest dim that splits evenly (the result does not depend on which).
 pub fn all_reduce(
     inputs: &[Tensor],
     line: &CclLine,
@@ -436,6 +437,20 @@ pub fn all_reduce(
                 ..Default::default()
             },
         )?]);
+    }
+    let topology = resolve_topology("all_reduce", line, fabric, cfg)?;
+    if let Some((slots, slot_bytes)) = kernels::all_reduce_scratch(&spec, n) {
+        let mut out = spec.clone();
+        out.memory_config = output_memory_config(&spec, cfg)?;
+        let plan = Plan {
+            op: "all_reduce",
+            kind: CollectiveKind::AllReduce,
+            inputs,
+            output_spec: out,
+            scratch: scratch_spec(slots, slot_bytes),
+            outputs,
+        };
+        return launch(plan, line, topology, fabric, cfg, alloc);
     }
     let dim = (0..spec.shape.len())
         .rev()

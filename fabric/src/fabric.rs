@@ -10,6 +10,19 @@ use crate::sender::FabricSender;
 use crate::FabricError;
 use parking_lot::Mutex;
 use std::collections::HashSet;
+use std::sync::OnceLock;
+
+/// Checks a semaphore wait makes before sleeping; every `SEM_YIELD_EVERY`-th yields the core.
+fn sem_spin() -> u32 {
+    static SPIN: OnceLock<u32> = OnceLock::new();
+    *SPIN.get_or_init(|| {
+        std::env::var("TTMESH_SEM_SPIN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(256)
+    })
+}
+const SEM_YIELD_EVERY: u32 = 16;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -341,6 +354,26 @@ impl Fabric {
         let start = Instant::now();
         let deadline = start + timeout;
         let t = &inner.sems[chip as usize];
+        // Spin (then yield) before sleeping on the condvar: a collective's increment usually
+        // comes from a peer running on the other core within microseconds, and a sleep costs
+        // a futex wake and a context switch on the critical path.
+        for i in 0..sem_spin() {
+            {
+                let mut g = t.vals.lock();
+                if let Some(v) = g.get_mut(&sem).filter(|v| **v >= at_least) {
+                    *v -= at_least;
+                    return Ok(());
+                }
+            }
+            if inner.aborted.load(Relaxed) || inner.shutdown.load(Relaxed) {
+                break;
+            }
+            if i % SEM_YIELD_EVERY == SEM_YIELD_EVERY - 1 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
         let mut g = t.vals.lock();
         loop {
             let v = g.get(&sem).copied().unwrap_or(0);

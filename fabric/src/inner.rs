@@ -666,6 +666,13 @@ impl Inner {
         }
     }
 
+    /// Delivers what a sender just published quietly on `ch`: runs the routers down the line
+    /// on the sender's thread (`help_chain`), and wakes any it cannot run, so every quiet
+    /// packet is either moved here or seen by a router thread that was told to look.
+    pub fn drive(&self, ch: &Channel, me: u32) {
+        self.help_chain(ch, me);
+    }
+
     /// Helps the consumer of `ch`, then, down the line, every router this help forwarded to
     /// or is blocked on. True if any packet moved. A helper's forwards are published
     /// without a wake, so a router it cannot run is woken instead. Routers of the helper's

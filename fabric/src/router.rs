@@ -99,7 +99,9 @@ impl Router {
                 // or its reservation is seen here (both sides use SeqCst). A helper holding
                 // the token checks for leftover work after it lets go, and wakes us.
                 self.wake.sleeping.store(true, SeqCst);
-                let work = self.token.try_lock().is_some_and(|st| self.has_work(&st));
+                // A token held elsewhere counts as work: its holder may have checked for
+                // leftovers before a quiet publish that then failed to take the token.
+                let work = self.token.try_lock().is_none_or(|st| self.has_work(&st));
                 if !work {
                     thread::park_timeout(IDLE_PARK);
                 }

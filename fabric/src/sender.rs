@@ -380,9 +380,11 @@ impl FabricSender {
         // A message longer than the channel would block on credits anyway: lend the
         // payload to the first hop instead of copying it, and wait for it to be taken.
         let by_ref = plan.len() > inner.spec.channel_slots;
-        // The sender drives the first router for lent packets (see `RefGuard`): waking its
-        // thread as well would only move every packet between cores.
-        ctx.quiet = by_ref;
+        // The sender drives the routers itself (lent packets: see `RefGuard`; copied ones:
+        // `Inner::drive` below): waking their threads as well would only move every packet
+        // between cores, and on a host with fewer cores than busy threads each wake is a
+        // context switch on the collective's critical path.
+        ctx.quiet = true;
         let mut lent = RefGuard {
             ch,
             data,
@@ -455,8 +457,12 @@ impl FabricSender {
             if let Err(e) = res {
                 self.tracker.done(unsent);
                 inner.void_slots(ch, next_idx, batch);
+                inner.drive(ch, self.chip);
                 return Err(e);
             }
+        }
+        if !by_ref {
+            inner.drive(ch, self.chip);
         }
         lent.settle()
     }

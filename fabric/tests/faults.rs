@@ -213,7 +213,9 @@ fn a_stuck_receiver_times_out_with_the_link_named() {
     let f = Fabric::new(spec, mems).unwrap();
     let tx = f.sender(0).unwrap();
     // Get chip 1's router stuck in a write first, so the sender cannot do the work itself.
-    tx.unicast_write(1, NocAddr::dram(0, 0), &[1], 0).unwrap();
+    // Senders deliver their own packets when they can, so another thread's send does it.
+    let other = f.sender(0).unwrap();
+    let stuck = std::thread::spawn(move || other.unicast_write(1, NocAddr::dram(0, 0), &[1], 0));
     while !slow.0.load(std::sync::atomic::Ordering::SeqCst) {
         std::thread::yield_now();
     }
@@ -226,7 +228,14 @@ fn a_stuck_receiver_times_out_with_the_link_named() {
          the receiving router is not draining (raise the operation timeout if the load is legitimate)"
     );
     // Let the router finish what it took, then catch a flush that gives up early.
+    stuck.join().unwrap().unwrap();
     tx.flush_timeout(Duration::from_secs(20)).unwrap();
+    slow.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    let other = f.sender(0).unwrap();
+    let stuck = std::thread::spawn(move || other.unicast_write(1, NocAddr::dram(0, 0), &[1], 0));
+    while !slow.0.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
     tx.unicast_write(1, NocAddr::dram(0, 0), &[2], 0).unwrap();
     let e = tx.flush_timeout(Duration::from_millis(50)).unwrap_err();
     assert!(
@@ -239,6 +248,7 @@ fn a_stuck_receiver_times_out_with_the_link_named() {
         "{e}"
     );
     assert!(f.link_stats()[0].credit_stalls >= 1);
+    stuck.join().unwrap().unwrap();
     f.shutdown().unwrap();
 }
 
@@ -267,7 +277,9 @@ fn a_timed_out_lent_send_returns_only_after_its_bytes_are_read() {
     let mems: Vec<std::sync::Arc<dyn ChipMemory>> = vec![mem.clone(), mem.clone()];
     let f = Fabric::new(spec, mems).unwrap();
     let tx = f.sender(0).unwrap();
-    tx.unicast_write(1, NocAddr::dram(0, 0), &[7], 0).unwrap();
+    // Another thread's send gets the router stuck (a sender delivers its own packets).
+    let other = f.sender(0).unwrap();
+    let stuck = std::thread::spawn(move || other.unicast_write(1, NocAddr::dram(0, 0), &[7], 0));
     while !mem.entered.load(std::sync::atomic::Ordering::SeqCst) {
         std::thread::yield_now();
     }
@@ -281,6 +293,7 @@ fn a_timed_out_lent_send_returns_only_after_its_bytes_are_read() {
         "{e}"
     );
     drop(big);
+    stuck.join().unwrap().unwrap();
     tx.flush_timeout(Duration::from_secs(20)).unwrap();
     let copies = mem.copies.lock().clone();
     assert_eq!(copies[0], vec![7]);

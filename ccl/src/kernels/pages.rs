@@ -126,6 +126,58 @@ impl Run<'_> {
     }
 }
 
+/// The gather steps: `slots[pos][..lens[pos]]` holds this chip's block; on return every
+/// `slots[j][..lens[j]]` holds line position j's block. Uses scratch slots `base..base + n`.
+/// The caller has done the handshake.
+pub(crate) fn gather_steps(
+    run: &Run,
+    slots: &mut [Vec<u8>],
+    lens: &[usize],
+    base: usize,
+) -> Result<(), ChipError> {
+    let n = run.k.line.chips.len();
+    let pos = run.k.pos;
+    if run.k.topology == Topology::Ring {
+        let right = run.right.expect("a ring has a right neighbour");
+        for t in 0..n - 1 {
+            let c = (pos + n - t) % n;
+            if t > 0 {
+                // Slot c arrived in the previous step: read it once, keep it for the output.
+                run.read_slot_into(base + c, sized(&mut slots[c], lens[c]))?;
+            }
+            run.send(right, base + c, &slots[c][..lens[c]])?;
+            run.wait_slot(base + (pos + 2 * n - 1 - t) % n)?;
+        }
+        let last = (pos + 1) % n;
+        if n > 1 {
+            run.read_slot_into(base + last, sized(&mut slots[last], lens[last]))?;
+        }
+    } else {
+        if let Some(r) = run.right {
+            run.send(r, base + pos, &slots[pos][..lens[pos]])?;
+        }
+        if let Some(l) = run.left {
+            run.send(l, base + pos, &slots[pos][..lens[pos]])?;
+        }
+        // Blocks from the left arrive nearest first; pass each on to the right, and back.
+        for c in (0..pos).rev() {
+            run.wait_slot(base + c)?;
+            run.read_slot_into(base + c, sized(&mut slots[c], lens[c]))?;
+            if let Some(r) = run.right {
+                run.send(r, base + c, &slots[c][..lens[c]])?;
+            }
+        }
+        for (c, slot) in slots.iter_mut().enumerate().take(n).skip(pos + 1) {
+            run.wait_slot(base + c)?;
+            run.read_slot_into(base + c, sized(slot, lens[c]))?;
+            if let Some(l) = run.left {
+                run.send(l, base + c, &slot[..lens[c]])?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// all_gather on pages: every chip's input pages travel as they are; the output is assembled
 /// page run by page run straight from the received slots.
 pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Result<(), ChipError> {
@@ -140,45 +192,8 @@ pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Resu
         }
         let slots = &mut b.bytes;
         read_pages(run.ctx, &k.input, addresses[0], sized(&mut slots[pos], len))?;
-        if k.topology == Topology::Ring {
-            run.handshake(false, true)?;
-            let right = run.right.expect("a ring has a right neighbour");
-            for t in 0..n - 1 {
-                let c = (pos + n - t) % n;
-                if t > 0 {
-                    // Slot c arrived in the previous step: read it once, keep it for the output.
-                    run.read_slot_into(c, sized(&mut slots[c], len))?;
-                }
-                run.send(right, c, &slots[c][..len])?;
-                run.wait_slot((pos + 2 * n - 1 - t) % n)?;
-            }
-            let last = (pos + 1) % n;
-            if n > 1 {
-                run.read_slot_into(last, sized(&mut slots[last], len))?;
-            }
-        } else {
-            run.handshake(true, true)?;
-            if let Some(r) = run.right {
-                run.send(r, pos, &slots[pos][..len])?;
-            }
-            if let Some(l) = run.left {
-                run.send(l, pos, &slots[pos][..len])?;
-            }
-            for c in (0..pos).rev() {
-                run.wait_slot(c)?;
-                run.read_slot_into(c, sized(&mut slots[c], len))?;
-                if let Some(r) = run.right {
-                    run.send(r, c, &slots[c][..len])?;
-                }
-            }
-            for (c, slot) in slots.iter_mut().enumerate().take(n).skip(pos + 1) {
-                run.wait_slot(c)?;
-                run.read_slot_into(c, sized(slot, len))?;
-                if let Some(l) = run.left {
-                    run.send(l, c, &slot[..len])?;
-                }
-            }
-        }
+        run.handshake(k.topology != Topology::Ring, true)?;
+        gather_steps(run, slots, &vec![len; n], 0)?;
         run.flush()?;
         // Output page run (o, b) is input run o of the line position whose order is b.
         let mut from_position = vec![0; n];
@@ -208,6 +223,29 @@ fn add_into(acc: &mut [f32], other: &[f32]) {
     }
 }
 
+/// Decodes raw `dtype` bytes to f32 (bf16 -> f32 is exact: the bits move up 16 places).
+pub(crate) fn decode_run(dtype: DataType, src: &[u8], dst: &mut [f32]) {
+    match dtype {
+        DataType::BFloat16 => {
+            // The u16 view (when the buffer is aligned, as allocations are) lets the loop
+            // vectorize.
+            match bytemuck::try_cast_slice::<u8, u16>(src) {
+                Ok(h) => {
+                    for (f, b) in dst.iter_mut().zip(h) {
+                        *f = f32::from_bits((u16::from_le(*b) as u32) << 16);
+                    }
+                }
+                Err(_) => {
+                    for (f, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                        *f = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
+                    }
+                }
+            }
+        }
+        _ => bytemuck::cast_slice_mut::<f32, u8>(dst).copy_from_slice(src),
+    }
+}
+
 /// Input pages of data chunk `d` (of n along the split) decoded to f32, in page order.
 fn decode_chunk(
     dtype: DataType,
@@ -220,35 +258,101 @@ fn decode_chunk(
 ) {
     let cs = split.extent / n;
     let run = cs * split.inner * page_bytes;
+    let elem = if dtype == DataType::BFloat16 { 2 } else { 4 };
     let mut o_at = 0;
     for o in 0..split.outer {
         let start = (o * split.extent + d * cs) * split.inner * page_bytes;
-        let src = &pages[start..start + run];
-        match dtype {
-            DataType::BFloat16 => {
-                let dst = &mut out[o_at..o_at + run / 2];
-                // bf16 -> f32 is exact: the bits move up 16 places. The u16 view (when the
-                // buffer is aligned, as allocations are) lets the loop vectorize.
-                match bytemuck::try_cast_slice::<u8, u16>(src) {
-                    Ok(h) => {
-                        for (f, b) in dst.iter_mut().zip(h) {
-                            *f = f32::from_bits((u16::from_le(*b) as u32) << 16);
-                        }
-                    }
-                    Err(_) => {
-                        for (f, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                            *f = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
-                        }
-                    }
-                }
-                o_at += run / 2;
-            }
-            _ => {
-                let dst = &mut out[o_at..o_at + run / 4];
-                bytemuck::cast_slice_mut::<f32, u8>(dst).copy_from_slice(src);
-                o_at += run / 4;
+        decode_run(
+            dtype,
+            &pages[start..start + run],
+            &mut out[o_at..o_at + run / elem],
+        );
+        o_at += run / elem;
+    }
+}
+
+/// The reduction steps over f32 chunks (chunk j, of `lens[j]` elements, is owned by line
+/// position j): on return `chunks[pos]` holds the line's sum of chunk `pos`, added in the
+/// fixed order the crate docs give. Uses scratch slots `base..base + 2n`. The caller has done
+/// the handshake.
+pub(crate) fn reduce_steps(
+    run: &Run,
+    chunks: &mut [Vec<f32>],
+    lens: &[usize],
+    recv: &mut Vec<f32>,
+    base: usize,
+) -> Result<(), ChipError> {
+    let n = run.k.line.chips.len();
+    let pos = run.k.pos;
+    let recv_into = |slot: usize, len: usize, into: &mut Vec<f32>| -> Result<(), ChipError> {
+        run.read_slot_into(base + slot, bytemuck::cast_slice_mut(sized(into, len)))
+    };
+    let send = |to: u32, slot: usize, c: &[f32]| run.send(to, base + slot, f32_bytes(c));
+    if run.k.topology == Topology::Ring {
+        let right = run.right.expect("a ring has a right neighbour");
+        for t in 0..n - 1 {
+            let send_c = (pos + 2 * n - t - 1) % n;
+            send(right, t, &chunks[send_c][..lens[send_c]])?;
+            run.wait_slot(base + t)?;
+            let recv_c = (pos + 2 * n - t - 2) % n;
+            recv_into(t, lens[recv_c], recv)?;
+            add_into(&mut chunks[recv_c][..lens[recv_c]], recv);
+        }
+        return Ok(());
+    }
+    // Rightward: slots 0..n carry partial sums of chips 0..=i for chunks further right.
+    if run.left.is_none() {
+        if let Some(r) = run.right {
+            for (c, chunk) in chunks.iter().enumerate().take(n).skip(1) {
+                send(r, c, &chunk[..lens[c]])?;
             }
         }
+    } else {
+        for (c, chunk) in chunks.iter_mut().enumerate().take(n).skip(pos) {
+            run.wait_slot(base + c)?;
+            recv_into(c, lens[c], recv)?;
+            add_into(&mut chunk[..lens[c]], recv);
+            if c != pos {
+                if let Some(r) = run.right {
+                    send(r, c, &chunk[..lens[c]])?;
+                }
+            }
+        }
+    }
+    // Leftward: slots n..2n carry partial sums of chips i..n for chunks further left.
+    // Chunks left of pos are added to after being sent right: only those not yet sent
+    // (c < pos was never sent right by this chip), so reusing them is safe.
+    if run.right.is_none() {
+        if let Some(l) = run.left {
+            for c in (0..n - 1).rev() {
+                send(l, n + c, &chunks[c][..lens[c]])?;
+            }
+        }
+    } else {
+        for c in (0..=pos).rev() {
+            run.wait_slot(base + n + c)?;
+            recv_into(n + c, lens[c], recv)?;
+            if c == pos {
+                // left partial (chips 0..=pos) + right partial (chips pos+1..n).
+                add_into(&mut chunks[pos][..lens[c]], recv);
+            } else if let Some(l) = run.left {
+                add_into(&mut chunks[c][..lens[c]], recv);
+                send(l, n + c, &chunks[c][..lens[c]])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Encodes f32 sums as `dtype` bytes (bf16 rounds to nearest even; others are cast).
+pub(crate) fn encode(dtype: DataType, sum: &[f32], out: &mut [u8]) {
+    match dtype {
+        DataType::BFloat16 => {
+            for (o, f) in out.chunks_exact_mut(2).zip(sum) {
+                o.copy_from_slice(&half::bf16::from_f32(*f).to_bits().to_le_bytes());
+            }
+        }
+        _ => out.copy_from_slice(f32_bytes(sum)),
     }
 }
 
@@ -275,7 +379,6 @@ pub(crate) fn reduce_scatter(
             floats.resize_with(n + 1, Vec::new);
         }
         let (chunks, recv) = floats.split_at_mut(n);
-        let recv = sized(&mut recv[0], chunk_elems);
         let input = sized(&mut bytes[0], k.input.buffer_size() as usize);
         read_pages(run.ctx, &k.input, addresses[0], input)?;
         // The algorithm's chunk j (owned by line position j) is the data's chunk order[j].
@@ -290,79 +393,86 @@ pub(crate) fn reduce_scatter(
                 sized(&mut chunks[j], chunk_elems),
             );
         }
-        let recv_into = |slot: usize, into: &mut [f32]| {
-            run.read_slot_into(slot, bytemuck::cast_slice_mut(into))
-        };
-        let result: usize = if k.topology == Topology::Ring {
-            run.handshake(false, true)?;
-            let right = run.right.expect("a ring has a right neighbour");
-            for t in 0..n - 1 {
-                let send_c = (pos + 2 * n - t - 1) % n;
-                run.send(right, t, f32_bytes(&chunks[send_c][..chunk_elems]))?;
-                run.wait_slot(t)?;
-                let recv_c = (pos + 2 * n - t - 2) % n;
-                recv_into(t, recv)?;
-                add_into(&mut chunks[recv_c][..chunk_elems], recv);
-            }
-            pos
-        } else {
-            run.handshake(true, true)?;
-            // Rightward: slots 0..n carry partial sums of chips 0..=i for chunks further right.
-            if run.left.is_none() {
-                if let Some(r) = run.right {
-                    for (c, chunk) in chunks.iter().enumerate().take(n).skip(1) {
-                        run.send(r, c, f32_bytes(&chunk[..chunk_elems]))?;
-                    }
-                }
-            } else {
-                for (c, chunk) in chunks.iter_mut().enumerate().take(n).skip(pos) {
-                    run.wait_slot(c)?;
-                    recv_into(c, recv)?;
-                    add_into(&mut chunk[..chunk_elems], recv);
-                    if c != pos {
-                        if let Some(r) = run.right {
-                            run.send(r, c, f32_bytes(&chunk[..chunk_elems]))?;
-                        }
-                    }
-                }
-            }
-            // Leftward: slots n..2n carry partial sums of chips i..n for chunks further left.
-            // Chunks left of pos are added to after being sent right: only those not yet sent
-            // (c < pos was never sent right by this chip), so reusing them is safe.
-            if run.right.is_none() {
-                if let Some(l) = run.left {
-                    for c in (0..n - 1).rev() {
-                        run.send(l, n + c, f32_bytes(&chunks[c][..chunk_elems]))?;
-                    }
-                }
-            } else {
-                for c in (0..=pos).rev() {
-                    run.wait_slot(n + c)?;
-                    recv_into(n + c, recv)?;
-                    if c == pos {
-                        // left partial (chips 0..=pos) + right partial (chips pos+1..n).
-                        add_into(&mut chunks[pos][..chunk_elems], recv);
-                    } else if let Some(l) = run.left {
-                        add_into(&mut chunks[c][..chunk_elems], recv);
-                        run.send(l, n + c, f32_bytes(&chunks[c][..chunk_elems]))?;
-                    }
-                }
-            }
-            pos
-        };
+        run.handshake(k.topology != Topology::Ring, true)?;
+        reduce_steps(run, chunks, &vec![chunk_elems; n], &mut recv[0], 0)?;
         run.flush()?;
         // Encode the owned chunk into the output's pages (same page order as the chunk).
-        let sum = &chunks[result][..chunk_elems];
-        let out_len = k.output.buffer_size() as usize;
-        let out = sized(&mut bytes[0], out_len);
-        match k.output.dtype {
-            DataType::BFloat16 => {
-                for (o, f) in out.chunks_exact_mut(2).zip(sum) {
-                    o.copy_from_slice(&half::bf16::from_f32(*f).to_bits().to_le_bytes());
-                }
-            }
-            _ => out.copy_from_slice(f32_bytes(sum)),
-        }
+        let out = sized(&mut bytes[0], k.output.buffer_size() as usize);
+        encode(k.output.dtype, &chunks[pos][..chunk_elems], out);
         write_pages(run.ctx, &k.output, addresses[2], 0, out)
+    })
+}
+
+/// Page range `[first, end)` of line position `j`'s chunk when `pages` pages split over `n`
+/// positions as evenly as they can (chunks differ by at most one page; some may be empty).
+pub(crate) fn chunk_pages(pages: usize, n: usize, j: usize) -> (usize, usize) {
+    (j * pages / n, (j + 1) * pages / n)
+}
+
+/// True if all_reduce can run as one kernel on the pages of `spec`: a summable format whose
+/// pages hold whole elements (every layout: a sum is element-wise, and tile padding is zeros).
+pub(crate) fn fused_all_reduce_fits(spec: &TensorSpec) -> bool {
+    let elem = match spec.dtype {
+        DataType::BFloat16 => 2,
+        DataType::Float32 => 4,
+        _ => return false,
+    };
+    cfg!(target_endian = "little") && spec.page_size() as usize == page_elems(spec) * elem
+}
+
+/// all_reduce as one kernel on pages. The pages split as evenly as the line allows (nothing
+/// outside the kernel sees the chunks, so they need not divide), a reduce_scatter of f32
+/// partials runs on them, and an all_gather moves the sums already encoded in the output's
+/// format (half the bytes of f32 for bf16), behind one handshake for both phases.
+pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<(), ChipError> {
+    let k = run.k;
+    let n = k.line.chips.len();
+    let pos = k.pos;
+    let pages = k.input.num_pages() as usize;
+    let in_page = k.input.page_size() as usize;
+    let out_page = k.output.page_size() as usize;
+    let pe = page_elems(&k.input);
+    let ranges: Vec<(usize, usize)> = (0..n).map(|j| chunk_pages(pages, n, j)).collect();
+    let elems: Vec<usize> = ranges.iter().map(|(a, e)| (e - a) * pe).collect();
+    let out_lens: Vec<usize> = ranges.iter().map(|(a, e)| (e - a) * out_page).collect();
+    BUFFERS.with(|b| {
+        let mut b = b.borrow_mut();
+        let Buffers { bytes, floats } = &mut *b;
+        if bytes.len() < n + 1 {
+            bytes.resize_with(n + 1, Vec::new);
+        }
+        if floats.len() < n + 1 {
+            floats.resize_with(n + 1, Vec::new);
+        }
+        let (chunks, recv) = floats.split_at_mut(n);
+        let (input, slots) = bytes.split_at_mut(1);
+        let input = sized(&mut input[0], pages * in_page);
+        read_pages(run.ctx, &k.input, addresses[0], input)?;
+        for (j, &(a, e)) in ranges.iter().enumerate() {
+            decode_run(
+                k.input.dtype,
+                &input[a * in_page..e * in_page],
+                sized(&mut chunks[j], elems[j]),
+            );
+        }
+        run.handshake(k.topology != Topology::Ring, true)?;
+        reduce_steps(run, chunks, &elems, &mut recv[0], 0)?;
+        encode(
+            k.output.dtype,
+            &chunks[pos][..elems[pos]],
+            sized(&mut slots[pos], out_lens[pos]),
+        );
+        gather_steps(run, slots, &out_lens, 2 * n)?;
+        run.flush()?;
+        for (j, &(a, _)) in ranges.iter().enumerate() {
+            write_pages(
+                run.ctx,
+                &k.output,
+                addresses[2],
+                a,
+                &slots[j][..out_lens[j]],
+            )?;
+        }
+        Ok(())
     })
 }
