@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::allocator::MemSpace;
 use crate::error::{ChipError, Result};
@@ -34,7 +34,15 @@ pub struct DeviceMemory {
     /// `watched_epoch`, so a dispatcher may keep a trace's bytes between replays.
     watch_from: AtomicU64,
     watched_epoch: AtomicU64,
+    /// Chunks `discard` dropped, kept for the next writes (at most `POOL_CHUNKS`): a buffer
+    /// freed and allocated again, like a collective's scratch at every launch, then costs no
+    /// allocation, page faults or zeroing of memory the write covers anyway.
+    pool: Mutex<Vec<Box<[u8]>>>,
 }
+
+/// Chunks kept for reuse per chip (64 MiB: the scratch a 16 MiB all_reduce on 8 chips
+/// touches; a pool never holds more than the chip had written before).
+const POOL_CHUNKS: usize = 4096;
 
 impl DeviceMemory {
     pub fn new(
@@ -56,6 +64,7 @@ impl DeviceMemory {
             host_size,
             watch_from: AtomicU64::new(u64::MAX),
             watched_epoch: AtomicU64::new(0),
+            pool: Mutex::new(Vec::new()),
         }
     }
 
@@ -113,11 +122,32 @@ impl DeviceMemory {
             let c = b
                 .chunks
                 .entry(chunk)
-                .or_insert_with(|| vec![0u8; CHUNK_SIZE as usize].into_boxed_slice());
+                .or_insert_with(|| self.new_chunk(n == CHUNK_SIZE as usize));
             c[in_chunk..in_chunk + n].copy_from_slice(&data[off..off + n]);
             off += n;
         }
         Ok(())
+    }
+
+    /// A chunk for a first write: from the pool if it has one (zeroed unless the write
+    /// covers all of it), else freshly zeroed.
+    fn new_chunk(&self, whole: bool) -> Box<[u8]> {
+        match self.pool.lock().pop() {
+            Some(mut c) => {
+                if !whole {
+                    c.fill(0);
+                }
+                c
+            }
+            None => vec![0u8; CHUNK_SIZE as usize].into_boxed_slice(),
+        }
+    }
+
+    fn recycle(&self, c: Box<[u8]>) {
+        let mut pool = self.pool.lock();
+        if pool.len() < POOL_CHUNKS {
+            pool.push(c);
+        }
     }
 
     pub fn read(&self, space: MemSpace, bank: u32, addr: u64, out: &mut [u8]) -> Result<()> {
@@ -187,10 +217,22 @@ impl DeviceMemory {
         }
         let mut b = lock.write();
         if (last - first) as usize > b.chunks.len() {
-            b.chunks.retain(|k, _| *k < first || *k >= last);
+            let dropped: Vec<u64> = b
+                .chunks
+                .keys()
+                .copied()
+                .filter(|k| *k >= first && *k < last)
+                .collect();
+            for k in dropped {
+                if let Some(c) = b.chunks.remove(&k) {
+                    self.recycle(c);
+                }
+            }
         } else {
-            for c in first..last {
-                b.chunks.remove(&c);
+            for k in first..last {
+                if let Some(c) = b.chunks.remove(&k) {
+                    self.recycle(c);
+                }
             }
         }
     }

@@ -43,10 +43,15 @@
 //! router it waits on if that router is not running, and then of each router down the line
 //! that this pass forwarded to or is blocked on. A helper publishes its forwards without a
 //! wake and drives the next router itself; a router it cannot run is woken instead. It never
-//! runs routers of its own chip (a kernel may hold its chip's memory while it sends). For
-//! lent payloads the sender helps at once and does not wake the first router's thread: on the
-//! 2-core host, moving every slot between cores cost more than the parallelism gained. So
-//! `ChipMemory::write` may be called on any sending thread.
+//! runs routers of its own chip (a kernel may hold its chip's memory while it sends). Every
+//! send publishes quietly and then drives the routers down its path itself (a router whose
+//! pass runs elsewhere is woken instead): on the 2-core host, moving every slot between cores
+//! cost more than the parallelism gained, and a small collective's steps were chains of router
+//! wake-ups. So `ChipMemory::write` may be called on any sending thread.
+//!
+//! `wait_semaphore` checks the table a few hundred times (yielding every 16th check) before it
+//! sleeps on the condvar: the increment usually comes from a peer on the other core within
+//! microseconds. `TTMESH_SEM_SPIN` sets the count (0: sleep at once).
 //!
 //! **Deadlock avoidance.** Lines: channel dependencies run one way along the line and end at
 //! the line's end, so there is no cycle. Rings: two virtual channels per link and a dateline
