@@ -491,3 +491,21 @@ fn chunk_order_must_be_a_permutation() {
     mesh.synchronize_device().unwrap();
     mesh.close().unwrap();
 }
+
+/// Decode's all_reduce (32x576: 18 tiles) splits unevenly over 8 chips and leaves 14 of 32
+/// chips without a tile of their own; every chip still gets the exact sum, the same bits twice.
+#[test]
+fn all_reduce_of_tiles_that_do_not_divide_over_the_line() {
+    for (topo, fabric) in [
+        ("t3k", FabricConfig::Fabric1DRing),
+        ("t3k", FabricConfig::Fabric1D),
+        ("galaxy", FabricConfig::Fabric1DRing),
+    ] {
+        let mesh = open(topo, fabric);
+        for dtype in [DataType::BFloat16, DataType::Float32] {
+            let c = Case::new(Op::AllReduce, &[1, 1, 32, 576], 3, dtype, None);
+            check(&mesh, &c, 7);
+        }
+        mesh.close().unwrap();
+    }
+}
