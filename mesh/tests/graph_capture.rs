@@ -350,3 +350,63 @@ fn no_dispatch_runs_nothing_and_spends_no_host_memory_on_data() {
         );
     }
 }
+
+/// The run block (column-parallel up + gelu, row-parallel down + all_reduce): compiled once,
+/// then captured as a trace.
+fn mlp_block(mesh: &MeshDevice) -> ttmesh::Result<()> {
+    let mlp = ttmesh::models::TpMlp::new(mesh, 256, 512, 3)?;
+    let spec = TensorSpec::new(
+        vec![1, 1, 32, 256],
+        DataType::BFloat16,
+        Layout::Tile,
+        MemoryConfig::DRAM,
+    );
+    let x = MeshTensor::allocate(mesh, &spec)?;
+    drop(mlp.forward(&x)?);
+    let tid = mesh.begin_trace_capture(CqId(0))?;
+    let y = mlp.forward(&x);
+    mesh.end_trace_capture(tid, CqId(0))?;
+    y.map(drop)
+}
+
+#[test]
+fn plan_names_a_trace_region_that_suffices_and_the_peaks_a_run_reaches() {
+    let _turn = TURN.lock();
+    let config = MeshConfig {
+        topology: "n300".into(),
+        ..Default::default()
+    };
+    let plan = graph::plan(&config, mlp_block).unwrap();
+    assert!(plan.fits(), "{:?}", plan.error);
+    let needed = plan.chips[0].trace_region_size;
+    assert!(needed > 0);
+    assert!(plan.chips.iter().all(|c| c.trace_region_size == needed));
+    // Run for real with exactly that region: it suffices, and the peaks are the plan's.
+    let mesh = open_with(MeshConfig {
+        trace_region_size: needed,
+        ..config.clone()
+    });
+    mlp_block(&mesh).unwrap();
+    mesh.synchronize_device().unwrap();
+    for (c, p) in mesh.chips().iter().zip(&plan.chips) {
+        assert_eq!(
+            c.usage().snapshot(BufferType::Dram).peak_per_bank,
+            p.peak_per_bank.dram
+        );
+        assert_eq!(
+            c.usage().snapshot(BufferType::L1).peak_per_bank,
+            p.peak_per_bank.l1
+        );
+    }
+    mesh.close().unwrap();
+    // Half of it does not, with tt-metal's message naming the size the plan named.
+    let mesh = open_with(MeshConfig {
+        trace_region_size: needed / 2,
+        ..config
+    });
+    let e = mlp_block(&mesh).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("Creating trace buffers of size {needed}B")),
+        "{e}"
+    );
+}

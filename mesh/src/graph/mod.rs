@@ -15,6 +15,7 @@
 
 mod analysis;
 mod describe;
+mod plan;
 mod recorder;
 mod report;
 
@@ -37,6 +38,7 @@ pub use analysis::{
     extract_levelized_graph, op_durations, peak_memory, peak_memory_per_chip, LevelizedVertex,
     PeakMemory,
 };
+pub use plan::{plan, ChipPlan, Plan};
 pub use report::{end_graph_capture_to_file, read_report, write_report, Report, REPORT_VERSION};
 
 /// TT-NN's `ttnn.graph.RunMode`.

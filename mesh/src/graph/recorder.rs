@@ -312,6 +312,11 @@ impl Capture {
         if let Some(lf) = self.last_finished.take() {
             self.nodes[lf].connections.push(end);
         }
+        for b in &self.buffers {
+            if let Some(chips) = b.node.and_then(|n| self.buffer_chips.get_mut(&n)) {
+                chips.clone_from(&b.chips);
+            }
+        }
         Graph {
             nodes: self.nodes,
             buffer_chips: self.buffer_chips,
@@ -432,7 +437,8 @@ impl Capture {
         params.insert("page_size".into(), json!(rec.page_size));
         let n = self.child("buffer_allocate", params);
         self.nodes[n].connections.push(node);
-        self.buffer_chips.insert(node, rec.chips.clone());
+        // The chips are filled in at the end: the others join after this node is made.
+        self.buffer_chips.insert(node, Vec::new());
         if self.with_pages && rec.buffer_type == BufferType::L1 && !rec.sharded {
             super::report::record_pages(&mut self.buffer_pages, &rec_view(&rec));
         }
