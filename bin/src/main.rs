@@ -5,6 +5,7 @@
 mod bench;
 mod decode;
 mod limits;
+mod plan;
 mod profile;
 mod run;
 mod soak;
@@ -29,6 +30,8 @@ struct Cli {
 enum Command {
     /// The main job: a tensor-parallel MLP block across the mesh, untraced, captured and replayed in lockstep.
     Run(run::RunArgs),
+    /// Size `run`'s block before running: per chip trace_region_size, peak DRAM / L1 / L1_SMALL, fits.
+    Plan(plan::PlanArgs),
     /// Greedy LLM decode on the mesh: weights and KV cache in DRAM, one traced step per token.
     Decode(decode::DecodeArgs),
     /// Print a cluster topology: arch, shape, chips with coordinates, links.
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::run(&args),
+        Command::Plan(args) => plan::run(&args),
         Command::Decode(args) => decode::run(&args),
         Command::Topo { topology, json } => topo(&topology, json),
         Command::Monitor(args) => {

@@ -31,6 +31,9 @@ pub enum ChipError {
     #[error("L1_SMALL only supports sharded allocations")]
     L1SmallInterleaved,
 
+    #[error("{what} are not available during a NO_DISPATCH graph capture: nothing runs on the device, so there is nothing to read. End the capture, or capture with RunMode::Normal")]
+    NoDispatch { what: &'static str },
+
     #[error("invalid buffer: {0}")]
     InvalidBuffer(String),
 

@@ -18,6 +18,7 @@ pub mod error;
 pub mod format;
 pub mod inspect;
 pub mod memory;
+pub mod observe;
 pub mod ops;
 pub mod program;
 pub mod tensor;

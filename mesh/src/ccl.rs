@@ -62,6 +62,26 @@ fn run_lines(
     args: &CclArgs,
     f: &LineOp<'_>,
 ) -> Result<MeshTensor> {
+    crate::graph::device_operation(Some(ttnn_name(op)), &[t], || {
+        run_lines_on_mesh(t, op, args, f)
+    })
+}
+
+/// The name TT-NN's graph gives a collective.
+fn ttnn_name(op: &str) -> &'static str {
+    match op {
+        "all_gather" => "ttnn::all_gather",
+        "reduce_scatter" => "ttnn::reduce_scatter",
+        _ => "ttnn::all_reduce",
+    }
+}
+
+fn run_lines_on_mesh(
+    t: &MeshTensor,
+    op: &'static str,
+    args: &CclArgs,
+    f: &LineOp<'_>,
+) -> Result<MeshTensor> {
     let mesh = t.mesh().clone();
     mesh.require_fabric(op)?;
     if let Some(o) = &args.output {

@@ -299,7 +299,7 @@ impl MeshDevice {
             .iter()
             .map(|c| (c.id(), c.synchronize()))
             .collect();
-        self.after_wait(results)
+        crate::graph::record_error("synchronize_device", self.after_wait(results))
     }
 
     /// Waits for queue `cq` of every chip; errors as [`MeshDevice::synchronize_device`]. The
@@ -313,9 +313,9 @@ impl MeshDevice {
             .map(|c| (c.id(), c.finish(cq)))
             .collect();
         if self.inner.config.num_command_queues > 1 {
-            return pick_error(results);
+            return crate::graph::record_error("finish", pick_error(results));
         }
-        self.after_wait(results)
+        crate::graph::record_error("finish", self.after_wait(results))
     }
 
     /// Resets an aborted fabric if every chip reached the end of its queues, then picks the

@@ -17,6 +17,19 @@ pub enum MeshError {
     Ccl(#[from] CclError),
     #[error("{op}: {detail}")]
     Invalid { op: String, detail: String },
+    /// Graph capture used out of order (end without begin, ...).
+    #[error("graph capture: {0}")]
+    GraphCapture(String),
+    #[error("graph report {path}: {source}")]
+    ReportIo {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("graph report {path}: {detail}")]
+    ReportFormat {
+        path: std::path::PathBuf,
+        detail: String,
+    },
 }
 
 pub type Result<T, E = MeshError> = std::result::Result<T, E>;

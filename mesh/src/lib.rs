@@ -13,6 +13,7 @@
 pub mod ccl;
 mod device;
 mod error;
+pub mod graph;
 mod inspect;
 mod lockstep;
 pub mod models;

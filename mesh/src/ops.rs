@@ -44,6 +44,13 @@ pub fn per_chip(
     inputs: &[&MeshTensor],
     f: impl Fn(usize, &[&Tensor]) -> ttmesh_chip::Result<Tensor>,
 ) -> Result<MeshTensor> {
+    crate::graph::device_operation(None, inputs, || per_chip_untraced(inputs, f))
+}
+
+fn per_chip_untraced(
+    inputs: &[&MeshTensor],
+    f: impl Fn(usize, &[&Tensor]) -> ttmesh_chip::Result<Tensor>,
+) -> Result<MeshTensor> {
     let mesh = same_mesh(inputs, None)?;
     let mut out = Vec::with_capacity(mesh.num_devices());
     for i in 0..mesh.num_devices() {
@@ -84,6 +91,14 @@ fn same_mesh(inputs: &[&MeshTensor], output: Option<&MeshTensor>) -> Result<Mesh
 /// that launch with their own tensors, so checks, output spec, attributes and program key are
 /// derived once per mesh op. An op that does not launch exactly once runs in full on each chip.
 fn lockstep_op(
+    inputs: &[&MeshTensor],
+    opts: &MeshOpOptions,
+    f: impl Fn(&[&Tensor], &OpOptions) -> ttmesh_chip::Result<Tensor>,
+) -> Result<MeshTensor> {
+    crate::graph::device_operation(None, inputs, || lockstep_op_on_chips(inputs, opts, f))
+}
+
+fn lockstep_op_on_chips(
     inputs: &[&MeshTensor],
     opts: &MeshOpOptions,
     f: impl Fn(&[&Tensor], &OpOptions) -> ttmesh_chip::Result<Tensor>,

@@ -229,10 +229,13 @@ impl MeshTensor {
 
     /// [`allocate_tensor_on_device`](crate::allocate_tensor_on_device).
     pub fn allocate(mesh: &MeshDevice, spec: &TensorSpec) -> Result<MeshTensor> {
-        let shards = crate::lockstep::allocate("allocate_tensor_on_device", mesh.chips(), spec)?;
-        Ok(MeshTensor {
-            mesh: mesh.clone(),
-            shards,
+        crate::graph::create_device_tensor(|| {
+            let shards =
+                crate::lockstep::allocate("allocate_tensor_on_device", mesh.chips(), spec)?;
+            Ok(MeshTensor {
+                mesh: mesh.clone(),
+                shards,
+            })
         })
     }
 

@@ -477,12 +477,16 @@ impl Allocator {
     }
 
     fn publish(&self, kind: AllocatorEventKind, a: &Allocation) {
-        if self.listeners.is_empty() {
+        let observed = crate::observe::active();
+        if self.listeners.is_empty() && !observed {
             return;
         }
         let event = AllocatorEvent::from_allocation(kind, a);
         for l in &self.listeners {
             l.on_event(&event);
+        }
+        if observed {
+            crate::observe::allocator_event(&event);
         }
     }
 

@@ -529,6 +529,9 @@ impl Chip {
                 return Ok(());
             }
         }
+        if crate::observe::no_dispatch() {
+            return Ok(());
+        }
         self.shared
             .observer
             .with(|o| o.submitted(self, cq, &bytes, false));
@@ -622,6 +625,9 @@ impl Chip {
         data: &[u8],
     ) -> Result<()> {
         self.forbid_capture(cq, "Writes")?;
+        if crate::observe::no_dispatch() {
+            return Ok(());
+        }
         let mut e = Encoder::with_capacity(64 + locations.len() * 8 + data.len());
         e.write_paged(space, page_size, locations, data);
         self.submit(cq, e.bytes, &[])
@@ -636,6 +642,9 @@ impl Chip {
         locations: &[(u32, u32)],
     ) -> Result<PendingRead> {
         self.forbid_capture(cq, "Reads")?;
+        if crate::observe::no_dispatch() {
+            return Err(ChipError::NoDispatch { what: "Reads" });
+        }
         self.check_request(cq, "enqueue_read_pages", || {
             validate::check_pages(
                 &self.shared.memory,
@@ -672,6 +681,10 @@ impl Chip {
         f: impl FnOnce() -> Result<()> + Send + 'static,
     ) -> Result<()> {
         self.forbid_capture(cq, "Events")?;
+        if crate::observe::no_dispatch() {
+            // Nothing queued before it will run either: its turn is now.
+            return f();
+        }
         let id = self.shared.register_callback(Box::new(f));
         let mut e = Encoder::with_capacity(16);
         e.simple(Opcode::HostCallback, 0, id);

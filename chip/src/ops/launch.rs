@@ -77,6 +77,7 @@ pub fn launch(
         addresses.push(address as u32);
         ids.push(id);
     }
+    let misses_before = crate::observe::active().then(|| chip.program_cache().counters().misses);
     let program =
         chip.program_cache()
             .get_or_compile(l.key, !chip.is_capturing(l.cq), describe, || {
@@ -107,7 +108,44 @@ pub fn launch(
                 Ok(Program::new(kernel, operands, split))
             })?;
     chip.enqueue_program(l.cq, &program, &addresses, &ids)?;
+    if let Some(misses) = misses_before {
+        observe_launch(l, chip.id(), &program, misses);
+    }
     Ok(program)
+}
+
+/// Tells the process's chip observer (graph capture) about a launch just enqueued.
+fn observe_launch(l: &Launch<'_>, chip: u32, program: &Program, misses_before: u64) {
+    let page_sizes: Vec<u64> = l
+        .operands
+        .iter()
+        .map(|(t, _)| t.spec().page_size())
+        .collect();
+    let buffer_types: Vec<_> = l
+        .operands
+        .iter()
+        .map(|(t, _)| t.spec().memory_config.buffer_type)
+        .collect();
+    let hit = misses_before == chip_misses(l);
+    crate::observe::program_launched(&crate::observe::LaunchEvent {
+        chip,
+        cq: l.cq,
+        name: l.name,
+        program,
+        program_cache_hit: hit,
+        page_sizes: &page_sizes,
+        buffer_types: &buffer_types,
+        compute_grid: l
+            .operands
+            .first()
+            .map_or((0, 0), |(t, _)| t.chip().arch().compute_grid),
+    });
+}
+
+fn chip_misses(l: &Launch<'_>) -> u64 {
+    l.operands
+        .first()
+        .map_or(0, |(t, _)| t.chip().program_cache().counters().misses)
 }
 
 /// Everything an op hands to the common launch path.

@@ -1,0 +1,635 @@
+//! One capture's state: chip events (allocations, launches) arrive as they happen and mesh
+//! functions open and close frames around them; a frame becomes nodes when it closes at the top
+//! level, in the order and with the connections TT-NN's graph processor gives them.
+//!
+//! A mesh buffer is one set of per-chip allocations at the same address: the first chip's
+//! allocation makes the `buffer` / `buffer_allocate` nodes, the others join it (TT-NN allocates
+//! a mesh buffer once). The chips a buffer lives on are kept beside the graph for per-chip peaks.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use serde_json::{json, Map, Value};
+use ttmesh_chip::allocator::{AllocatorEvent, AllocatorEventKind};
+use ttmesh_chip::observe::LaunchEvent;
+use ttmesh_chip::BufferType;
+
+use super::{describe, Graph, Node, RunMode, TensorInfo};
+
+/// A launch as the graph needs it.
+#[derive(Clone, Debug)]
+pub(crate) struct LaunchRec {
+    pub chip: u32,
+    pub cq: u8,
+    pub name: &'static str,
+    pub cache_hit: bool,
+    pub cbs: Vec<u64>,
+    pub grid: (u32, u32),
+}
+
+impl LaunchRec {
+    pub fn from_event(l: &LaunchEvent<'_>) -> LaunchRec {
+        LaunchRec {
+            chip: l.chip,
+            cq: l.cq.0,
+            name: l.name,
+            cache_hit: l.program_cache_hit,
+            // Double-buffered circular buffers: two pages per operand.
+            cbs: l.page_sizes.iter().map(|p| 2 * p).collect(),
+            grid: l.compute_grid,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum FrameKind {
+    /// A device operation; named after its launches unless a name is given.
+    DeviceOp(Option<&'static str>),
+    /// `tt::tt_metal::create_device_tensor`.
+    CreateDeviceTensor,
+}
+
+#[derive(Debug)]
+enum Item {
+    Alloc(usize),
+    Dealloc(usize),
+    Launch(LaunchRec),
+    Child(Frame),
+    Error(String, String),
+}
+
+/// The op a node is emitted in: its function_start, whether its first launch is still to
+/// come, and its outputs (tensor, buffer).
+type OpenFrame<'a> = (usize, &'a mut bool, &'a [(TensorInfo, usize)]);
+
+#[derive(Debug)]
+pub(crate) struct Frame {
+    kind: FrameKind,
+    inputs: Vec<(TensorInfo, usize)>,
+    outputs: Vec<(TensorInfo, usize)>,
+    arguments: Vec<String>,
+    stack_trace: Option<Vec<String>>,
+    items: Vec<Item>,
+    start: Instant,
+    duration_ns: u64,
+}
+
+#[derive(Clone, Debug)]
+struct BufferRec {
+    node: Option<usize>,
+    buffer_type: BufferType,
+    address: u64,
+    size: u64,
+    per_bank: u64,
+    page_size: u64,
+    num_banks: u32,
+    sharded: bool,
+    chips: Vec<u32>,
+    live: Vec<u32>,
+    /// Allocated during a NO_DISPATCH capture: reported at address 0, as TT-NN does.
+    zero: bool,
+}
+
+pub(crate) struct Capture {
+    pub mode: RunMode,
+    start: Instant,
+    nodes: Vec<Node>,
+    /// Open function_start nodes (capture_start at the bottom).
+    stack: Vec<usize>,
+    frames: Vec<Frame>,
+    buffers: Vec<BufferRec>,
+    live: HashMap<(BufferType, u64), Vec<usize>>,
+    last_finished: Option<usize>,
+    sub_device_manager: bool,
+    runtime_id: u64,
+    pub buffer_chips: HashMap<usize, Vec<u32>>,
+    pub buffer_pages: Vec<Value>,
+    pub with_pages: bool,
+}
+
+/// Process-wide count of program executions (TT-NN's global_call_count).
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(4096);
+
+impl Capture {
+    pub fn new(mode: RunMode, with_pages: bool) -> Capture {
+        let mut c = Capture {
+            mode,
+            start: Instant::now(),
+            nodes: Vec::new(),
+            stack: vec![0],
+            frames: Vec::new(),
+            buffers: Vec::new(),
+            live: HashMap::new(),
+            last_finished: None,
+            sub_device_manager: false,
+            runtime_id: 0,
+            buffer_chips: HashMap::new(),
+            buffer_pages: Vec::new(),
+            with_pages,
+        };
+        c.push("capture_start", None, 0);
+        c
+    }
+
+    fn push(&mut self, node_type: &str, params: Option<Map<String, Value>>, level: usize) -> usize {
+        let counter = self.nodes.len();
+        self.nodes.push(Node {
+            arguments: Vec::new(),
+            connections: Vec::new(),
+            counter,
+            input_tensors: Vec::new(),
+            node_type: node_type.into(),
+            params: params.map(Value::Object).unwrap_or(Value::Null),
+            stacking_level: level,
+            duration_ns: None,
+            stack_trace: None,
+        });
+        counter
+    }
+
+    /// A node under the innermost open function (or the capture).
+    fn child(&mut self, node_type: &str, params: Map<String, Value>) -> usize {
+        let level = self.stack.len() - 1;
+        let n = self.push(node_type, Some(params), level);
+        let parent = *self.stack.last().unwrap_or(&0);
+        self.nodes[parent].connections.push(n);
+        n
+    }
+
+    // ---- events ----
+
+    pub fn allocator_event(&mut self, e: &AllocatorEvent) {
+        let key = (e.buffer_type, e.address);
+        match e.kind {
+            AllocatorEventKind::Allocate => {
+                let list = self.live.entry(key).or_default();
+                let joined = list.iter().copied().find(|&i| {
+                    let b = &self.buffers[i];
+                    b.size == e.size && !b.chips.contains(&e.chip)
+                });
+                if let Some(i) = joined {
+                    self.buffers[i].chips.push(e.chip);
+                    self.buffers[i].live.push(e.chip);
+                    return;
+                }
+                let idx = self.buffers.len();
+                self.buffers.push(BufferRec {
+                    node: None,
+                    buffer_type: e.buffer_type,
+                    address: e.address,
+                    size: e.size,
+                    per_bank: e.per_bank_size,
+                    page_size: e.page_size,
+                    num_banks: e.num_banks,
+                    sharded: e.sharded,
+                    chips: vec![e.chip],
+                    live: vec![e.chip],
+                    zero: self.mode == RunMode::NoDispatch,
+                });
+                list.push(idx);
+                self.item(Item::Alloc(idx));
+            }
+            AllocatorEventKind::Deallocate => {
+                let Some(list) = self.live.get_mut(&key) else {
+                    return;
+                };
+                let Some(pos) = list
+                    .iter()
+                    .position(|&i| self.buffers[i].live.contains(&e.chip))
+                else {
+                    return;
+                };
+                let idx = list[pos];
+                let b = &mut self.buffers[idx];
+                b.live.retain(|c| *c != e.chip);
+                if b.live.is_empty() {
+                    list.remove(pos);
+                    if list.is_empty() {
+                        self.live.remove(&key);
+                    }
+                    self.item(Item::Dealloc(idx));
+                }
+            }
+        }
+    }
+
+    pub fn launch(&mut self, l: LaunchRec) {
+        self.item(Item::Launch(l));
+    }
+
+    pub fn error(&mut self, operation: &str, message: &str) {
+        self.item(Item::Error(operation.into(), message.into()));
+    }
+
+    fn item(&mut self, item: Item) {
+        match self.frames.last_mut() {
+            Some(f) => f.items.push(item),
+            None => self.emit_item(item, None),
+        }
+    }
+
+    /// The live buffer holding `t` on its first chip; one made up (no allocate node) for a
+    /// tensor allocated before the capture began.
+    fn buffer_of(&mut self, t: &TensorInfo) -> usize {
+        let (chip, address) = t.places.first().copied().unwrap_or((0, 0));
+        let key = (t.buffer_type, address);
+        if let Some(&i) = self
+            .live
+            .get(&key)
+            .and_then(|l| l.iter().find(|&&i| self.buffers[i].live.contains(&chip)))
+        {
+            return i;
+        }
+        let idx = self.buffers.len();
+        let chips: Vec<u32> = t.places.iter().map(|p| p.0).collect();
+        self.buffers.push(BufferRec {
+            node: None,
+            buffer_type: t.buffer_type,
+            address,
+            size: t.size,
+            per_bank: 0,
+            page_size: t.page_size,
+            num_banks: 0,
+            sharded: t.sharded,
+            chips: chips.clone(),
+            live: chips,
+            zero: false,
+        });
+        self.live.entry(key).or_default().push(idx);
+        idx
+    }
+
+    pub fn begin_frame(
+        &mut self,
+        kind: FrameKind,
+        inputs: &[TensorInfo],
+        arguments: Vec<String>,
+        stack_trace: Option<Vec<String>>,
+    ) {
+        let inputs = inputs
+            .iter()
+            .map(|t| (t.clone(), self.buffer_of(t)))
+            .collect();
+        self.frames.push(Frame {
+            kind,
+            inputs,
+            outputs: Vec::new(),
+            arguments,
+            stack_trace,
+            items: Vec::new(),
+            start: Instant::now(),
+            duration_ns: 0,
+        });
+    }
+
+    /// Closes the innermost frame; `error` adds an error node inside it.
+    pub fn end_frame(&mut self, outputs: &[TensorInfo], error: Option<(&str, String)>) {
+        let outs: Vec<(TensorInfo, usize)> = outputs
+            .iter()
+            .map(|t| (t.clone(), self.buffer_of(t)))
+            .collect();
+        let Some(mut f) = self.frames.pop() else {
+            return;
+        };
+        f.outputs = outs;
+        f.duration_ns = f.start.elapsed().as_nanos() as u64;
+        if let Some((op, msg)) = error {
+            f.items.push(Item::Error(op.into(), msg));
+        }
+        match self.frames.last_mut() {
+            Some(parent) => parent.items.push(Item::Child(f)),
+            None => self.emit_frame(f),
+        }
+    }
+
+    /// Ends the capture: open frames are closed (a failure left them open), capture_end added.
+    pub fn finish(mut self) -> Graph {
+        while !self.frames.is_empty() {
+            self.end_frame(&[], None);
+        }
+        let end = self.push("capture_end", None, 0);
+        self.nodes[end].duration_ns = Some(self.start.elapsed().as_nanos() as u64);
+        if let Some(lf) = self.last_finished.take() {
+            self.nodes[lf].connections.push(end);
+        }
+        for b in &self.buffers {
+            if let Some(chips) = b.node.and_then(|n| self.buffer_chips.get_mut(&n)) {
+                chips.clone_from(&b.chips);
+            }
+        }
+        Graph {
+            nodes: self.nodes,
+            buffer_chips: self.buffer_chips,
+            buffer_pages: self.buffer_pages,
+        }
+    }
+
+    // ---- nodes ----
+
+    fn emit_item(&mut self, item: Item, frame: Option<OpenFrame<'_>>) {
+        match item {
+            Item::Alloc(b) => match frame {
+                Some((_, _, outputs)) => {
+                    // An allocation inside an op: TT-NN shows it under create_device_tensor,
+                    // with the op's output tensor that lives in it.
+                    let outs: Vec<(TensorInfo, usize)> =
+                        outputs.iter().filter(|o| o.1 == b).cloned().collect();
+                    self.emit_frame(Frame {
+                        kind: FrameKind::CreateDeviceTensor,
+                        inputs: Vec::new(),
+                        outputs: outs,
+                        arguments: Vec::new(),
+                        stack_trace: None,
+                        items: vec![Item::Alloc(b)],
+                        start: Instant::now(),
+                        duration_ns: 0,
+                    });
+                }
+                None => self.buffer_allocate(b),
+            },
+            Item::Dealloc(b) => {
+                let node = self.buffer_node(b);
+                let rec = &self.buffers[b];
+                let params = buffer_params(rec, false);
+                let n = self.child("buffer_deallocate", params);
+                self.nodes[n].connections.push(node);
+            }
+            Item::Launch(l) => {
+                if let Some((start, first, _)) = frame {
+                    if std::mem::replace(first, false) {
+                        let mut p = Map::new();
+                        p.insert("device_id".into(), json!(0));
+                        let n = self.child("circular_buffer_deallocate_all", p);
+                        self.nodes[n].connections.push(start);
+                        if self.mode == RunMode::NoDispatch || !l.cache_hit {
+                            for size in &l.cbs {
+                                let mut p = Map::new();
+                                p.insert("address".into(), json!(0));
+                                p.insert(
+                                    "core_range_set".into(),
+                                    json!(format!("{{[0-0 - {}-{}]}}", l.grid.0 - 1, l.grid.1 - 1)),
+                                );
+                                p.insert("device_id".into(), json!(0));
+                                p.insert("globally_allocated".into(), json!("0"));
+                                p.insert("size".into(), json!(size));
+                                self.child("circular_buffer_allocate", p);
+                            }
+                        }
+                    }
+                }
+                if self.mode == RunMode::Normal {
+                    let ranges = format!(
+                        "[{{\"end\":{{\"x\":{},\"y\":{}}},\"start\":{{\"x\":0,\"y\":0}}}}]",
+                        l.grid.0 - 1,
+                        l.grid.1 - 1
+                    );
+                    if !std::mem::replace(&mut self.sub_device_manager, true) {
+                        let mut p = Map::new();
+                        p.insert("device_id".into(), json!(0));
+                        p.insert("sub_device_manager_id".into(), json!(0));
+                        p.insert(
+                            "sub_devices".into(),
+                            json!(format!(
+                                "[{{\"sub_device_id\":0,\"worker_core_ranges\":{ranges}}}]"
+                            )),
+                        );
+                        self.child("sub_device_manager", p);
+                    }
+                    let mut p = Map::new();
+                    p.insert("command_queue_id".into(), json!(l.cq));
+                    p.insert("device_id".into(), json!(0));
+                    p.insert(
+                        "global_call_count".into(),
+                        json!(CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
+                    );
+                    p.insert("physical_device_id".into(), json!(l.chip));
+                    p.insert("runtime_id".into(), json!(self.runtime_id));
+                    p.insert("sub_device_id".into(), json!(0));
+                    p.insert("sub_device_manager_id".into(), json!(0));
+                    p.insert("worker_core_ranges".into(), json!(ranges));
+                    self.child("program_execution", p);
+                }
+            }
+            Item::Child(f) => self.emit_frame(f),
+            Item::Error(op, msg) => {
+                let mut p = Map::new();
+                p.insert("error_message".into(), json!(msg));
+                p.insert("error_operation".into(), json!(op));
+                p.insert("error_type".into(), json!("exception"));
+                self.child("error", p);
+            }
+        }
+    }
+
+    fn buffer_allocate(&mut self, b: usize) {
+        let node = self.buffer_node(b);
+        let rec = self.buffers[b].clone();
+        let mut params = buffer_params(&rec, true);
+        params.insert(
+            "address".into(),
+            json!(if rec.zero { 0 } else { rec.address }),
+        );
+        params.insert("max_size_per_bank".into(), json!(rec.per_bank));
+        params.insert(
+            "num_cores".into(),
+            json!(if rec.sharded { rec.num_banks } else { 0 }),
+        );
+        params.insert("page_size".into(), json!(rec.page_size));
+        let n = self.child("buffer_allocate", params);
+        self.nodes[n].connections.push(node);
+        // The chips are filled in at the end: the others join after this node is made.
+        self.buffer_chips.insert(node, Vec::new());
+        if self.with_pages && rec.buffer_type == BufferType::L1 && !rec.sharded {
+            super::report::record_pages(&mut self.buffer_pages, &rec_view(&rec));
+        }
+    }
+
+    /// The buffer node of a buffer, made when first needed.
+    fn buffer_node(&mut self, b: usize) -> usize {
+        if let Some(n) = self.buffers[b].node {
+            return n;
+        }
+        let params = buffer_params(&self.buffers[b].clone(), false);
+        let n = self.child("buffer", params);
+        self.buffers[b].node = Some(n);
+        n
+    }
+
+    fn tensor_node(&mut self, t: &TensorInfo, b: usize) -> usize {
+        let zero = self.buffers[b].zero;
+        let level = self.stack.len() - 1;
+        let n = self.push("tensor", Some(tensor_params(t, zero)), level);
+        let bn = self.buffer_node(b);
+        self.nodes[bn].connections.push(n);
+        n
+    }
+
+    fn emit_frame(&mut self, f: Frame) {
+        let level = self.stack.len();
+        let name = match f.kind {
+            FrameKind::CreateDeviceTensor => "tt::tt_metal::create_device_tensor".to_string(),
+            FrameKind::DeviceOp(Some(n)) => n.to_string(),
+            FrameKind::DeviceOp(None) => first_launch(&f.items)
+                .map(|l| format!("{}DeviceOperation", l.name))
+                .unwrap_or_else(|| "ttnn::operation".into()),
+        };
+        let mut params = Map::new();
+        let inputs = match f.kind {
+            FrameKind::CreateDeviceTensor => 5,
+            _ => f.inputs.len(),
+        };
+        params.insert("inputs".into(), json!(inputs.to_string()));
+        params.insert("name".into(), json!(name));
+        if let FrameKind::DeviceOp(None) = f.kind {
+            let launch = first_launch(&f.items);
+            params.insert(
+                "program_cache_hit".into(),
+                json!(launch.is_some_and(|l| l.cache_hit)),
+            );
+            params.insert("program_factory_index".into(), json!(0));
+            params.insert(
+                "program_factory_type".into(),
+                json!(format!(
+                    "ttnn::operations::{}::{name}::ProgramFactory",
+                    launch.map_or("".into(), |l| snake(l.name))
+                )),
+            );
+        }
+        let start = self.push("function_start", Some(params), level);
+        self.nodes[start].arguments = f.arguments;
+        self.nodes[start].stack_trace = f.stack_trace;
+        let parent = *self.stack.last().unwrap_or(&0);
+        self.nodes[parent].connections.push(start);
+        if let Some(lf) = self.last_finished.take() {
+            self.nodes[lf].connections.push(start);
+        }
+        self.stack.push(start);
+        for (t, b) in &f.inputs {
+            let tn = self.tensor_node(t, *b);
+            self.nodes[tn].connections.push(start);
+            self.nodes[start].input_tensors.push(tn);
+        }
+        if matches!(f.kind, FrameKind::DeviceOp(_)) {
+            self.runtime_id += 1;
+        }
+        let mut first_launch_seen = true;
+        let outputs = f.outputs;
+        let is_cdt = matches!(f.kind, FrameKind::CreateDeviceTensor);
+        for item in f.items {
+            if is_cdt {
+                if let Item::Alloc(b) = item {
+                    self.buffer_allocate(b);
+                    continue;
+                }
+            }
+            self.emit_item(item, Some((start, &mut first_launch_seen, &outputs)));
+        }
+        let mut params = Map::new();
+        params.insert("name".into(), json!(name));
+        let end = self.push("function_end", Some(params), level);
+        self.nodes[end].duration_ns = Some(f.duration_ns);
+        self.nodes[start].connections.push(end);
+        // An op's outputs appear once more at its end (the create_device_tensor inside already
+        // showed those it allocated); a create_device_tensor shows its own.
+        for (t, b) in &outputs {
+            let tn = self.tensor_node(t, *b);
+            self.nodes[end].connections.push(tn);
+        }
+        self.stack.pop();
+        self.last_finished = Some(end);
+    }
+}
+
+fn first_launch(items: &[Item]) -> Option<&LaunchRec> {
+    items.iter().find_map(|i| match i {
+        Item::Launch(l) => Some(l),
+        Item::Child(f) => first_launch(&f.items),
+        _ => None,
+    })
+}
+
+/// "BinaryNg" -> "binary_ng".
+fn snake(name: &str) -> String {
+    let mut s = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_uppercase() {
+            if i > 0 {
+                s.push('_');
+            }
+            s.extend(c.to_lowercase());
+        } else {
+            s.push(c);
+        }
+    }
+    s
+}
+
+fn layout_name(sharded: bool) -> &'static str {
+    if sharded {
+        "SHARDED"
+    } else {
+        "INTERLEAVED"
+    }
+}
+
+fn buffer_params(b: &BufferRec, _allocate: bool) -> Map<String, Value> {
+    let mut p = Map::new();
+    p.insert("buffer_type".into(), json!(b.buffer_type as u8));
+    p.insert("device_id".into(), json!(0));
+    p.insert("layout".into(), json!(layout_name(b.sharded)));
+    p.insert("size".into(), json!(b.size));
+    p.insert("type".into(), json!(b.buffer_type.as_str()));
+    p
+}
+
+fn tensor_params(t: &TensorInfo, zero: bool) -> Map<String, Value> {
+    let addr = |a: u64| if zero { 0 } else { a };
+    let first = t.places.first().map_or(0, |p| p.1);
+    let device_tensors: Vec<Value> = t
+        .places
+        .iter()
+        .map(|(chip, a)| json!({"address": addr(*a), "device_id": chip, "mesh_device_id": 0}))
+        .collect();
+    let mut p = Map::new();
+    p.insert("address".into(), json!(addr(first)));
+    p.insert("buffer_type".into(), json!(t.buffer_type as u8));
+    p.insert("device_id".into(), json!(0));
+    p.insert(
+        "device_tensors".into(),
+        json!(Value::Array(device_tensors).to_string()),
+    );
+    p.insert("dtype".into(), json!(format!("DataType::{}", t.dtype)));
+    p.insert("layout".into(), json!(describe::layout(t.layout)));
+    p.insert(
+        "memory_config".into(),
+        json!(describe::memory_config(&t.memory_config)),
+    );
+    p.insert("shape".into(), json!(describe::shape(&t.shape)));
+    p.insert("size".into(), json!(t.size));
+    p.insert("storage_type".into(), json!("DEVICE"));
+    p.insert("tensor_id".into(), json!(t.tensor_id));
+    p
+}
+
+/// What buffer pages need of a buffer.
+pub(crate) struct PagesOf {
+    pub device_id: u32,
+    pub address: u64,
+    pub page_size: u64,
+    pub size: u64,
+    pub per_bank: u64,
+    pub num_banks: u32,
+    pub buffer_type: BufferType,
+}
+
+fn rec_view(b: &BufferRec) -> PagesOf {
+    PagesOf {
+        device_id: b.chips.first().copied().unwrap_or(0),
+        address: if b.zero { 0 } else { b.address },
+        page_size: b.page_size,
+        size: b.size,
+        per_bank: b.per_bank,
+        num_banks: b.num_banks,
+        buffer_type: b.buffer_type,
+    }
+}
