@@ -45,6 +45,9 @@ pub struct RunArgs {
     pub tokens: usize,
     #[command(flatten)]
     pub profile: crate::profile::ProfileArgs,
+    /// Capture TT-NN's graph of the run (NORMAL mode) and write DIR/report.json.
+    #[arg(long, value_name = "DIR")]
+    pub graph: Option<std::path::PathBuf>,
 }
 
 /// Median of per-iteration host times in microseconds: on a shared host a few iterations are
@@ -86,13 +89,36 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         let _ = mesh.close();
         return Err(e);
     }
+    let capture = match &args.graph {
+        Some(dir) => match begin_graph_report(dir) {
+            Ok(path) => Some(path),
+            Err(e) => {
+                let _ = mesh.close();
+                return Err(e);
+            }
+        },
+        None => None,
+    };
     let result = args
         .profile
         .start(&mesh)
         .and_then(|profiler| run_on(&mesh, args, t, h, f, profiler));
+    // Written whatever the run's outcome: a failed run's graph ends in its error node.
+    let written = capture.map(|path| {
+        ttmesh::graph::end_graph_capture_to_file(&path, &mesh)
+            .map(|g| {
+                eprintln!(
+                    "graph: {} nodes written to {}",
+                    g.nodes.len(),
+                    path.display()
+                )
+            })
+            .map_err(|e| e.to_string())
+    });
     let closed = mesh.close().map_err(|e| e.to_string());
     let report = result?;
     closed?;
+    written.transpose()?;
     if report["correct"] == json!(true) {
         Ok(())
     } else {
@@ -101,6 +127,18 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
             report["max_abs_error"]
         ))
     }
+}
+
+/// Creates `dir` and opens a NORMAL capture; returns where its report goes.
+fn begin_graph_report(dir: &std::path::Path) -> Result<std::path::PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        format!(
+            "--graph {}: cannot create the directory ({e}); pass a writable directory",
+            dir.display()
+        )
+    })?;
+    ttmesh::graph::begin_graph_capture(ttmesh::graph::RunMode::Normal);
+    Ok(dir.join("report.json"))
 }
 
 fn run_on(
