@@ -210,21 +210,9 @@ fn collectives(quick: bool, m: f64, out: &mut String) -> Vec<Row> {
         "MPI (us)"
     );
     for &(n, topo, fabric) in meshes {
-        let mesh = match open(topo, fabric) {
-            Ok(m) => m,
-            Err(e) => {
-                let _ = writeln!(out, "{topo}: cannot open: {e}");
-                continue;
-            }
+        let Some((mesh, label)) = open_labelled(out, n, topo, fabric) else {
+            continue;
         };
-        let label = format!(
-            "{topo} {}",
-            if n > 2 && fabric == FabricConfig::Fabric1DRing {
-                "ring"
-            } else {
-                "line"
-            }
-        );
         for &size in sizes {
             let iters = if size >= 16 * MIB {
                 3
@@ -327,21 +315,9 @@ fn small_all_reduce(quick: bool, out: &mut String) {
         "op", "chips", "mesh", "size", "time (us)", "MPI (us)", "MPI/us", "goal (us)"
     );
     for &(n, topo, fabric) in meshes {
-        let mesh = match open(topo, fabric) {
-            Ok(m) => m,
-            Err(e) => {
-                let _ = writeln!(out, "{topo}: cannot open: {e}");
-                continue;
-            }
+        let Some((mesh, label)) = open_labelled(out, n, topo, fabric) else {
+            continue;
         };
-        let label = format!(
-            "{topo} {}",
-            if n > 2 && fabric == FabricConfig::Fabric1DRing {
-                "ring"
-            } else {
-                "line"
-            }
-        );
         for &w in widths {
             let size = 32 * w * 2;
             let iters = if quick {
@@ -474,4 +450,27 @@ pub fn run(quick: bool) -> String {
         let _ = writeln!(out, "run block: failed: {e}");
     }
     out
+}
+
+/// Opens a benchmark mesh and names it "topo ring" or "topo line"; a mesh that does not open is
+/// reported in `out` and skipped.
+fn open_labelled(
+    out: &mut String,
+    n: usize,
+    topo: &str,
+    fabric: FabricConfig,
+) -> Option<(MeshDevice, String)> {
+    let mesh = match open(topo, fabric) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = writeln!(out, "{topo}: cannot open: {e}");
+            return None;
+        }
+    };
+    let kind = if n > 2 && fabric == FabricConfig::Fabric1DRing {
+        "ring"
+    } else {
+        "line"
+    };
+    Some((mesh, format!("{topo} {kind}")))
 }
