@@ -189,3 +189,41 @@ fn segment_follows_every_step_and_goes_with_close() {
     assert_eq!(mesh.monitor_segment(), None);
     assert!(!std::path::Path::new(&format!("/dev/shm/{name}")).exists());
 }
+
+/// Memory a program labels (weights, KV cache) appears in every chip's slot within a few
+/// refresh periods, labels add up, and a dropped label is taken off again.
+#[test]
+fn labelled_memory_is_published_per_chip() {
+    use ttmesh::MemoryRole;
+    let mesh = MeshDevice::open(MeshConfig {
+        topology: "n300".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let name = mesh.monitor_segment().expect("publishing is on");
+    let wait_for = |want: (u64, u64)| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let snap = read_segment(&name).unwrap();
+            if snap
+                .chips
+                .iter()
+                .all(|c| (c.weights_bytes, c.kv_cache_bytes) == want)
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "labels never reached {want:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for((0, 0));
+    let weights = mesh.label_memory(MemoryRole::Weights, 3 << 20);
+    let more = mesh.label_memory(MemoryRole::Weights, 1 << 20);
+    let cache = mesh.label_memory(MemoryRole::KvCache, 5 << 10);
+    assert_eq!(mesh.labelled_bytes(MemoryRole::Weights), 4 << 20);
+    wait_for((4 << 20, 5 << 10));
+    drop(more);
+    wait_for((3 << 20, 5 << 10));
+    drop((weights, cache));
+    wait_for((0, 0));
+}

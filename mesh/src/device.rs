@@ -14,6 +14,7 @@ use ttmesh_fabric::{
 use ttmesh_topologies::{ArchName, ClusterGraph};
 
 use crate::error::{invalid, on_chip, MeshError, Result};
+use crate::labels::{LabelledMemory, MemoryLabels, MemoryRole};
 use crate::monitor::MeshMonitor;
 use crate::trace::ReplayReport;
 
@@ -105,6 +106,8 @@ pub(crate) struct MeshInner {
     pub(crate) waker: crate::trace::LockstepWaker,
     /// Statistics publishing for `ttmesh monitor`; None when off (`TTMESH_MONITOR=0`).
     pub(crate) monitor: Mutex<Option<MeshMonitor>>,
+    /// What the program labelled (weights, KV cache), published by the monitor.
+    pub(crate) labels: Arc<MemoryLabels>,
 }
 
 /// A mesh of chips. Cloning shares the mesh.
@@ -170,7 +173,8 @@ impl MeshDevice {
             arch.name,
             config.fabric_config.tt_metal_name(),
         );
-        let monitor = MeshMonitor::start(&info, &chips, shape.cols, fabric.as_ref());
+        let labels = Arc::new(MemoryLabels::default());
+        let monitor = MeshMonitor::start(&info, &chips, shape.cols, fabric.as_ref(), &labels);
         Ok(MeshDevice {
             inner: Arc::new(MeshInner {
                 config,
@@ -182,8 +186,22 @@ impl MeshDevice {
                 last_replay: Mutex::new(None),
                 waker: crate::trace::LockstepWaker::default(),
                 monitor: Mutex::new(monitor),
+                labels,
             }),
         })
+    }
+
+    /// Labels `bytes_per_chip` of every chip's memory as holding `role` (model weights, KV
+    /// cache) until the returned guard is dropped, for `ttmesh monitor`, which shows them per
+    /// chip beside the allocator's figures. Labels add up; the allocator is not consulted, so
+    /// label what you allocated.
+    pub fn label_memory(&self, role: MemoryRole, bytes_per_chip: u64) -> LabelledMemory {
+        LabelledMemory::new(&self.inner.labels, role, bytes_per_chip)
+    }
+
+    /// Bytes per chip currently labelled with `role`.
+    pub fn labelled_bytes(&self, role: MemoryRole) -> u64 {
+        self.inner.labels.get(role)
     }
 
     /// The shared-memory segment this mesh publishes its statistics in (e.g. "ttmesh-1234",

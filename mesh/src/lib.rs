@@ -15,6 +15,7 @@ mod device;
 mod error;
 pub mod graph;
 mod inspect;
+mod labels;
 mod lockstep;
 pub mod models;
 mod monitor;
@@ -24,6 +25,7 @@ mod trace;
 
 pub use device::{ChipReport, MeshConfig, MeshCoordinate, MeshDevice, MeshShape};
 pub use error::{MeshError, Result};
+pub use labels::{LabelledMemory, MemoryRole};
 pub use tensor::{
     allocate_tensor_on_device, copy_host_to_device_tensor, ConcatMesh2dToTensor,
     ConcatMeshToTensor, MeshComposer, MeshMapper, MeshTensor, ReplicateTensorToMesh,

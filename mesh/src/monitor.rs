@@ -8,7 +8,9 @@
 //! - one background thread, every [`REFRESH`], inside `Chip::with_allocator`: largest free
 //!   block per type (recomputed only when the allocator's generation moved, so an idle mesh
 //!   costs nothing), live traces, trace bytes and replays (read from `Chip::trace_stats`
-//!   just before). The same thread copies the fabric's link counters into the link slots.
+//!   just before), and the bytes the program labelled as weights / KV cache
+//!   ([`crate::MeshDevice::label_memory`]). The same thread copies the fabric's link counters
+//!   into the link slots.
 //!
 //! A monitor therefore sees allocations at once, and the rest at most one period late.
 //! Bytes are per-bank figures times the type's bank count, as `MeshDevice::reports` and the
@@ -27,6 +29,8 @@ use ttmesh_chip::allocator::{
 use ttmesh_chip::inspect::MemoryView;
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig};
 use ttmesh_fabric::Fabric;
+
+use crate::labels::{MemoryLabels, MemoryRole};
 use ttmesh_monitor::{
     ChipPublisher, LinkCounters, LinkPublisher, MemoryCounters, MemoryKind, ProcessInfo, Publisher,
     SerialChipWriter,
@@ -138,6 +142,7 @@ fn attach_chip<W: SlotWrite>(
 struct ChipSeen {
     generation: Option<u64>,
     traces: Option<(u64, u64, u64)>,
+    labels: Option<(u64, u64)>,
 }
 
 /// The slow path, once per period: reads the chips and the fabric, writes what changed.
@@ -147,6 +152,7 @@ struct Refresher {
     fabric: Option<Arc<Fabric>>,
     links: Vec<LinkPublisher>,
     link_seen: Vec<LinkCounters>,
+    labels: Arc<MemoryLabels>,
 }
 
 impl Refresher {
@@ -155,6 +161,10 @@ impl Refresher {
             // Read before taking the allocator's lock: never hold two chip locks at once.
             let ts = chip.trace_stats();
             let traces = (ts.live_traces, ts.trace_buffers_size, ts.replays);
+            let labels = (
+                self.labels.get(MemoryRole::Weights),
+                self.labels.get(MemoryRole::KvCache),
+            );
             let slot = &listener.slot;
             // Under the allocator's lock, so these writes never overlap the listener's.
             chip.with_allocator(|a| {
@@ -175,6 +185,13 @@ impl Refresher {
                         c.traces = traces.0;
                         c.trace_bytes = traces.1;
                         c.replays = traces.2;
+                    });
+                }
+                if seen.labels != Some(labels) {
+                    seen.labels = Some(labels);
+                    slot.update(|c| {
+                        c.weights_bytes = labels.0;
+                        c.kv_cache_bytes = labels.1;
                     });
                 }
             });
@@ -235,6 +252,7 @@ impl MeshMonitor {
         chips: &[Arc<Chip>],
         cols: usize,
         fabric: Option<&Arc<Fabric>>,
+        labels: &Arc<MemoryLabels>,
     ) -> Option<MeshMonitor> {
         let num_links = fabric.map_or(0, |f| (f.link_stats().len()).min(ttmesh_monitor::MAX_LINKS));
         let publisher = match Publisher::create_from_env(info, chips.len(), num_links) {
@@ -283,6 +301,7 @@ impl MeshMonitor {
             fabric: fabric.cloned(),
             link_seen: vec![LinkCounters::default(); links.len()],
             links,
+            labels: Arc::clone(labels),
         };
         refresher.refresh();
         let signal = Arc::new(StopSignal::default());

@@ -102,6 +102,10 @@ pub struct ChipCounters {
     pub trace_bytes: u64,
     /// Trace replays since the mesh opened.
     pub replays: u64,
+    /// Bytes per chip the program labelled as model weights (`MeshDevice::label_memory`).
+    pub weights_bytes: u64,
+    /// Bytes per chip the program labelled as KV cache.
+    pub kv_cache_bytes: u64,
 }
 
 impl ChipCounters {
@@ -137,6 +141,10 @@ pub struct ChipSnapshot {
     pub traces: u64,
     pub trace_bytes: u64,
     pub replays: u64,
+    /// Bytes per chip the program labelled as model weights (`MeshDevice::label_memory`).
+    pub weights_bytes: u64,
+    /// Bytes per chip the program labelled as KV cache.
+    pub kv_cache_bytes: u64,
 }
 
 impl ChipSnapshot {
@@ -149,6 +157,8 @@ impl ChipSnapshot {
             traces: self.traces,
             trace_bytes: self.trace_bytes,
             replays: self.replays,
+            weights_bytes: self.weights_bytes,
+            kv_cache_bytes: self.kv_cache_bytes,
         }
     }
 

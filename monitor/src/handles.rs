@@ -158,6 +158,8 @@ impl<const EXCL: bool> ChipCore<EXCL> {
         c.traces = self.slot.get(C_TRACES);
         c.trace_bytes = self.slot.get(C_TRACE_BYTES);
         c.replays = self.slot.get(C_REPLAYS);
+        c.weights_bytes = self.slot.get(C_WEIGHTS);
+        c.kv_cache_bytes = self.slot.get(C_KV_CACHE);
         // If `f` panics the guard still ends the update, and nothing was stored yet.
         f(&mut c);
         for kind in MemoryKind::ALL {
@@ -171,6 +173,8 @@ impl<const EXCL: bool> ChipCore<EXCL> {
         self.slot.set(C_TRACES, c.traces);
         self.slot.set(C_TRACE_BYTES, c.trace_bytes);
         self.slot.set(C_REPLAYS, c.replays);
+        self.slot.set(C_WEIGHTS, c.weights_bytes);
+        self.slot.set(C_KV_CACHE, c.kv_cache_bytes);
     }
 
     fn snapshot(&self) -> Option<ChipSnapshot> {
@@ -391,6 +395,8 @@ pub(crate) fn chip_from_words(w: &[u64; CHIP_USED_WORDS]) -> ChipSnapshot {
         traces: w[C_TRACES],
         trace_bytes: w[C_TRACE_BYTES],
         replays: w[C_REPLAYS],
+        weights_bytes: w[C_WEIGHTS],
+        kv_cache_bytes: w[C_KV_CACHE],
     }
 }
 

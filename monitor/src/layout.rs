@@ -52,8 +52,11 @@ pub(crate) const M_LARGEST_FREE: usize = 4;
 pub(crate) const C_TRACES: usize = 24;
 pub(crate) const C_TRACE_BYTES: usize = 25;
 pub(crate) const C_REPLAYS: usize = 26;
+/// Bytes the program labelled as model weights / as KV cache (zero when it labels nothing).
+pub(crate) const C_WEIGHTS: usize = 27;
+pub(crate) const C_KV_CACHE: usize = 28;
 /// Words a reader copies (the rest are reserved).
-pub(crate) const CHIP_USED_WORDS: usize = 27;
+pub(crate) const CHIP_USED_WORDS: usize = 29;
 
 // Link slot words.
 pub(crate) const LINK_WORDS: usize = LINK_SLOT_SIZE / 8;

@@ -42,7 +42,9 @@
 //! Chip slot `i` at `1152 + 256 * i`, 32 u64 words: `[0]` sequence, `[1]` chip id, `[2]` row,
 //! `[3]` column, then for DRAM, L1, L1_SMALL, TRACE in that order five words each (allocated,
 //! capacity, live buffers, peak, largest free block) at `[4..24]`, `[24]` live traces,
-//! `[25]` trace bytes, `[26]` replays, `[27..32]` reserved.
+//! `[25]` trace bytes, `[26]` replays, `[27]` bytes the program labelled as model weights,
+//! `[28]` bytes it labelled as KV cache, `[29..32]` reserved. (Words 27 and 28 were reserved,
+//! hence zero, before labels existed: an older writer's segment reads as "nothing labelled".)
 //!
 //! Link slot `j` at `links offset + 128 * j`, 16 u64 words: `[0]` sequence, `[1]` chip a,
 //! `[2]` port a, `[3]` chip b, `[4]` port b, `[5]` packets, `[6]` bytes, `[7]` stalls,

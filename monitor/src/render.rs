@@ -165,6 +165,14 @@ fn chip_table(chips: &[ChipSnapshot]) -> String {
     }
     header.push("traces".to_string());
     header.push("replays".to_string());
+    // What the program says its memory holds, shown only when it labelled something.
+    let labelled = chips
+        .iter()
+        .any(|c| c.weights_bytes > 0 || c.kv_cache_bytes > 0);
+    if labelled {
+        header.push("weights".to_string());
+        header.push("KV cache".to_string());
+    }
     let mut rows = vec![header];
     for c in chips {
         let mut row = vec![c.id.to_string(), format!("({},{})", c.coord.0, c.coord.1)];
@@ -173,6 +181,10 @@ fn chip_table(chips: &[ChipSnapshot]) -> String {
         }
         row.push(c.traces.to_string());
         row.push(c.replays.to_string());
+        if labelled {
+            row.push(human_bytes(c.weights_bytes));
+            row.push(human_bytes(c.kv_cache_bytes));
+        }
         rows.push(row);
     }
     if chips.len() > 1 {
@@ -187,9 +199,18 @@ fn chip_table(chips: &[ChipSnapshot]) -> String {
         }
         row.push(chips.iter().map(|c| c.traces).sum::<u64>().to_string());
         row.push(chips.iter().map(|c| c.replays).sum::<u64>().to_string());
+        if labelled {
+            let sum =
+                |f: fn(&ChipSnapshot) -> u64| chips.iter().map(f).fold(0u64, u64::saturating_add);
+            row.push(human_bytes(sum(|c| c.weights_bytes)));
+            row.push(human_bytes(sum(|c| c.kv_cache_bytes)));
+        }
         rows.push(row);
     }
-    let numeric = [true, false, false, false, false, false, true, true];
+    let mut numeric = vec![true, false, false, false, false, false, true, true];
+    if labelled {
+        numeric.extend([true, true]);
+    }
     columns(&rows, &numeric, "  ")
 }
 
@@ -336,6 +357,8 @@ pub fn render_json(processes: &[ProcessSnapshot], problems: &[(String, MonitorEr
                     "l1": memory_json(&c.l1),
                     "l1_small": memory_json(&c.l1_small),
                     "trace": trace,
+                    "weights_bytes": c.weights_bytes,
+                    "kv_cache_bytes": c.kv_cache_bytes,
                 })
             })
             .collect();

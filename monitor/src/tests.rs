@@ -65,7 +65,11 @@ fn publish_then_read_back_exact_values() {
     c5.set_traces(2, 16_050_000);
     c5.add_replays(3);
     c5.add_replays(4);
-    c5.update(|c| c.trace.allocated = 16_252_928);
+    c5.update(|c| {
+        c.trace.allocated = 16_252_928;
+        c.weights_bytes = 2_000_000_000;
+        c.kv_cache_bytes = 75_497_472;
+    });
     let l2 = p.link(2).unwrap();
     l2.set_endpoints(1, 8, 2, 9);
     l2.add_traffic(3, 3 * 4352);
@@ -104,6 +108,8 @@ fn publish_then_read_back_exact_values() {
         traces: 2,
         trace_bytes: 16_050_000,
         replays: 7,
+        weights_bytes: 2_000_000_000,
+        kv_cache_bytes: 75_497_472,
     };
     assert_eq!(s.chips[5], expected);
     assert_eq!(c5.snapshot(), Some(expected));
@@ -128,6 +134,48 @@ fn publish_then_read_back_exact_values() {
         read_segment(&name),
         Err(MonitorError::Vanished { .. })
     ));
+}
+
+/// The table shows what the program labelled (weights, KV cache) only when it labelled
+/// something, per chip and summed; JSON always carries both figures.
+#[test]
+fn labelled_memory_is_shown_when_present() {
+    let p = Publisher::create(&info(), 2, 0).unwrap();
+    let render = |p: &Publisher| {
+        let s = read_segment(p.name()).unwrap();
+        (
+            crate::render_table(std::slice::from_ref(&s), &[]),
+            crate::render_json(std::slice::from_ref(&s), &[]),
+        )
+    };
+    let (table, json) = render(&p);
+    assert!(!table.contains("weights"), "{table}");
+    assert_eq!(json["processes"][0]["chips"][1]["weights_bytes"], 0);
+    for i in 0..2 {
+        p.chip(i).unwrap().update(|c| {
+            c.weights_bytes = 3 << 20;
+            c.kv_cache_bytes = 512 << 10;
+        });
+    }
+    let (table, json) = render(&p);
+    let header = table.lines().find(|l| l.contains("chip")).unwrap();
+    assert!(
+        header.contains("weights") && header.contains("KV cache"),
+        "{table}"
+    );
+    let all = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("all"))
+        .unwrap();
+    assert!(
+        all.contains("6.00 MiB") && all.contains("1.00 MiB"),
+        "{table}"
+    );
+    assert_eq!(json["processes"][0]["chips"][1]["weights_bytes"], 3 << 20);
+    assert_eq!(
+        json["processes"][0]["chips"][1]["kv_cache_bytes"],
+        512 << 10
+    );
 }
 
 #[test]
@@ -596,11 +644,14 @@ mod props {
         fn any_counters_round_trip(
             dram in mem(), l1 in mem(), l1_small in mem(), trace in mem(),
             traces in any::<u64>(), trace_bytes in any::<u64>(), replays in any::<u64>(),
+            weights_bytes in any::<u64>(), kv_cache_bytes in any::<u64>(),
             id in any::<u32>(), r in any::<u32>(), c in any::<u32>(),
         ) {
             let p = Publisher::create(&info(), 1, 0).unwrap();
             let chip = p.chip(0).unwrap();
-            let want = ChipCounters { dram, l1, l1_small, trace, traces, trace_bytes, replays };
+            let want = ChipCounters {
+                dram, l1, l1_small, trace, traces, trace_bytes, replays, weights_bytes, kv_cache_bytes,
+            };
             chip.update(|x| *x = want);
             chip.set_identity(id, (r, c));
             let s = read_segment(p.name()).unwrap();
