@@ -7,13 +7,17 @@ use ttmesh_chip::allocator::MemSpace;
 use ttmesh_chip::error::ForeignError;
 use ttmesh_chip::ops::{read_logical, write_logical};
 use ttmesh_chip::program::{CollectiveCost, Kernel, KernelContext, KernelCost};
-use ttmesh_chip::tensor::{DataType, HostData, TensorPages, TensorSpec};
+use ttmesh_chip::tensor::{DataType, HostData, TensorSpec};
 use ttmesh_chip::ChipError;
-use ttmesh_fabric::{Fabric, FabricError, FabricSender, NocAddr};
+use ttmesh_fabric::{Fabric, FabricError};
+
+use steps::{Endpoint, Local, Step, StepError, Work};
 
 use crate::{CclLine, Topology};
 
 mod pages;
+mod steps;
+mod together;
 
 /// Scratch slot size of an all_gather: one chip's tensor, as pages (fast path) or as wire
 /// values (logical path), whichever is larger.
@@ -78,6 +82,8 @@ pub(crate) struct CollectiveKernel {
     /// Weak: the kernel sits in its chip's program cache, and the fabric holds the chips'
     /// memories, so a strong reference would keep a closed mesh alive.
     fabric: Weak<Fabric>,
+    /// The same on every chip's kernel of one collective: where they meet (see `together`).
+    meet_key: u64,
 }
 
 impl CollectiveKernel {
@@ -94,7 +100,11 @@ impl CollectiveKernel {
         scratch: TensorSpec,
         fabric: Arc<Fabric>,
     ) -> Self {
+        let meet_key = ttmesh_chip::program::program_key(&(
+            kind, &line, &order, topology, num_links, &input, &output, &scratch,
+        ));
         CollectiveKernel {
+            meet_key,
             kind,
             pos,
             line,
@@ -113,13 +123,8 @@ impl CollectiveKernel {
 struct Run<'a> {
     ctx: &'a KernelContext<'a>,
     k: &'a CollectiveKernel,
-    me: u32,
-    left: Option<u32>,
-    right: Option<u32>,
-    slots: TensorPages,
-    /// One sender per parallel link.
-    senders: Vec<FabricSender>,
-    fabric: &'a Fabric,
+    ep: Endpoint,
+    fabric: &'a Arc<Fabric>,
     timeout: Duration,
 }
 
@@ -148,80 +153,122 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn slot_addr(&self, slot: usize) -> NocAddr {
-        let (bank, addr) = self.slots.location(slot as u64);
-        NocAddr::dram(bank, addr)
-    }
-
     fn fail(&self, e: FabricError) -> ChipError {
         abort(self.fabric, self.ctx, self.name(), e)
     }
 
     fn send(&self, to: u32, slot: usize, data: &[u8]) -> Result<(), ChipError> {
-        self.senders[slot % self.senders.len()]
-            .write_and_inc(
-                to,
-                self.slot_addr(slot),
-                data,
-                SEM_SLOT_BASE + slot as u32,
-                1,
-            )
-            .map_err(|e| self.fail(e))
+        self.ep.send(to, slot, data).map_err(|e| self.fail(e))
     }
 
     fn wait_slot(&self, slot: usize) -> Result<(), ChipError> {
         self.fabric
-            .wait_semaphore(self.me, SEM_SLOT_BASE + slot as u32, 1, self.timeout)
+            .wait_semaphore(self.ep.me, SEM_SLOT_BASE + slot as u32, 1, self.timeout)
             .map_err(|e| self.fail(e))
     }
 
     fn read_slot(&self, slot: usize, len: usize) -> Result<Vec<u8>, ChipError> {
-        let (bank, addr) = self.slots.location(slot as u64);
         let mut buf = vec![0u8; len];
-        self.ctx.memory.read(MemSpace::Dram, bank, addr, &mut buf)?;
+        self.ep
+            .read_slot(Local::Memory(self.ctx.memory), slot, &mut buf)
+            .map_err(|e| self.step_error(e))?;
         Ok(buf)
     }
 
     fn write_slot_local(&self, slot: usize, data: &[u8]) -> Result<(), ChipError> {
-        let (bank, addr) = self.slots.location(slot as u64);
+        let (bank, addr) = self.ep.slots.location(slot as u64);
         self.ctx.memory.write(MemSpace::Dram, bank, addr, data)
+    }
+
+    fn step_error(&self, e: StepError) -> ChipError {
+        match e {
+            StepError::Fabric(e) => self.fail(e),
+            StepError::Chip(e) => e,
+        }
+    }
+
+    /// Runs this chip's `steps` on `work`: together with the rest of the line on one thread
+    /// when the collective is small (see `together`), else here, after the handshake
+    /// (`writes_left`: the steps write into the left neighbour too).
+    fn run_steps(
+        &self,
+        work: &mut Work,
+        steps: Vec<Step>,
+        writes_left: bool,
+    ) -> Result<(), ChipError> {
+        if together::wanted(work) {
+            let c = together::Collective {
+                fabric: self.fabric,
+                key: self.k.meet_key,
+                name: self.name(),
+                chips: &self.k.line.chips,
+                pos: self.k.pos,
+                timeout: self.timeout,
+            };
+            let part = together::Part {
+                ep: Endpoint {
+                    me: self.ep.me,
+                    left: self.ep.left,
+                    right: self.ep.right,
+                    slots: self.ep.slots.clone(),
+                    senders: (0..self.ep.senders.len())
+                        .map(|l| self.fabric.sender(self.ep.me).map(|s| s.with_link(l)))
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| self.fail(e))?,
+                },
+                work: std::mem::take(work),
+                steps,
+            };
+            *work = together::meet(&c, part)?.work;
+            return Ok(());
+        }
+        self.handshake(writes_left, true)?;
+        for s in steps {
+            self.ep
+                .step(
+                    s,
+                    work,
+                    self.fabric,
+                    Local::Memory(self.ctx.memory),
+                    self.timeout,
+                )
+                .map_err(|e| self.step_error(e))?;
+        }
+        self.flush()
     }
 
     /// Tells the neighbours that write into this chip that it has entered the collective, and
     /// waits until the neighbours it writes into have done the same.
     fn handshake(&self, writes_left: bool, writes_right: bool) -> Result<(), ChipError> {
         let inc = |to: u32, sem: u32| {
-            self.senders[0]
+            self.ep.senders[0]
                 .atomic_inc(to, sem, 1)
                 .map_err(|e| self.fail(e))
         };
         // Who writes into me: the left neighbour if it writes right, the right one if it writes left.
         let ring = self.k.topology == Topology::Ring;
-        if let Some(l) = self.left {
+        if let Some(l) = self.ep.left {
             inc(l, SEM_READY_FROM_RIGHT)?;
         }
-        if let (Some(r), false) = (self.right, ring) {
+        if let (Some(r), false) = (self.ep.right, ring) {
             inc(r, SEM_READY_FROM_LEFT)?;
         }
         let wait = |sem: u32| {
             self.fabric
-                .wait_semaphore(self.me, sem, 1, self.timeout)
+                .wait_semaphore(self.ep.me, sem, 1, self.timeout)
                 .map_err(|e| self.fail(e))
         };
-        if writes_right && self.right.is_some() {
+        if writes_right && self.ep.right.is_some() {
             wait(SEM_READY_FROM_RIGHT)?;
         }
-        if writes_left && self.left.is_some() {
+        if writes_left && self.ep.left.is_some() {
             wait(SEM_READY_FROM_LEFT)?;
         }
         Ok(())
     }
 
     fn flush(&self) -> Result<(), ChipError> {
-        for s in &self.senders {
-            s.flush_timeout(self.timeout).map_err(|e| self.fail(e))?;
-        }
-        Ok(())
+        self.ep.flush(self.timeout).map_err(|e| self.fail(e))
     }
 }
 
@@ -297,7 +344,7 @@ impl CollectiveKernel {
     fn run(
         &self,
         ctx: &KernelContext,
-        fabric: &Fabric,
+        fabric: &Arc<Fabric>,
         addresses: &[u32],
     ) -> Result<(), ChipError> {
         let n = self.line.chips.len();
@@ -325,11 +372,13 @@ impl CollectiveKernel {
         let run = Run {
             ctx,
             k: self,
-            me,
-            left,
-            right,
-            slots,
-            senders,
+            ep: Endpoint {
+                me,
+                left,
+                right,
+                slots,
+                senders,
+            },
             fabric,
             timeout: ctx.timeout,
         };
@@ -401,7 +450,7 @@ fn all_gather(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipError>
     run.write_slot_local(pos, &own)?;
     if k.topology == Topology::Ring {
         run.handshake(false, true)?;
-        let right = run.right.expect("a ring has a right neighbour");
+        let right = run.ep.right.expect("a ring has a right neighbour");
         for t in 0..n - 1 {
             let c = (pos + n - t) % n;
             let data = if t == 0 {
@@ -414,22 +463,22 @@ fn all_gather(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipError>
         }
     } else {
         run.handshake(true, true)?;
-        if let Some(r) = run.right {
+        if let Some(r) = run.ep.right {
             run.send(r, pos, &own)?;
         }
-        if let Some(l) = run.left {
+        if let Some(l) = run.ep.left {
             run.send(l, pos, &own)?;
         }
         // Chunks from the left arrive nearest first; pass each on to the right.
         for c in (0..pos).rev() {
             run.wait_slot(c)?;
-            if let Some(r) = run.right {
+            if let Some(r) = run.ep.right {
                 run.send(r, c, &run.read_slot(c, len)?)?;
             }
         }
         for c in pos + 1..n {
             run.wait_slot(c)?;
-            if let Some(l) = run.left {
+            if let Some(l) = run.ep.left {
                 run.send(l, c, &run.read_slot(c, len)?)?;
             }
         }
@@ -525,7 +574,7 @@ fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipEr
     let len = chunks[0].len() * 4;
     let result = if k.topology == Topology::Ring {
         run.handshake(false, true)?;
-        let right = run.right.expect("a ring has a right neighbour");
+        let right = run.ep.right.expect("a ring has a right neighbour");
         for t in 0..n - 1 {
             let send_c = (pos + 2 * n - t - 1) % n;
             run.send(right, t, &f32_bytes(&chunks[send_c]))?;
@@ -538,8 +587,8 @@ fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipEr
         run.handshake(true, true)?;
         // Rightward stream: slots 0..n carry partial sums of chips 0..=i for chunks owned further right.
         let mut from_left: Option<Vec<f32>> = None;
-        if run.left.is_none() {
-            if let Some(r) = run.right {
+        if run.ep.left.is_none() {
+            if let Some(r) = run.ep.right {
                 for (c, chunk) in chunks.iter().enumerate().take(n).skip(1) {
                     run.send(r, c, &f32_bytes(chunk))?;
                 }
@@ -551,15 +600,15 @@ fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipEr
                 add_bytes(&mut p, &run.read_slot(c, len)?);
                 if c == pos {
                     from_left = Some(p);
-                } else if let Some(r) = run.right {
+                } else if let Some(r) = run.ep.right {
                     run.send(r, c, &f32_bytes(&p))?;
                 }
             }
         }
         // Leftward stream: slots n..2n carry partial sums of chips i..n for chunks owned further left.
         let mut from_right: Option<Vec<u8>> = None;
-        if run.right.is_none() {
-            if let Some(l) = run.left {
+        if run.ep.right.is_none() {
+            if let Some(l) = run.ep.left {
                 for c in (0..n - 1).rev() {
                     run.send(l, n + c, &f32_bytes(&chunks[c]))?;
                 }
@@ -570,7 +619,7 @@ fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipEr
                 let bytes = run.read_slot(n + c, len)?;
                 if c == pos {
                     from_right = Some(bytes);
-                } else if let Some(l) = run.left {
+                } else if let Some(l) = run.ep.left {
                     let mut p = chunks[c].clone();
                     add_bytes(&mut p, &bytes);
                     run.send(l, n + c, &f32_bytes(&p))?;

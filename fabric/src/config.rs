@@ -279,6 +279,15 @@ impl fmt::Display for NocAddr {
 /// wait on a fabric operation.
 pub trait ChipMemory: Send + Sync {
     fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), crate::MemoryError>;
+
+    /// Reads `out.len()` bytes at `src`: what a kernel on this chip reads from its own
+    /// memory. Users of the fabric that run a chip's part of an algorithm on another thread
+    /// (the collectives' line runner) read through it; memories that never serve one need
+    /// not support it.
+    fn read(&self, src: NocAddr, out: &mut [u8]) -> Result<(), crate::MemoryError> {
+        let _ = out;
+        Err(format!("this chip memory does not serve reads (asked for {src})").into())
+    }
 }
 
 /// Direction along an axis line: Forward = increasing index in `AxisLine::chips`.

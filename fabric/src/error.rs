@@ -77,6 +77,13 @@ pub enum FabricError {
         source: MemoryError,
     },
 
+    #[error("chip {chip} could not read its own memory at {addr}: {source}")]
+    ReadFailed {
+        chip: u32,
+        addr: String,
+        source: MemoryError,
+    },
+
     #[error(
         "chip {src} waited {waited:?} for a free slot on link {link} toward chip {dst}: the \
          receiving router is not draining (raise the operation timeout if the load is legitimate)"

@@ -408,6 +408,19 @@ impl Fabric {
         }
     }
 
+    /// Reads `chip`'s own memory at `src`, as a kernel on `chip` would (no link is crossed):
+    /// for a thread that runs `chip`'s part of an algorithm while `chip`'s kernel waits.
+    pub fn read_local(&self, chip: u32, src: NocAddr, out: &mut [u8]) -> Result<()> {
+        self.check_chip(chip)?;
+        self.inner.mems[chip as usize]
+            .read(src, out)
+            .map_err(|source| FabricError::ReadFailed {
+                chip,
+                addr: src.to_string(),
+                source,
+            })
+    }
+
     pub fn semaphore_value(&self, chip: u32, sem: u32) -> Result<u64> {
         self.check_chip(chip)?;
         Ok(self.inner.sems[chip as usize]

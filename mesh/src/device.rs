@@ -119,18 +119,34 @@ pub struct MeshDevice {
 /// Fabric writes land in the destination chip's memory.
 struct ChipPort(Option<Arc<Chip>>, u32);
 
-impl ChipMemory for ChipPort {
-    fn write(&self, dest: NocAddr, data: &[u8]) -> std::result::Result<(), MemoryError> {
-        let chip = self
+impl ChipPort {
+    fn chip(&self) -> std::result::Result<&Arc<Chip>, MemoryError> {
+        Ok(self
             .0
             .as_ref()
-            .ok_or_else(|| format!("chip {} is not part of this mesh", self.1))?;
-        let space = match dest.space {
-            ttmesh_fabric::MemSpace::Dram => ttmesh_chip::allocator::MemSpace::Dram,
-            ttmesh_fabric::MemSpace::L1 => ttmesh_chip::allocator::MemSpace::L1,
-        };
-        chip.memory()
-            .write(space, dest.bank, dest.addr, data)
+            .ok_or_else(|| format!("chip {} is not part of this mesh", self.1))?)
+    }
+}
+
+fn chip_space(addr: &NocAddr) -> ttmesh_chip::allocator::MemSpace {
+    match addr.space {
+        ttmesh_fabric::MemSpace::Dram => ttmesh_chip::allocator::MemSpace::Dram,
+        ttmesh_fabric::MemSpace::L1 => ttmesh_chip::allocator::MemSpace::L1,
+    }
+}
+
+impl ChipMemory for ChipPort {
+    fn write(&self, dest: NocAddr, data: &[u8]) -> std::result::Result<(), MemoryError> {
+        self.chip()?
+            .memory()
+            .write(chip_space(&dest), dest.bank, dest.addr, data)
+            .map_err(MemoryError::new)
+    }
+
+    fn read(&self, src: NocAddr, out: &mut [u8]) -> std::result::Result<(), MemoryError> {
+        self.chip()?
+            .memory()
+            .read(chip_space(&src), src.bank, src.addr, out)
             .map_err(MemoryError::new)
     }
 }

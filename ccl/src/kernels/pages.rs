@@ -7,11 +7,11 @@
 
 use std::cell::RefCell;
 
-use ttmesh_chip::allocator::MemSpace;
 use ttmesh_chip::program::KernelContext;
 use ttmesh_chip::tensor::{DataType, Layout, TensorSpec};
 use ttmesh_chip::ChipError;
 
+use super::steps::{self, sized, Step, Work};
 use super::Run;
 use crate::Topology;
 
@@ -68,23 +68,19 @@ pub(crate) fn page_elems(spec: &TensorSpec) -> usize {
     }
 }
 
-/// Buffers reused across launches on one dispatcher thread (one per chip queue), so a
-/// collective allocates (and page-faults) only when it is larger than any before it there.
-#[derive(Default)]
-struct Buffers {
-    bytes: Vec<Vec<u8>>,
-    floats: Vec<Vec<f32>>,
-}
-
 thread_local! {
-    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
+    /// Buffers reused across launches on one dispatcher thread (one per chip queue), so a
+    /// collective allocates (and page-faults) only when it is larger than any before it there.
+    static WORK: RefCell<Work> = RefCell::new(Work::default());
 }
 
-fn sized<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
-    if v.len() < len {
-        v.resize(len, T::default());
-    }
-    &mut v[..len]
+/// Runs `f` with this thread's reusable buffers (taken out, so `f` may hand them to another
+/// thread and back).
+fn with_work<R>(f: impl FnOnce(&mut Work) -> R) -> R {
+    let mut w = WORK.with(|w| std::mem::take(&mut *w.borrow_mut()));
+    let r = f(&mut w);
+    WORK.with(|slot| *slot.borrow_mut() = w);
+    r
 }
 
 fn read_pages(
@@ -119,82 +115,18 @@ fn write_pages(
     Ok(())
 }
 
-impl Run<'_> {
-    fn read_slot_into(&self, slot: usize, out: &mut [u8]) -> Result<(), ChipError> {
-        let (bank, addr) = self.slots.location(slot as u64);
-        self.ctx.memory.read(MemSpace::Dram, bank, addr, out)
-    }
-}
-
-/// The gather steps: `slots[pos][..lens[pos]]` holds this chip's block; on return every
-/// `slots[j][..lens[j]]` holds line position j's block. Uses scratch slots `base..base + n`.
-/// The caller has done the handshake.
-pub(crate) fn gather_steps(
-    run: &Run,
-    slots: &mut [Vec<u8>],
-    lens: &[usize],
-    base: usize,
-) -> Result<(), ChipError> {
-    let n = run.k.line.chips.len();
-    let pos = run.k.pos;
-    if run.k.topology == Topology::Ring {
-        let right = run.right.expect("a ring has a right neighbour");
-        for t in 0..n - 1 {
-            let c = (pos + n - t) % n;
-            if t > 0 {
-                // Slot c arrived in the previous step: read it once, keep it for the output.
-                run.read_slot_into(base + c, sized(&mut slots[c], lens[c]))?;
-            }
-            run.send(right, base + c, &slots[c][..lens[c]])?;
-            run.wait_slot(base + (pos + 2 * n - 1 - t) % n)?;
-        }
-        let last = (pos + 1) % n;
-        if n > 1 {
-            run.read_slot_into(base + last, sized(&mut slots[last], lens[last]))?;
-        }
-    } else {
-        if let Some(r) = run.right {
-            run.send(r, base + pos, &slots[pos][..lens[pos]])?;
-        }
-        if let Some(l) = run.left {
-            run.send(l, base + pos, &slots[pos][..lens[pos]])?;
-        }
-        // Blocks from the left arrive nearest first; pass each on to the right, and back.
-        for c in (0..pos).rev() {
-            run.wait_slot(base + c)?;
-            run.read_slot_into(base + c, sized(&mut slots[c], lens[c]))?;
-            if let Some(r) = run.right {
-                run.send(r, base + c, &slots[c][..lens[c]])?;
-            }
-        }
-        for (c, slot) in slots.iter_mut().enumerate().take(n).skip(pos + 1) {
-            run.wait_slot(base + c)?;
-            run.read_slot_into(base + c, sized(slot, lens[c]))?;
-            if let Some(l) = run.left {
-                run.send(l, base + c, &slot[..lens[c]])?;
-            }
-        }
-    }
-    Ok(())
-}
-
 /// all_gather on pages: every chip's input pages travel as they are; the output is assembled
-/// page run by page run straight from the received slots.
+/// page run by page run straight from the received blocks.
 pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Result<(), ChipError> {
     let k = run.k;
     let n = k.line.chips.len();
     let pos = k.pos;
     let len = k.input.buffer_size() as usize;
-    BUFFERS.with(|b| {
-        let mut b = b.borrow_mut();
-        if b.bytes.len() < n {
-            b.bytes.resize_with(n, Vec::new);
-        }
-        let slots = &mut b.bytes;
-        read_pages(run.ctx, &k.input, addresses[0], sized(&mut slots[pos], len))?;
-        run.handshake(k.topology != Topology::Ring, true)?;
-        gather_steps(run, slots, &vec![len; n], 0)?;
-        run.flush()?;
+    with_work(|w| {
+        w.shape(&[], &vec![len; n]);
+        read_pages(run.ctx, &k.input, addresses[0], &mut w.blocks[pos][..len])?;
+        let steps = steps::gather_steps(k.topology, n, pos, 0);
+        run.run_steps(w, steps, k.topology != Topology::Ring)?;
         // Output page run (o, b) is input run o of the line position whose order is b.
         let mut from_position = vec![0; n];
         for (p, &blk) in k.order.iter().enumerate() {
@@ -204,7 +136,7 @@ pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Resu
         let run_bytes = split.extent * split.inner * ps;
         for o in 0..split.outer {
             for (blk, &j) in from_position.iter().enumerate() {
-                let src = &slots[j][o * run_bytes..(o + 1) * run_bytes];
+                let src = &w.block(j)[o * run_bytes..(o + 1) * run_bytes];
                 let first = (o * n + blk) * split.extent * split.inner;
                 write_pages(run.ctx, &k.output, addresses[2], first, src)?;
             }
@@ -215,12 +147,6 @@ pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Resu
 
 fn f32_bytes(v: &[f32]) -> &[u8] {
     bytemuck::cast_slice(v)
-}
-
-fn add_into(acc: &mut [f32], other: &[f32]) {
-    for (a, b) in acc.iter_mut().zip(other) {
-        *a += *b;
-    }
 }
 
 /// Decodes raw `dtype` bytes to f32 (bf16 -> f32 is exact: the bits move up 16 places).
@@ -271,79 +197,6 @@ fn decode_chunk(
     }
 }
 
-/// The reduction steps over f32 chunks (chunk j, of `lens[j]` elements, is owned by line
-/// position j): on return `chunks[pos]` holds the line's sum of chunk `pos`, added in the
-/// fixed order the crate docs give. Uses scratch slots `base..base + 2n`. The caller has done
-/// the handshake.
-pub(crate) fn reduce_steps(
-    run: &Run,
-    chunks: &mut [Vec<f32>],
-    lens: &[usize],
-    recv: &mut Vec<f32>,
-    base: usize,
-) -> Result<(), ChipError> {
-    let n = run.k.line.chips.len();
-    let pos = run.k.pos;
-    let recv_into = |slot: usize, len: usize, into: &mut Vec<f32>| -> Result<(), ChipError> {
-        run.read_slot_into(base + slot, bytemuck::cast_slice_mut(sized(into, len)))
-    };
-    let send = |to: u32, slot: usize, c: &[f32]| run.send(to, base + slot, f32_bytes(c));
-    if run.k.topology == Topology::Ring {
-        let right = run.right.expect("a ring has a right neighbour");
-        for t in 0..n - 1 {
-            let send_c = (pos + 2 * n - t - 1) % n;
-            send(right, t, &chunks[send_c][..lens[send_c]])?;
-            run.wait_slot(base + t)?;
-            let recv_c = (pos + 2 * n - t - 2) % n;
-            recv_into(t, lens[recv_c], recv)?;
-            add_into(&mut chunks[recv_c][..lens[recv_c]], recv);
-        }
-        return Ok(());
-    }
-    // Rightward: slots 0..n carry partial sums of chips 0..=i for chunks further right.
-    if run.left.is_none() {
-        if let Some(r) = run.right {
-            for (c, chunk) in chunks.iter().enumerate().take(n).skip(1) {
-                send(r, c, &chunk[..lens[c]])?;
-            }
-        }
-    } else {
-        for (c, chunk) in chunks.iter_mut().enumerate().take(n).skip(pos) {
-            run.wait_slot(base + c)?;
-            recv_into(c, lens[c], recv)?;
-            add_into(&mut chunk[..lens[c]], recv);
-            if c != pos {
-                if let Some(r) = run.right {
-                    send(r, c, &chunk[..lens[c]])?;
-                }
-            }
-        }
-    }
-    // Leftward: slots n..2n carry partial sums of chips i..n for chunks further left.
-    // Chunks left of pos are added to after being sent right: only those not yet sent
-    // (c < pos was never sent right by this chip), so reusing them is safe.
-    if run.right.is_none() {
-        if let Some(l) = run.left {
-            for c in (0..n - 1).rev() {
-                send(l, n + c, &chunks[c][..lens[c]])?;
-            }
-        }
-    } else {
-        for c in (0..=pos).rev() {
-            run.wait_slot(base + n + c)?;
-            recv_into(n + c, lens[c], recv)?;
-            if c == pos {
-                // left partial (chips 0..=pos) + right partial (chips pos+1..n).
-                add_into(&mut chunks[pos][..lens[c]], recv);
-            } else if let Some(l) = run.left {
-                add_into(&mut chunks[c][..lens[c]], recv);
-                send(l, n + c, &chunks[c][..lens[c]])?;
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Encodes f32 sums as `dtype` bytes (bf16 rounds to nearest even; others are cast).
 pub(crate) fn encode(dtype: DataType, sum: &[f32], out: &mut [u8]) {
     match dtype {
@@ -369,17 +222,9 @@ pub(crate) fn reduce_scatter(
     let dtype = k.input.dtype;
     let page_bytes = k.input.page_size() as usize;
     let chunk_elems = k.input.num_pages() as usize / n * page_elems(&k.input);
-    BUFFERS.with(|b| {
-        let mut b = b.borrow_mut();
-        let Buffers { bytes, floats } = &mut *b;
-        if bytes.is_empty() {
-            bytes.push(Vec::new());
-        }
-        if floats.len() < n + 1 {
-            floats.resize_with(n + 1, Vec::new);
-        }
-        let (chunks, recv) = floats.split_at_mut(n);
-        let input = sized(&mut bytes[0], k.input.buffer_size() as usize);
+    with_work(|w| {
+        w.shape(&vec![chunk_elems; n], &[]);
+        let input = sized(&mut w.input, k.input.buffer_size() as usize);
         read_pages(run.ctx, &k.input, addresses[0], input)?;
         // The algorithm's chunk j (owned by line position j) is the data's chunk order[j].
         for (j, &d) in k.order.iter().enumerate() {
@@ -390,15 +235,14 @@ pub(crate) fn reduce_scatter(
                 n,
                 d,
                 page_bytes,
-                sized(&mut chunks[j], chunk_elems),
+                &mut w.chunks[j][..chunk_elems],
             );
         }
-        run.handshake(k.topology != Topology::Ring, true)?;
-        reduce_steps(run, chunks, &vec![chunk_elems; n], &mut recv[0], 0)?;
-        run.flush()?;
+        let steps = steps::reduce_steps(k.topology, n, pos, 0);
+        run.run_steps(w, steps, k.topology != Topology::Ring)?;
         // Encode the owned chunk into the output's pages (same page order as the chunk).
-        let out = sized(&mut bytes[0], k.output.buffer_size() as usize);
-        encode(k.output.dtype, &chunks[pos][..chunk_elems], out);
+        let out = sized(&mut w.input, k.output.buffer_size() as usize);
+        encode(k.output.dtype, &w.chunks[pos][..chunk_elems], out);
         write_pages(run.ctx, &k.output, addresses[2], 0, out)
     })
 }
@@ -435,43 +279,24 @@ pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<(), ChipError> 
     let ranges: Vec<(usize, usize)> = (0..n).map(|j| chunk_pages(pages, n, j)).collect();
     let elems: Vec<usize> = ranges.iter().map(|(a, e)| (e - a) * pe).collect();
     let out_lens: Vec<usize> = ranges.iter().map(|(a, e)| (e - a) * out_page).collect();
-    BUFFERS.with(|b| {
-        let mut b = b.borrow_mut();
-        let Buffers { bytes, floats } = &mut *b;
-        if bytes.len() < n + 1 {
-            bytes.resize_with(n + 1, Vec::new);
-        }
-        if floats.len() < n + 1 {
-            floats.resize_with(n + 1, Vec::new);
-        }
-        let (chunks, recv) = floats.split_at_mut(n);
-        let (input, slots) = bytes.split_at_mut(1);
-        let input = sized(&mut input[0], pages * in_page);
+    with_work(|w| {
+        w.shape(&elems, &out_lens);
+        w.out_dtype = Some(k.output.dtype);
+        let input = sized(&mut w.input, pages * in_page);
         read_pages(run.ctx, &k.input, addresses[0], input)?;
         for (j, &(a, e)) in ranges.iter().enumerate() {
             decode_run(
                 k.input.dtype,
                 &input[a * in_page..e * in_page],
-                sized(&mut chunks[j], elems[j]),
+                &mut w.chunks[j][..elems[j]],
             );
         }
-        run.handshake(k.topology != Topology::Ring, true)?;
-        reduce_steps(run, chunks, &elems, &mut recv[0], 0)?;
-        encode(
-            k.output.dtype,
-            &chunks[pos][..elems[pos]],
-            sized(&mut slots[pos], out_lens[pos]),
-        );
-        gather_steps(run, slots, &out_lens, 2 * n)?;
-        run.flush()?;
+        let mut steps = steps::reduce_steps(k.topology, n, pos, 0);
+        steps.push(Step::Encode { chunk: pos });
+        steps.extend(steps::gather_steps(k.topology, n, pos, 2 * n));
+        run.run_steps(w, steps, k.topology != Topology::Ring)?;
         for (j, &(a, _)) in ranges.iter().enumerate() {
-            write_pages(
-                run.ctx,
-                &k.output,
-                addresses[2],
-                a,
-                &slots[j][..out_lens[j]],
-            )?;
+            write_pages(run.ctx, &k.output, addresses[2], a, w.block(j))?;
         }
         Ok(())
     })

@@ -639,14 +639,19 @@ impl Chip {
     pub fn finish(&self, cq: CqId) -> Result<()> {
         self.forbid_capture(cq, "Event Synchronization")?;
         let q = self.queue(cq)?;
-        let id = q.allocate_event_id();
-        let mut e = Encoder::with_capacity(16);
-        e.simple(Opcode::RecordEvent, 0, id);
         self.shared
             .observer
             .with(|o| o.host_waits(self.shared.id, cq));
-        q.ring.push(e.bytes, true);
         let state = &self.shared.cq_states[cq.0 as usize];
+        // An idle queue has run everything: no event round trip (two thread wake-ups, which
+        // a mesh would pay chip after chip).
+        if q.ring.drained() {
+            return state.take_error().map_or(Ok(()), Err);
+        }
+        let id = q.allocate_event_id();
+        let mut e = Encoder::with_capacity(16);
+        e.simple(Opcode::RecordEvent, 0, id);
+        q.ring.push(e.bytes, true);
         let timeout = self.shared.config.operation_timeout;
         // A kernel's own waits (events, fabric semaphores) time out after the operation timeout
         // with an error that names what they waited on; wait a little longer so that error, not

@@ -126,6 +126,12 @@ impl HostRing {
         }
     }
 
+    /// True if the dispatcher sleeps with nothing queued: it has run everything pushed so far.
+    pub(crate) fn drained(&self) -> bool {
+        let s = self.state.lock();
+        s.sleeping && s.items.is_empty()
+    }
+
     /// Blocks (parked, no spinning) until there is work; takes all of it.
     fn pop_all(&self, out: &mut VecDeque<Vec<u8>>) {
         let mut s = self.state.lock();

@@ -1,0 +1,367 @@
+//! Running a whole line's steps on one thread. Each chip's kernel prepares its part (reads and
+//! decodes its input on its own thread) and registers it at the collective's meeting; the last
+//! to arrive runs every chip's step list, interleaved as the data allows, and hands each part
+//! back; the others sleep meanwhile and finish their own part (writing their output). A
+//! collective then costs one sleep and one wake per chip instead of a chain of wake-ups per
+//! step. Every byte still goes through the fabric senders (packets, credits, link statistics
+//! and faults are real) into the receivers' memory, and every receive still waits for its
+//! semaphore; the runner only knows which slots were sent so it never waits on a step that
+//! has not run.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use ttmesh_chip::error::ForeignError;
+use ttmesh_chip::ChipError;
+use ttmesh_fabric::{Fabric, FabricError};
+
+use super::steps::{Endpoint, Local, Side, Step, StepError, Work};
+
+/// Collectives up to this many bytes of data per chip run together (`TTMESH_CCL_TOGETHER_BYTES`
+/// sets it; 0: never).
+fn together_bytes() -> usize {
+    static B: OnceLock<usize> = OnceLock::new();
+    *B.get_or_init(|| {
+        std::env::var("TTMESH_CCL_TOGETHER_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(usize::MAX)
+    })
+}
+
+/// True if a collective with these buffers should run together.
+pub(crate) fn wanted(w: &Work) -> bool {
+    let bytes = w.chunk_lens.iter().sum::<usize>() * 4 + w.block_lens.iter().sum::<usize>();
+    bytes <= together_bytes()
+}
+
+/// What one chip brings to the meeting and gets back.
+pub(crate) struct Part {
+    pub ep: Endpoint,
+    pub work: Work,
+    pub steps: Vec<Step>,
+}
+
+enum Phase {
+    Gathering,
+    Running {
+        runner: u32,
+    },
+    Done,
+    /// A chip gave up waiting (timeout or abort): the meeting never runs.
+    Abandoned,
+}
+
+struct State {
+    parts: Vec<Option<Part>>,
+    arrived: usize,
+    phase: Phase,
+    results: Vec<Option<Result<Part, ChipError>>>,
+}
+
+struct Meeting {
+    state: Mutex<State>,
+    cv: Condvar,
+    /// Steps the runner has done: a waiter's timeout counts from the last progress.
+    progress: AtomicU64,
+}
+
+/// Open meetings by (fabric, collective). The Weak keeps the fabric's allocation, so its
+/// address is not reused while an entry names it.
+type Registry = HashMap<(usize, u64), (Weak<Fabric>, Arc<Meeting>)>;
+
+fn registry() -> MutexGuard<'static, Registry> {
+    static MEETINGS: OnceLock<Mutex<Registry>> = OnceLock::new();
+    MEETINGS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+fn lock(m: &Meeting) -> MutexGuard<'_, State> {
+    m.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How often a sleeping chip looks whether the fabric was aborted (by a chip elsewhere).
+const ABORT_POLL: Duration = Duration::from_millis(10);
+
+/// The collective one kernel instance is part of.
+pub(crate) struct Collective<'a> {
+    pub fabric: &'a Arc<Fabric>,
+    /// Identifies the collective (the same on every chip of the line).
+    pub key: u64,
+    pub name: &'static str,
+    pub chips: &'a [u32],
+    pub pos: usize,
+    pub timeout: Duration,
+}
+
+fn fault(chip: u32, name: &str, e: FabricError) -> ChipError {
+    ChipError::KernelFault {
+        kernel: name.into(),
+        chip,
+        source: ForeignError::new(e),
+    }
+}
+
+/// Brings `part` to the meeting and returns it once every chip's steps have run.
+pub(crate) fn meet(c: &Collective, part: Part) -> Result<Part, ChipError> {
+    let n = c.chips.len();
+    let me = c.chips[c.pos];
+    let id = (Arc::as_ptr(c.fabric) as usize, c.key);
+    let meeting = {
+        let mut reg = registry();
+        let m = reg
+            .entry(id)
+            .or_insert_with(|| {
+                (
+                    Arc::downgrade(c.fabric),
+                    Arc::new(Meeting {
+                        state: Mutex::new(State {
+                            parts: (0..n).map(|_| None).collect(),
+                            arrived: 0,
+                            phase: Phase::Gathering,
+                            results: (0..n).map(|_| None).collect(),
+                        }),
+                        cv: Condvar::new(),
+                        progress: AtomicU64::new(0),
+                    }),
+                )
+            })
+            .1
+            .clone();
+        let mut st = lock(&m);
+        if st.parts[c.pos].is_some() {
+            return Err(ChipError::Timeout {
+                what: format!(
+                    "{} on line {:?}: chip {me} arrived twice at one collective (the chips' command streams diverged)",
+                    c.name, c.chips
+                ),
+                seconds: 0.0,
+            });
+        }
+        st.parts[c.pos] = Some(part);
+        st.arrived += 1;
+        if st.arrived == n {
+            // Complete: later arrivals start the next collective.
+            reg.remove(&id);
+            st.phase = Phase::Running { runner: me };
+            let parts: Vec<Part> = st.parts.iter_mut().map(|p| p.take().unwrap()).collect();
+            drop(st);
+            drop(reg);
+            let results = run_all(c, parts, &m.progress);
+            let mut st = lock(&m);
+            st.results = results.into_iter().map(Some).collect();
+            st.phase = Phase::Done;
+            let mine = st.results[c.pos].take().unwrap();
+            drop(st);
+            m.cv.notify_all();
+            return mine;
+        }
+        drop(st);
+        m
+    };
+    wait(c, &meeting, id)
+}
+
+fn wait(c: &Collective, m: &Arc<Meeting>, id: (usize, u64)) -> Result<Part, ChipError> {
+    let me = c.chips[c.pos];
+    let mut deadline = Instant::now() + c.timeout;
+    let mut seen = m.progress.load(Relaxed);
+    let mut st = lock(m);
+    loop {
+        match st.phase {
+            Phase::Done => return st.results[c.pos].take().unwrap(),
+            Phase::Abandoned => {
+                let e = c.fabric.failure().unwrap_or(FabricError::KernelFailed {
+                    chip: me,
+                    reason: format!("{} on line {:?} was abandoned", c.name, c.chips),
+                });
+                return Err(fault(me, c.name, e));
+            }
+            Phase::Gathering | Phase::Running { .. } => {}
+        }
+        let now = Instant::now();
+        let gathering = matches!(st.phase, Phase::Gathering);
+        if gathering {
+            if let Some(e) = c.fabric.failure() {
+                abandon(&mut st, m, id);
+                return Err(fault(me, c.name, e));
+            }
+        } else {
+            let p = m.progress.load(Relaxed);
+            if p != seen {
+                seen = p;
+                deadline = now + c.timeout;
+            }
+        }
+        if now >= deadline {
+            let (what, reason) = match st.phase {
+                Phase::Running { runner } => (
+                    format!(
+                        "{} on line {:?}: chip {runner}, running every chip's part, made no progress for {:?}",
+                        c.name, c.chips, c.timeout
+                    ),
+                    format!("chip {runner} made no progress running the line's collective"),
+                ),
+                _ => {
+                    let missing: Vec<u32> = st
+                        .parts
+                        .iter()
+                        .zip(c.chips)
+                        .filter(|(p, _)| p.is_none())
+                        .map(|(_, &chip)| chip)
+                        .collect();
+                    abandon(&mut st, m, id);
+                    (
+                        format!(
+                            "{} on line {:?}: chip(s) {missing:?} had not reached it after {:?} (their queues are behind or stopped)",
+                            c.name, c.chips, c.timeout
+                        ),
+                        format!("chip(s) {missing:?} never reached {}", c.name),
+                    )
+                }
+            };
+            c.fabric.abort(
+                me,
+                FabricError::KernelFailed {
+                    chip: me,
+                    reason: reason.clone(),
+                },
+            );
+            return Err(ChipError::Timeout {
+                what,
+                seconds: c.timeout.as_secs_f64(),
+            });
+        }
+        let slice = if gathering {
+            ABORT_POLL.min(deadline - now)
+        } else {
+            deadline - now
+        };
+        st =
+            m.cv.wait_timeout(st, slice)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+    }
+}
+
+/// Ends a meeting that can no longer complete: it leaves the registry and every waiter fails.
+fn abandon(st: &mut State, m: &Arc<Meeting>, id: (usize, u64)) {
+    st.phase = Phase::Abandoned;
+    let mut reg = registry();
+    if reg.get(&id).is_some_and(|(_, x)| Arc::ptr_eq(x, m)) {
+        reg.remove(&id);
+    }
+    m.cv.notify_all();
+}
+
+/// Runs every part's steps, each as soon as what it receives was sent, then flushes. On a
+/// failure the fabric is aborted with its cause, and every chip reports it.
+fn run_all(
+    c: &Collective,
+    mut parts: Vec<Part>,
+    progress: &AtomicU64,
+) -> Vec<Result<Part, ChipError>> {
+    match drive(c, &mut parts, progress) {
+        Ok(()) => parts.into_iter().map(Ok).collect(),
+        Err((at, e)) => {
+            let chip = c.chips[at];
+            let mine = match e {
+                StepError::Fabric(e) => {
+                    c.fabric.abort(chip, e.clone());
+                    fault(chip, c.name, e)
+                }
+                StepError::Chip(e) => {
+                    c.fabric.abort(
+                        chip,
+                        FabricError::KernelFailed {
+                            chip,
+                            reason: e.to_string(),
+                        },
+                    );
+                    e
+                }
+            };
+            let mut mine = Some(mine);
+            (0..parts.len())
+                .map(|p| {
+                    Err(if p == at {
+                        mine.take().unwrap()
+                    } else {
+                        let cause = c.fabric.failure().unwrap_or(FabricError::ShutDown);
+                        fault(c.chips[p], c.name, cause)
+                    })
+                })
+                .collect()
+        }
+    }
+}
+
+fn drive(
+    c: &Collective,
+    parts: &mut [Part],
+    progress: &AtomicU64,
+) -> Result<(), (usize, StepError)> {
+    let n = parts.len();
+    let slots = parts
+        .iter()
+        .flat_map(|p| p.steps.iter())
+        .filter_map(|s| s.receives().or(s.sends().map(|(_, slot)| slot)))
+        .max()
+        .map_or(0, |m| m + 1);
+    // sent[p * slots + s]: something was sent into position p's slot s.
+    let mut sent = vec![false; n * slots];
+    let mut pc = vec![0usize; n];
+    let mem = Local::Fabric(c.fabric);
+    loop {
+        let mut moved = false;
+        let mut done = true;
+        for p in 0..n {
+            let part = &mut parts[p];
+            while let Some(&s) = part.steps.get(pc[p]) {
+                if s.receives().is_some_and(|slot| !sent[p * slots + slot]) {
+                    break;
+                }
+                part.ep
+                    .step(s, &mut part.work, c.fabric, mem, c.timeout)
+                    .map_err(|e| (p, e))?;
+                if let Some((side, slot)) = s.sends() {
+                    let q = match side {
+                        Side::Right => (p + 1) % n,
+                        Side::Left => (p + n - 1) % n,
+                    };
+                    sent[q * slots + slot] = true;
+                }
+                pc[p] += 1;
+                moved = true;
+                progress.fetch_add(1, Relaxed);
+            }
+            done &= pc[p] == part.steps.len();
+        }
+        if done {
+            break;
+        }
+        if !moved {
+            // The step lists wait on each other: a bug in them, not a runtime condition.
+            return Err((
+                0,
+                StepError::Fabric(FabricError::KernelFailed {
+                    chip: c.chips[0],
+                    reason: format!(
+                        "{}: the line's step lists cannot proceed (at steps {pc:?})",
+                        c.name
+                    ),
+                }),
+            ));
+        }
+    }
+    for (p, part) in parts.iter().enumerate() {
+        part.ep
+            .flush(c.timeout)
+            .map_err(|e| (p, StepError::Fabric(e)))?;
+    }
+    Ok(())
+}
