@@ -19,6 +19,8 @@ mod pages;
 mod steps;
 mod together;
 
+pub use together::{set_step_runner, StepRunner};
+
 /// Scratch slot size of an all_gather: one chip's tensor, as pages (fast path) or as wire
 /// values (logical path), whichever is larger.
 pub(crate) fn gather_slot_bytes(spec: &TensorSpec) -> usize {
@@ -196,7 +198,7 @@ impl<'a> Run<'a> {
         steps: Vec<Step>,
         writes_left: bool,
     ) -> Result<(), ChipError> {
-        if together::wanted(work) {
+        if together::wanted(self.k.input.buffer_size() as usize, self.k.line.chips.len()) {
             let c = together::Collective {
                 fabric: self.fabric,
                 key: self.k.meet_key,

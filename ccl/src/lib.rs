@@ -92,7 +92,10 @@ use ttmesh_chip::tensor::{DataType, Layout, MemoryConfig, Tensor, TensorSpec};
 use ttmesh_chip::ChipError;
 use ttmesh_fabric::Fabric;
 
-pub use kernels::{CollectiveKind, SEM_READY_FROM_LEFT, SEM_READY_FROM_RIGHT, SEM_SLOT_BASE};
+pub use kernels::{
+    set_step_runner, CollectiveKind, StepRunner, SEM_READY_FROM_LEFT, SEM_READY_FROM_RIGHT,
+    SEM_SLOT_BASE,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CclError {
