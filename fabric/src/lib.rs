@@ -49,6 +49,10 @@
 //! cost more than the parallelism gained, and a small collective's steps were chains of router
 //! wake-ups. So `ChipMemory::write` may be called on any sending thread.
 //!
+//! `Fabric::read_local` reads a chip's own memory (`ChipMemory::read`, no link crossed) for a
+//! thread that runs that chip's part of an algorithm while the chip's kernel waits (the
+//! collectives' line runner).
+//!
 //! `wait_semaphore` checks the table a few hundred times (yielding every 16th check) before it
 //! sleeps on the condvar: the increment usually comes from a peer on the other core within
 //! microseconds. `TTMESH_SEM_SPIN` sets the count (0: sleep at once).

@@ -148,34 +148,39 @@ pub(crate) fn meet(c: &Collective, part: Part) -> Result<Part, ChipError> {
     let id = (Arc::as_ptr(c.fabric) as usize, c.key);
     let meeting = {
         let mut reg = registry();
-        let m = reg
-            .entry(id)
-            .or_insert_with(|| {
-                (
-                    Arc::downgrade(c.fabric),
-                    Arc::new(Meeting {
-                        state: Mutex::new(State {
-                            parts: (0..n).map(|_| None).collect(),
-                            arrived: 0,
-                            phase: Phase::Gathering,
-                            results: (0..n).map(|_| None).collect(),
-                        }),
-                        cv: Condvar::new(),
-                        progress: AtomicU64::new(0),
+        // An abandoned meeting may linger until its waiter removes it: start a fresh one.
+        let open = reg
+            .get(&id)
+            .filter(|(_, m)| !matches!(lock(m).phase, Phase::Abandoned))
+            .map(|(_, m)| m.clone());
+        let m = match open {
+            Some(m) => m,
+            None => {
+                let m = Arc::new(Meeting {
+                    state: Mutex::new(State {
+                        parts: (0..n).map(|_| None).collect(),
+                        arrived: 0,
+                        phase: Phase::Gathering,
+                        results: (0..n).map(|_| None).collect(),
                     }),
-                )
-            })
-            .1
-            .clone();
+                    cv: Condvar::new(),
+                    progress: AtomicU64::new(0),
+                });
+                reg.insert(id, (Arc::downgrade(c.fabric), m.clone()));
+                m
+            }
+        };
         let mut st = lock(&m);
         if st.parts[c.pos].is_some() {
-            return Err(ChipError::Timeout {
-                what: format!(
-                    "{} on line {:?}: chip {me} arrived twice at one collective (the chips' command streams diverged)",
-                    c.name, c.chips
-                ),
-                seconds: 0.0,
-            });
+            let reason = format!(
+                "{} on line {:?}: chip {me} arrived twice at one collective (the chips' command streams diverged)",
+                c.name, c.chips
+            );
+            return Err(fault(
+                me,
+                c.name,
+                FabricError::KernelFailed { chip: me, reason },
+            ));
         }
         st.parts[c.pos] = Some(part);
         st.arrived += 1;
@@ -222,7 +227,7 @@ fn wait(c: &Collective, m: &Arc<Meeting>, id: (usize, u64)) -> Result<Part, Chip
         let gathering = matches!(st.phase, Phase::Gathering);
         if gathering {
             if let Some(e) = c.fabric.failure() {
-                abandon(&mut st, m, id);
+                abandon(st, m, id);
                 return Err(fault(me, c.name, e));
             }
         } else {
@@ -233,7 +238,7 @@ fn wait(c: &Collective, m: &Arc<Meeting>, id: (usize, u64)) -> Result<Part, Chip
             }
         }
         if now >= deadline {
-            let (what, reason) = match st.phase {
+            let (what, reason) = match &st.phase {
                 Phase::Running { runner } => (
                     format!(
                         "{} on line {:?}: chip {runner}, running every chip's part, made no progress for {:?}",
@@ -249,7 +254,6 @@ fn wait(c: &Collective, m: &Arc<Meeting>, id: (usize, u64)) -> Result<Part, Chip
                         .filter(|(p, _)| p.is_none())
                         .map(|(_, &chip)| chip)
                         .collect();
-                    abandon(&mut st, m, id);
                     (
                         format!(
                             "{} on line {:?}: chip(s) {missing:?} had not reached it after {:?} (their queues are behind or stopped)",
@@ -259,13 +263,12 @@ fn wait(c: &Collective, m: &Arc<Meeting>, id: (usize, u64)) -> Result<Part, Chip
                     )
                 }
             };
-            c.fabric.abort(
-                me,
-                FabricError::KernelFailed {
-                    chip: me,
-                    reason: reason.clone(),
-                },
-            );
+            // The cause first, so the others, woken by the abandon, report it.
+            c.fabric
+                .abort(me, FabricError::KernelFailed { chip: me, reason });
+            if gathering {
+                abandon(st, m, id);
+            }
             return Err(ChipError::Timeout {
                 what,
                 seconds: c.timeout.as_secs_f64(),
@@ -283,14 +286,16 @@ fn wait(c: &Collective, m: &Arc<Meeting>, id: (usize, u64)) -> Result<Part, Chip
     }
 }
 
-/// Ends a meeting that can no longer complete: it leaves the registry and every waiter fails.
-fn abandon(st: &mut State, m: &Arc<Meeting>, id: (usize, u64)) {
+/// Ends a meeting that can no longer complete: every waiter fails, and it leaves the
+/// registry (taken after the meeting's lock is released: `meet` takes them the other way).
+fn abandon(mut st: MutexGuard<'_, State>, m: &Arc<Meeting>, id: (usize, u64)) {
     st.phase = Phase::Abandoned;
+    drop(st);
+    m.cv.notify_all();
     let mut reg = registry();
     if reg.get(&id).is_some_and(|(_, x)| Arc::ptr_eq(x, m)) {
         reg.remove(&id);
     }
-    m.cv.notify_all();
 }
 
 /// Runs every part's steps, each as soon as what it receives was sent, then flushes. On a
