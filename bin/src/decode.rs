@@ -64,7 +64,7 @@ pub struct DecodeArgs {
     pub profile: crate::profile::ProfileArgs,
 }
 
-fn parse_dtype(s: &str) -> Result<DataType, String> {
+pub(crate) fn parse_dtype(s: &str) -> Result<DataType, String> {
     match s {
         "bf16" => Ok(DataType::BFloat16),
         "f32" => Ok(DataType::Float32),

@@ -6,6 +6,7 @@ mod bench;
 mod decode;
 mod limits;
 mod plan;
+mod plan_decode;
 mod profile;
 mod run;
 mod soak;
@@ -30,7 +31,8 @@ struct Cli {
 enum Command {
     /// The main job: a tensor-parallel MLP block across the mesh, untraced, captured and replayed in lockstep.
     Run(run::RunArgs),
-    /// Size `run`'s block before running: per chip trace_region_size, peak DRAM / L1 / L1_SMALL, fits.
+    /// Size `run`'s block (`plan` / `plan run`) or `decode`'s model (`plan decode`) before running:
+    /// per chip trace_region_size, peak DRAM / L1 / L1_SMALL, fits.
     Plan(plan::PlanArgs),
     /// Greedy LLM decode on the mesh: weights and KV cache in DRAM, one traced step per token.
     Decode(decode::DecodeArgs),
