@@ -4,6 +4,7 @@
 
 mod bench;
 mod decode;
+mod graph_report;
 mod limits;
 mod plan;
 mod plan_decode;
