@@ -67,6 +67,10 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Stress(args) => stress::run(&args),
     };
+    // Every command ends the captures it begins; one left open lost its graph.
+    if let Some(warning) = ttmesh::graph::capture_left_open_warning() {
+        eprintln!("{warning}");
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

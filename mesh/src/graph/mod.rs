@@ -194,6 +194,26 @@ pub fn is_capturing() -> bool {
     CAPTURING.load(Ordering::Acquire)
 }
 
+/// What a program should print at exit when captures are still open (their graphs are lost,
+/// and under NO_DISPATCH nothing ran): `None` when none is.
+pub fn capture_left_open_warning() -> Option<String> {
+    let caps = CAPTURES.lock();
+    let innermost = caps.last()?.mode;
+    Some(format!(
+        "warning: {} graph capture(s) still open at exit (innermost {}): begin_graph_capture without end_graph_capture, so the graph is lost{}; end every capture with end_graph_capture or end_graph_capture_to_file",
+        caps.len(),
+        match innermost {
+            RunMode::Normal => "NORMAL",
+            RunMode::NoDispatch => "NO_DISPATCH",
+        },
+        if caps.iter().any(|c| c.mode == RunMode::NoDispatch) {
+            " and nothing ran since NO_DISPATCH began"
+        } else {
+            ""
+        }
+    ))
+}
+
 /// The mode of the innermost open capture.
 pub fn current_run_mode() -> Option<RunMode> {
     CAPTURES.lock().last().map(|c| c.mode)
