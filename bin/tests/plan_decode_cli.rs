@@ -290,3 +290,50 @@ fn bad_shape_flags_name_the_flag() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn readme_plan_decode_examples_run_and_fit() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let examples: Vec<Vec<&str>> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("cargo run --release -- plan decode "))
+        .map(|l| l.split('#').next().unwrap().split_whitespace().collect())
+        .collect();
+    assert_eq!(examples.len(), 3, "the README's plan decode block");
+    for args in examples {
+        if let Some(i) = args.iter().position(|a| *a == "--model") {
+            if !root.join(args[i + 1]).is_file() {
+                eprintln!("SKIPPED: {args:?} (run scripts/fetch-model.sh)");
+                continue;
+            }
+        }
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| match a.strip_prefix("target/") {
+                Some(_) => root.join(a).to_string_lossy().into_owned(),
+                None => a.to_string(),
+            })
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let v = plan(&args);
+        assert_eq!(v["fits"], true, "{args:?}");
+        planned_trace_size(&v);
+    }
+    // The figures the README shows for the Llama-3.1-8B shapes.
+    assert!(readme
+        .contains("each chip's DRAM holds 2943877120 B of weights and 134217728 B of KV cache"));
+    let mut args = vec!["--mesh", "t3k", "--context", "8192"];
+    args.extend_from_slice(&LLAMA_8B);
+    let v = plan(&args);
+    let c = &v["chips"][0];
+    let row = format!(
+        "    4 {:>20} {:>14}",
+        c["trace_region_size"].as_u64().unwrap(),
+        c["peak_bytes"]["dram"].as_u64().unwrap()
+    );
+    assert!(
+        readme.contains(&row),
+        "README's table row should be {row:?}"
+    );
+}
