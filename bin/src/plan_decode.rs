@@ -13,7 +13,9 @@ use ttmesh::graph::{self, Plan};
 use ttmesh::{CqId, MeshShape};
 use ttmesh_models::gguf::GgufFile;
 use ttmesh_models::synthetic::SyntheticConfig;
-use ttmesh_models::{DeviceDecodeConfig, DeviceLlama, LlamaConfig, ModelError, MAX_BATCH};
+use ttmesh_models::{
+    DeviceDecodeConfig, DeviceLlama, LlamaConfig, ModelError, TensorParallel, MAX_BATCH,
+};
 
 use crate::plan::{print_chips, PlanMesh};
 
@@ -181,10 +183,11 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
                 let detail = e.to_string();
                 let needed =
                     DeviceLlama::dram_bytes_needed(&config, decode, shape.rows, shape.cols);
-                if let (ModelError::DoesNotFit { .. }, Ok(dram)) = (&e, needed) {
+                let split = TensorParallel::plan(&config, shape.rows, shape.cols);
+                if let (ModelError::DoesNotFit { .. }, Ok(dram), Ok(split)) = (&e, needed, split) {
                     placed = Some(Placed {
                         shape,
-                        parallel: String::new(),
+                        parallel: split.describe(),
                         dram,
                     });
                 }
@@ -303,9 +306,7 @@ impl Report<'_> {
             self.args.dtype
         );
         if let Some(p) = &self.placed {
-            if !p.parallel.is_empty() {
-                println!("{}", p.parallel);
-            }
+            println!("{}", p.parallel);
             println!(
                 "each chip's DRAM holds {} B of weights and {} B of KV cache",
                 p.dram.0, p.dram.1
