@@ -253,13 +253,22 @@ impl Report<'_> {
         for c in &mut self.plan.chips {
             let has = c.capacity_bytes.dram;
             c.fits = false;
-            c.problems.push(format!(
-                "DRAM: the weights ({weights} B) and KV cache ({cache} B) need {needed} B, {} B more than the {has} B of DRAM a chip has (placing {tensor} failed)",
-                needed.saturating_sub(has),
-            ));
+            c.problems.push(if needed > has {
+                format!(
+                    "DRAM: the weights ({weights} B) and KV cache ({cache} B) need {needed} B, {} B more than the {has} B of DRAM a chip has (placing {tensor} failed)",
+                    needed - has,
+                )
+            } else {
+                // Within the planning mesh's TRACE region of the top: too close to call.
+                format!(
+                    "DRAM: the weights ({weights} B) and KV cache ({cache} B) need {needed} B of the {has} B a chip has, but placing {tensor} failed while the plan held a TRACE region of {} B: the model fits by less than that, if at all",
+                    graph::PLANNING_TRACE_REGION
+                )
+            });
         }
+        let has = self.plan.chips.first().map_or(0, |c| c.capacity_bytes.dram);
         self.does_not_fit = Some(format!(
-            "does not fit: each chip needs {needed} B of DRAM for the weights and KV cache alone; use more chips, a smaller --dtype (bfp8_b), a smaller --batch or --context"
+            "does not fit: each chip needs {needed} B of DRAM for the weights and KV cache alone and has {has} B; use more chips, a smaller --dtype (bfp8_b), a smaller --batch or --context"
         ));
         self.plan.error = None;
     }

@@ -255,6 +255,39 @@ fn llama_8b_shapes_on_a_t3k_fit_at_8k_context_and_not_at_batch_32_of_128k() {
 }
 
 #[test]
+fn llama_8b_shapes_within_the_planning_trace_region_of_full_are_said_to_be_too_close() {
+    // 32 users of 18700 positions: weights and KV cache need 12.76 GB of the 12.87 GB a chip
+    // has, less than the planning mesh's TRACE region below full.
+    let mut all = vec![
+        "plan",
+        "decode",
+        "--json",
+        "--mesh",
+        "t3k",
+        "--context",
+        "18700",
+        "--batch",
+        "32",
+    ];
+    all.extend_from_slice(&LLAMA_8B);
+    let out = ttmesh(&all);
+    assert!(!out.status.success());
+    let v = json(&out);
+    assert_eq!(v["fits"], false);
+    let needed = v["weights_bytes_per_chip"].as_u64().unwrap()
+        + v["kv_cache_bytes_per_chip"].as_u64().unwrap();
+    for c in v["chips"].as_array().unwrap() {
+        let has = c["capacity_bytes"]["dram"].as_u64().unwrap();
+        assert!(needed <= has && has - needed < 256 << 20, "{needed} {has}");
+        let problem = c["problems"][0].as_str().unwrap();
+        assert!(
+            problem.contains("the model fits by less than that, if at all"),
+            "{problem}"
+        );
+    }
+}
+
+#[test]
 fn bare_plan_and_plan_run_size_the_same_block() {
     let a = ttmesh(&["plan", "--mesh", "n300", "--json"]);
     let b = ttmesh(&["plan", "run", "--mesh", "n300", "--json"]);

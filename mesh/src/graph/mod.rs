@@ -38,7 +38,7 @@ pub use analysis::{
     extract_levelized_graph, op_durations, peak_memory, peak_memory_per_chip, LevelizedVertex,
     PeakMemory,
 };
-pub use plan::{plan, ChipPlan, Plan};
+pub use plan::{plan, ChipPlan, Plan, PLANNING_TRACE_REGION};
 pub use report::{end_graph_capture_to_file, read_report, write_report, Report, REPORT_VERSION};
 
 /// TT-NN's `ttnn.graph.RunMode`.

@@ -13,7 +13,7 @@ use crate::{MeshConfig, MeshDevice};
 
 /// The TRACE region the planning mesh opens with: room for any trace the plan measures (the
 /// plan's own DRAM check adds back only what the traces need).
-const PLANNING_TRACE_REGION: u64 = 256 << 20;
+pub const PLANNING_TRACE_REGION: u64 = 256 << 20;
 
 /// One chip's figures. Peaks are bytes per bank (as allocator statistics count them) and
 /// bytes over all banks.
