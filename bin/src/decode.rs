@@ -62,9 +62,13 @@ pub struct DecodeArgs {
     pub hold: f64,
     #[command(flatten)]
     pub profile: crate::profile::ProfileArgs,
+    /// Capture TT-NN's graph of the decode (NORMAL mode: placement and every step) and write
+    /// DIR/report.json, also when the decode fails.
+    #[arg(long, value_name = "DIR")]
+    pub graph: Option<PathBuf>,
 }
 
-fn parse_dtype(s: &str) -> Result<DataType, String> {
+pub(crate) fn parse_dtype(s: &str) -> Result<DataType, String> {
     match s {
         "bf16" => Ok(DataType::BFloat16),
         "f32" => Ok(DataType::Float32),
@@ -251,13 +255,53 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         ..Default::default()
     })
     .map_err(|e| format!("--mesh {}: {e}", args.mesh))?;
+    let loaded = Loaded {
+        weights: &weights,
+        tokenizer: &tokenizer,
+        model_name: &model_name,
+        prompt: &prompt,
+        started: t,
+    };
+    let result = crate::graph_report::capture_to_dir(args.graph.as_deref(), &mesh, || {
+        decode_on(args, &mesh, dtype, &loaded, &progress)
+    });
+    let closed = mesh.close().map_err(|e| e.to_string());
+    result?;
+    closed
+}
+
+/// What the decode runs with, loaded before the mesh opens.
+struct Loaded<'a> {
+    weights: &'a LlamaWeights,
+    tokenizer: &'a GgufTokenizer,
+    model_name: &'a str,
+    prompt: &'a [u32],
+    started: Instant,
+}
+
+/// Places the model on `mesh` and decodes, printing as it goes.
+fn decode_on(
+    args: &DecodeArgs,
+    mesh: &MeshDevice,
+    dtype: DataType,
+    loaded: &Loaded<'_>,
+    progress: &dyn Fn(&str),
+) -> Result<(), String> {
+    let (weights, tokenizer, model_name, prompt, t) = (
+        loaded.weights,
+        loaded.tokenizer,
+        loaded.model_name,
+        loaded.prompt,
+        loaded.started,
+    );
+    let positions = prompt.len() + args.max_new_tokens;
     let decode = DeviceDecodeConfig {
         batch: args.batch,
         max_positions: positions,
         dtype,
     };
-    let mut model = place(args, &mesh, &weights, decode)?;
-    let profiler = args.profile.start(&mesh)?;
+    let mut model = place(args, mesh, weights, decode)?;
+    let profiler = args.profile.start(mesh)?;
     progress(&format!(
         "placed on {} chip(s) in {:.2} s ({}); prefilling {} prompt tokens through the decode step{}",
         mesh.num_devices(),
@@ -280,7 +324,7 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
     } else {
         0
     };
-    let mut stream = TextStream::new(&tokenizer);
+    let mut stream = TextStream::new(tokenizer);
     let mut generated = Vec::with_capacity(args.max_new_tokens);
     let (mut timings, mut comparison) = (Timings::default(), Timings::default());
     let mut input = prompt[0];
@@ -301,7 +345,7 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
     let mut steady_bytes_from = None;
     for pos in 0..positions - 1 {
         if pos == steady_from {
-            steady_bytes_from = Some(fabric_bytes(&mesh));
+            steady_bytes_from = Some(fabric_bytes(mesh));
         }
         let step_traced = traced && pos >= untraced_first;
         let t = Instant::now();
@@ -342,7 +386,7 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
     let steady_steps = (positions - 1).saturating_sub(steady_from);
     let wire_bytes_per_token = steady_bytes_from
         .filter(|_| steady_steps > 0)
-        .map(|from| (fabric_bytes(&mesh) - from) as f64 / steady_steps as f64);
+        .map(|from| (fabric_bytes(mesh) - from) as f64 / steady_steps as f64);
     if !args.json {
         println!("{}", stream.finish().map_err(|e| e.to_string())?);
     }
@@ -351,8 +395,8 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
     let (step, host) = timings.steady(traced);
     let report = Report {
         args,
-        model_name: &model_name,
-        mesh: &mesh,
+        model_name,
+        mesh,
         model: &model,
         prompt_tokens: prompt.len(),
         generated: &generated,
@@ -383,8 +427,7 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         ));
         std::thread::sleep(Duration::from_secs_f64(args.hold));
     }
-    drop(model);
-    mesh.close().map_err(|e| e.to_string())
+    Ok(())
 }
 
 /// What a run measured, printed as a table or one JSON object.

@@ -4,8 +4,10 @@
 
 mod bench;
 mod decode;
+mod graph_report;
 mod limits;
 mod plan;
+mod plan_decode;
 mod profile;
 mod run;
 mod soak;
@@ -30,7 +32,8 @@ struct Cli {
 enum Command {
     /// The main job: a tensor-parallel MLP block across the mesh, untraced, captured and replayed in lockstep.
     Run(run::RunArgs),
-    /// Size `run`'s block before running: per chip trace_region_size, peak DRAM / L1 / L1_SMALL, fits.
+    /// Size `run`'s block (`plan` / `plan run`) or `decode`'s model (`plan decode`) before running:
+    /// per chip trace_region_size, peak DRAM / L1 / L1_SMALL, fits.
     Plan(plan::PlanArgs),
     /// Greedy LLM decode on the mesh: weights and KV cache in DRAM, one traced step per token.
     Decode(decode::DecodeArgs),
@@ -64,6 +67,10 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Stress(args) => stress::run(&args),
     };
+    // Every command ends the captures it begins; one left open lost its graph.
+    if let Some(warning) = ttmesh::graph::capture_left_open_warning() {
+        eprintln!("{warning}");
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,23 +1,68 @@
-//! `ttmesh plan`: the run block sized before running. The block runs once under a NO_DISPATCH
+//! `ttmesh plan`: a program sized before running. The program runs once under a NO_DISPATCH
 //! graph capture (nothing runs, nothing is written) on the mesh the user names; per chip it
 //! prints the trace_region_size that holds its trace, the peaks of DRAM / L1 / L1_SMALL, and
-//! whether it fits.
+//! whether it fits. `plan run` (or bare `plan`) sizes `ttmesh run`'s block, `plan decode`
+//! `ttmesh decode`'s model (see plan_decode.rs).
 
 use serde_json::json;
-use ttmesh::graph::{self, Plan};
+use ttmesh::graph::{self, ChipPlan};
 use ttmesh::models::TpMlp;
 use ttmesh::{
     CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshTensor, TensorSpec,
 };
 
+/// `ttmesh plan [run|decode]`; the bare form plans `run`'s block, as it always did.
 #[derive(clap::Args, Debug, Clone)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct PlanArgs {
+    #[command(subcommand)]
+    pub what: Option<PlanWhat>,
+    #[command(flatten)]
+    pub run: RunPlanArgs,
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum PlanWhat {
+    /// `ttmesh run`'s block (the default).
+    Run(RunPlanArgs),
+    /// `ttmesh decode`'s traced step, for a GGUF (header only) or shapes given by flags.
+    Decode(crate::plan_decode::DecodePlanArgs),
+}
+
+/// The mesh a plan is for, and how it prints.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PlanMesh {
     /// n150, n300, t3k, galaxy, p150, p300, line-N, ring-N, or a topology TOML file.
     #[arg(long, default_value = "t3k")]
     pub mesh: String,
     /// 1d or 1d-ring.
     #[arg(long, default_value = "1d")]
     pub fabric: String,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl PlanMesh {
+    /// The mesh as `ttmesh run` / `ttmesh decode` open it (their trace region aside).
+    pub fn config(&self) -> Result<MeshConfig, String> {
+        let fabric_config = match self.fabric.as_str() {
+            "1d" => FabricConfig::Fabric1D,
+            "1d-ring" => FabricConfig::Fabric1DRing,
+            other => return Err(format!("unknown --fabric '{other}': use 1d or 1d-ring")),
+        };
+        Ok(MeshConfig {
+            topology: self.mesh.clone(),
+            fabric_config,
+            ..Default::default()
+        })
+    }
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunPlanArgs {
+    #[command(flatten)]
+    pub on: PlanMesh,
     /// Hidden size of `ttmesh run`'s block.
     #[arg(long, default_value_t = 512)]
     pub hidden: usize,
@@ -27,22 +72,18 @@ pub struct PlanArgs {
     /// Tokens per step.
     #[arg(long, default_value_t = 32)]
     pub tokens: usize,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    pub json: bool,
 }
 
 pub fn run(args: &PlanArgs) -> Result<(), String> {
-    let fabric_config = match args.fabric.as_str() {
-        "1d" => FabricConfig::Fabric1D,
-        "1d-ring" => FabricConfig::Fabric1DRing,
-        other => return Err(format!("unknown --fabric '{other}': use 1d or 1d-ring")),
-    };
-    let config = MeshConfig {
-        topology: args.mesh.clone(),
-        fabric_config,
-        ..Default::default()
-    };
+    match &args.what {
+        None => plan_run(&args.run),
+        Some(PlanWhat::Run(a)) => plan_run(a),
+        Some(PlanWhat::Decode(a)) => crate::plan_decode::run(a),
+    }
+}
+
+fn plan_run(args: &RunPlanArgs) -> Result<(), String> {
+    let config = args.on.config()?;
     let (h, f, t) = (args.hidden, args.ffn, args.tokens);
     let plan = graph::plan(&config, |mesh| {
         let mlp = TpMlp::new(mesh, h, f, 3)?;
@@ -61,7 +102,22 @@ pub fn run(args: &PlanArgs) -> Result<(), String> {
         y.map(drop)
     })
     .map_err(|e| e.to_string())?;
-    print(&plan, args);
+    if args.on.json {
+        let v = json!({
+            "mesh": args.on.mesh,
+            "model": {"block": "tensor-parallel MLP", "hidden": h, "ffn": f, "tokens": t},
+            "chips": plan.chips,
+            "fits": plan.fits(),
+            "error": plan.error,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        println!(
+            "ttmesh plan: run's block (hidden {h}, ffn {f}, tokens {t}) on {}, sized under NO_DISPATCH",
+            args.on.mesh
+        );
+        print_chips(&plan.chips);
+    }
     if let Some(e) = &plan.error {
         return Err(format!("the block does not run: {e}"));
     }
@@ -71,27 +127,13 @@ pub fn run(args: &PlanArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn print(plan: &Plan, args: &PlanArgs) {
-    if args.json {
-        let v = json!({
-            "mesh": args.mesh,
-            "model": {"block": "tensor-parallel MLP", "hidden": args.hidden, "ffn": args.ffn, "tokens": args.tokens},
-            "chips": plan.chips,
-            "fits": plan.fits(),
-            "error": plan.error,
-        });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-        return;
-    }
-    println!(
-        "ttmesh plan: run's block (hidden {}, ffn {}, tokens {}) on {}, sized under NO_DISPATCH",
-        args.hidden, args.ffn, args.tokens, args.mesh
-    );
+/// The per-chip table both plans print.
+pub fn print_chips(chips: &[ChipPlan]) {
     println!(
         "{:>5} {:>20} {:>14} {:>14} {:>14} {:>5}",
         "chip", "trace_region_size", "peak DRAM", "peak L1", "peak L1_SMALL", "fits"
     );
-    for c in &plan.chips {
+    for c in chips {
         println!(
             "{:>5} {:>20} {:>14} {:>14} {:>14} {:>5}",
             c.chip,

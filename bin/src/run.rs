@@ -89,36 +89,14 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         let _ = mesh.close();
         return Err(e);
     }
-    let capture = match &args.graph {
-        Some(dir) => match begin_graph_report(dir) {
-            Ok(path) => Some(path),
-            Err(e) => {
-                let _ = mesh.close();
-                return Err(e);
-            }
-        },
-        None => None,
-    };
-    let result = args
-        .profile
-        .start(&mesh)
-        .and_then(|profiler| run_on(&mesh, args, t, h, f, profiler));
-    // Written whatever the run's outcome: a failed run's graph ends in its error node.
-    let written = capture.map(|path| {
-        ttmesh::graph::end_graph_capture_to_file(&path, &mesh)
-            .map(|g| {
-                eprintln!(
-                    "graph: {} nodes written to {}",
-                    g.nodes.len(),
-                    path.display()
-                )
-            })
-            .map_err(|e| e.to_string())
+    let result = crate::graph_report::capture_to_dir(args.graph.as_deref(), &mesh, || {
+        args.profile
+            .start(&mesh)
+            .and_then(|profiler| run_on(&mesh, args, t, h, f, profiler))
     });
     let closed = mesh.close().map_err(|e| e.to_string());
     let report = result?;
     closed?;
-    written.transpose()?;
     if report["correct"] == json!(true) {
         Ok(())
     } else {
@@ -127,18 +105,6 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
             report["max_abs_error"]
         ))
     }
-}
-
-/// Creates `dir` and opens a NORMAL capture; returns where its report goes.
-fn begin_graph_report(dir: &std::path::Path) -> Result<std::path::PathBuf, String> {
-    std::fs::create_dir_all(dir).map_err(|e| {
-        format!(
-            "--graph {}: cannot create the directory ({e}); pass a writable directory",
-            dir.display()
-        )
-    })?;
-    ttmesh::graph::begin_graph_capture(ttmesh::graph::RunMode::Normal);
-    Ok(dir.join("report.json"))
 }
 
 fn run_on(

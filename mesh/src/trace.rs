@@ -161,6 +161,14 @@ impl MeshDevice {
 
     /// Ends the capture on every chip: sizes and writes each chip's trace; all land at one address.
     pub fn end_trace_capture(&self, tid: MeshTraceId, cq: CqId) -> Result<()> {
+        // A trace region too small fails here: an open graph capture keeps it as an error node.
+        crate::graph::record_error(
+            "end_trace_capture",
+            self.end_trace_capture_on_chips(tid, cq),
+        )
+    }
+
+    fn end_trace_capture_on_chips(&self, tid: MeshTraceId, cq: CqId) -> Result<()> {
         let mut first_err = None;
         for c in self.chips() {
             if let Err(e) = c.end_trace_capture(TraceId(tid.0), cq) {

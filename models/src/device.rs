@@ -13,7 +13,7 @@ use ttmesh::ops::{self, MeshMatmulConfig, MeshOpOptions};
 use ttmesh::{
     Activation, CqId, DataType, HostTensor, Layout, MemoryConfig, MeshDevice, MeshError,
     MeshMapper, MeshTensor, MeshTraceId, ReplicateTensorToMesh, ShardTensor2dMesh,
-    ShardTensorToMesh,
+    ShardTensorToMesh, TensorSpec,
 };
 
 use ttmesh_chip::tensor::HostData;
@@ -125,6 +125,58 @@ enum Placement {
     Sharded(usize),
 }
 
+/// The spec each chip holds of a `shape` tensor laid out as `placement` over groups of
+/// `degree` chips: what `from_host` through the placement's mapper would allocate.
+fn per_chip_spec(
+    name: &str,
+    mut shape: Vec<usize>,
+    placement: Placement,
+    degree: usize,
+    dtype: DataType,
+) -> Result<TensorSpec> {
+    if let (Placement::Sharded(d), true) = (placement, degree > 1) {
+        if !shape[d].is_multiple_of(degree) {
+            return Err(device(format!("placing {name}"))(MeshError::Invalid {
+                op: "ShardTensorToMesh".into(),
+                detail: format!(
+                    "dim {d} of {shape:?} ({}) does not split evenly over {degree} chips",
+                    shape[d]
+                ),
+            }));
+        }
+        shape[d] /= degree;
+    }
+    Ok(TensorSpec::new(
+        shape,
+        dtype,
+        Layout::Tile,
+        MemoryConfig::DRAM,
+    ))
+}
+
+/// Where placement takes the tensors' values from.
+#[derive(Clone, Copy)]
+pub enum WeightSource<'a> {
+    /// The weights' values, written to the device.
+    Values(&'a LlamaWeights),
+    /// Only the shapes of a config: every tensor is allocated with the spec it would have,
+    /// nothing is written and no tensor data exists on the host. For sizing a model under a
+    /// NO_DISPATCH graph capture (`ttmesh::graph::plan`), with or without a weights file.
+    ShapesOnly(&'a LlamaConfig),
+}
+
+impl WeightSource<'_> {
+    pub fn config(&self) -> &LlamaConfig {
+        match self {
+            WeightSource::Values(w) => &w.config,
+            WeightSource::ShapesOnly(c) => c,
+        }
+    }
+}
+
+/// Picks one weight's values out of a model (only called with [`WeightSource::Values`]).
+type Values<'f> = &'f dyn Fn(&LlamaWeights) -> Vec<f32>;
+
 impl DeviceLlama {
     /// Plans the split over the mesh ([`TensorParallel::plan`]), then places the weights (each
     /// chip its slice), an empty KV cache per chip, the RoPE tables and the persistent inputs
@@ -145,7 +197,33 @@ impl DeviceLlama {
         decode: DeviceDecodeConfig,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
-        let c = weights.config.clone();
+        Self::place(mesh, WeightSource::Values(weights), decode, progress)
+    }
+
+    /// The model of `config` placed by shape alone ([`WeightSource::ShapesOnly`]): the same
+    /// buffers as [`DeviceLlama::new`] allocates, with nothing written. Decoding with it gives
+    /// meaningless tokens; it exists to be sized under a NO_DISPATCH capture.
+    pub fn from_shapes(
+        mesh: &MeshDevice,
+        config: &LlamaConfig,
+        decode: DeviceDecodeConfig,
+    ) -> Result<Self> {
+        Self::place(
+            mesh,
+            WeightSource::ShapesOnly(config),
+            decode,
+            &mut |_, _| {},
+        )
+    }
+
+    /// Checks the decode config, plans the split and places every tensor from `source`.
+    pub fn place(
+        mesh: &MeshDevice,
+        source: WeightSource<'_>,
+        decode: DeviceDecodeConfig,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
+        let c = source.config().clone();
         if decode.batch == 0 || decode.batch > MAX_BATCH {
             return Err(ModelError::BatchTooLarge {
                 batch: decode.batch,
@@ -162,11 +240,13 @@ impl DeviceLlama {
         let parallel = TensorParallel::plan(&c, shape.rows, shape.cols)?;
         // Heads padded and replicated so they divide over the group; identity on one chip.
         let padded;
-        let w = if parallel.heads.is_identity() {
-            weights
-        } else {
-            padded = weights.with_head_layout(&parallel.heads)?;
-            &padded
+        let w = match source {
+            WeightSource::Values(weights) if parallel.heads.is_identity() => Some(weights),
+            WeightSource::Values(weights) => {
+                padded = weights.with_head_layout(&parallel.heads)?;
+                Some(&padded)
+            }
+            WeightSource::ShapesOnly(_) => None,
         };
         let dtype = decode.dtype;
         let mapper = |placement: Placement| -> Box<dyn MeshMapper> {
@@ -177,17 +257,26 @@ impl DeviceLlama {
                 (Placement::Sharded(d), _, Some(_)) => Box::new(ShardTensor2dMesh([Some(d), None])),
             }
         };
-        let place = |name: &str, shape: Vec<usize>, values: Vec<f32>, placement| {
-            let host = HostTensor::from_f32(shape, dtype, values).map_err(host_tensor(name))?;
-            MeshTensor::from_host(
-                &host,
-                mesh,
-                mapper(placement).as_ref(),
-                Layout::Tile,
-                MemoryConfig::DRAM,
-                CQ,
-            )
-            .map_err(|e| match e {
+        let place = |name: &str, shape: Vec<usize>, placement, values: Values<'_>| {
+            let placed = match w {
+                Some(w) => {
+                    let host =
+                        HostTensor::from_f32(shape, dtype, values(w)).map_err(host_tensor(name))?;
+                    MeshTensor::from_host(
+                        &host,
+                        mesh,
+                        mapper(placement).as_ref(),
+                        Layout::Tile,
+                        MemoryConfig::DRAM,
+                        CQ,
+                    )
+                }
+                None => {
+                    let spec = per_chip_spec(name, shape, placement, parallel.degree, dtype)?;
+                    MeshTensor::allocate(mesh, &spec)
+                }
+            };
+            placed.map_err(|e| match e {
                 MeshError::Chip {
                     source: ttmesh_chip::ChipError::OutOfMemory { .. },
                     ..
@@ -205,44 +294,38 @@ impl DeviceLlama {
         );
         // `[out, in]` weights go to the device as `[in, out]`: a column-parallel one is split
         // by output columns (dim 1), a row-parallel one by input rows (dim 0).
-        let column = |name: &str, w: &[f32], out: usize, inp: usize| {
-            place(
-                name,
-                vec![inp, out],
-                transpose(w, out, inp),
-                Placement::Sharded(1),
-            )
+        let column = |name: &str, w: &dyn Fn(&LlamaWeights) -> &[f32], out: usize, inp: usize| {
+            place(name, vec![inp, out], Placement::Sharded(1), &|m| {
+                transpose(w(m), out, inp)
+            })
         };
-        let row = |name: &str, w: &[f32], out: usize, inp: usize| {
-            place(
-                name,
-                vec![inp, out],
-                transpose(w, out, inp),
-                Placement::Sharded(0),
-            )
+        let row = |name: &str, w: &dyn Fn(&LlamaWeights) -> &[f32], out: usize, inp: usize| {
+            place(name, vec![inp, out], Placement::Sharded(0), &|m| {
+                transpose(w(m), out, inp)
+            })
         };
-        let vector = |name: &str, v: &[f32]| {
-            place(name, vec![1, v.len()], v.to_vec(), Placement::Replicated)
+        let vector = |name: &str, v: &dyn Fn(&LlamaWeights) -> &[f32]| {
+            place(name, vec![1, h], Placement::Replicated, &|m| v(m).to_vec())
         };
         let local_kv = parallel.local_kv_heads();
         let cache = |name: &str| {
             let shape = vec![decode.batch, local_kv, decode.max_positions, hd];
-            let zeros = vec![0.0; decode.batch * local_kv * decode.max_positions * hd];
-            place(name, shape, zeros, Placement::Replicated)
+            let len = shape.iter().product();
+            place(name, shape, Placement::Replicated, &|_| vec![0.0; len])
         };
         let mut blocks = Vec::with_capacity(c.block_count);
-        for (i, b) in w.blocks.iter().enumerate() {
+        for i in 0..c.block_count {
             let n = |t: &str| format!("blk.{i}.{t}");
             blocks.push(DeviceBlock {
-                attn_norm: vector(&n("attn_norm"), &b.attn_norm)?,
-                wq: column(&n("attn_q"), &b.wq, q_dim, h)?,
-                wk: column(&n("attn_k"), &b.wk, kv_dim, h)?,
-                wv: column(&n("attn_v"), &b.wv, kv_dim, h)?,
-                wo: row(&n("attn_output"), &b.wo, h, q_dim)?,
-                ffn_norm: vector(&n("ffn_norm"), &b.ffn_norm)?,
-                w_gate: column(&n("ffn_gate"), &b.w_gate, f, h)?,
-                w_up: column(&n("ffn_up"), &b.w_up, f, h)?,
-                w_down: row(&n("ffn_down"), &b.w_down, h, f)?,
+                attn_norm: vector(&n("attn_norm"), &|m| &m.blocks[i].attn_norm)?,
+                wq: column(&n("attn_q"), &|m| &m.blocks[i].wq, q_dim, h)?,
+                wk: column(&n("attn_k"), &|m| &m.blocks[i].wk, kv_dim, h)?,
+                wv: column(&n("attn_v"), &|m| &m.blocks[i].wv, kv_dim, h)?,
+                wo: row(&n("attn_output"), &|m| &m.blocks[i].wo, h, q_dim)?,
+                ffn_norm: vector(&n("ffn_norm"), &|m| &m.blocks[i].ffn_norm)?,
+                w_gate: column(&n("ffn_gate"), &|m| &m.blocks[i].w_gate, f, h)?,
+                w_up: column(&n("ffn_up"), &|m| &m.blocks[i].w_up, f, h)?,
+                w_down: row(&n("ffn_down"), &|m| &m.blocks[i].w_down, h, f)?,
                 k_cache: cache(&n("k_cache"))?,
                 v_cache: cache(&n("v_cache"))?,
             });
@@ -252,7 +335,6 @@ impl DeviceLlama {
             LmHead::Sharded => Placement::Sharded(1),
             LmHead::Replicated => Placement::Replicated,
         };
-        let (cos, sin) = rope_tables(decode.max_positions, hd, c.rope_base);
         let per_user = |name: &str| -> Result<MeshTensor> {
             let host = HostTensor::from_u32(vec![1, 1, 1, decode.batch], vec![0; decode.batch])
                 .map_err(host_tensor(name))?;
@@ -266,12 +348,19 @@ impl DeviceLlama {
             )
             .map_err(device(format!("placing {name}")))
         };
-        let table = |name: &str, values: Vec<f32>| {
+        let table = |name: &str, cos: bool| {
             place(
                 name,
                 vec![1, 1, decode.max_positions, hd],
-                values,
                 Placement::Replicated,
+                &|_| {
+                    let (c, s) = rope_tables(decode.max_positions, hd, c.rope_base);
+                    if cos {
+                        c
+                    } else {
+                        s
+                    }
+                },
             )
         };
         Ok(Self {
@@ -279,19 +368,16 @@ impl DeviceLlama {
             embedding: place(
                 "token_embd",
                 vec![c.vocab_size, h],
-                w.token_embedding.clone(),
                 Placement::Replicated,
+                &|m| m.token_embedding.clone(),
             )?,
-            lm_head: place(
-                "lm_head",
-                vec![h, c.vocab_size],
-                transpose(w.lm_head(), c.vocab_size, h),
-                lm_head_placement,
-            )?,
-            output_norm: vector("output_norm", &w.output_norm)?,
+            lm_head: place("lm_head", vec![h, c.vocab_size], lm_head_placement, &|m| {
+                transpose(m.lm_head(), c.vocab_size, h)
+            })?,
+            output_norm: vector("output_norm", &|m| &m.output_norm)?,
             blocks,
-            cos: table("rope_cos", cos)?,
-            sin: table("rope_sin", sin)?,
+            cos: table("rope_cos", true)?,
+            sin: table("rope_sin", false)?,
             ids: per_user("token_ids")?,
             positions: per_user("positions")?,
             captured: None,
@@ -342,6 +428,54 @@ impl DeviceLlama {
             cache += size(&b.k_cache) + size(&b.v_cache);
         }
         (weights, cache)
+    }
+
+    /// DRAM bytes each chip needs for (weights, KV cache) of `config` on a `rows x cols` mesh,
+    /// from the tensor specs alone (no device, no values): what
+    /// [`DeviceLlama::dram_bytes_per_chip`] reports once placed. Says by how much a model
+    /// that cannot be placed misses.
+    pub fn dram_bytes_needed(
+        config: &LlamaConfig,
+        decode: DeviceDecodeConfig,
+        rows: usize,
+        cols: usize,
+    ) -> Result<(u64, u64)> {
+        let p = TensorParallel::plan(config, rows, cols)?;
+        let (h, f, hd, v) = (
+            config.hidden_size,
+            config.ffn_size,
+            config.head_dim,
+            config.vocab_size,
+        );
+        let (q_dim, kv_dim) = (
+            p.heads.padded_head_count() * hd,
+            p.heads.padded_kv_head_count() * hd,
+        );
+        let size = |shape: Vec<usize>, placement| {
+            per_chip_spec("", shape, placement, p.degree, decode.dtype).map(|s| s.buffer_size())
+        };
+        let (rep, col, row) = (
+            Placement::Replicated,
+            Placement::Sharded(1),
+            Placement::Sharded(0),
+        );
+        let block = 2 * size(vec![1, h], rep)?
+            + size(vec![h, q_dim], col)?
+            + 2 * size(vec![h, kv_dim], col)?
+            + size(vec![q_dim, h], row)?
+            + 2 * size(vec![h, f], col)?
+            + size(vec![f, h], row)?;
+        let lm_head = match p.lm_head {
+            LmHead::Sharded => col,
+            LmHead::Replicated => rep,
+        };
+        let weights = size(vec![v, h], rep)?
+            + size(vec![h, v], lm_head)?
+            + size(vec![1, h], rep)?
+            + config.block_count as u64 * block;
+        let cache_shape = vec![decode.batch, p.local_kv_heads(), decode.max_positions, hd];
+        let cache = 2 * config.block_count as u64 * size(cache_shape, rep)?;
+        Ok((weights, cache))
     }
 
     /// The split this model runs with.
@@ -452,6 +586,35 @@ impl DeviceLlama {
         ops::argmax(&logits, -1, &none).map_err(d("argmax"))
     }
 
+    /// Captures the decode step as a mesh trace on first use (after enqueueing it once
+    /// untraced, which compiles every program, as TT-NN does) and returns its id. Reads
+    /// nothing back, so it also runs under a NO_DISPATCH graph capture, where it sizes the
+    /// trace exactly.
+    pub fn capture_decode_trace(&mut self) -> Result<MeshTraceId> {
+        if let Some(step) = &self.captured {
+            return Ok(step.id);
+        }
+        self.enqueue_step()?;
+        let id = self
+            .mesh
+            .begin_trace_capture(CQ)
+            .map_err(device("begin_trace_capture"))?;
+        let next_ids = match self.enqueue_step() {
+            Ok(t) => t,
+            Err(e) => {
+                // Leave no half-captured trace behind: the mesh stays usable.
+                let _ = self.mesh.end_trace_capture(id, CQ);
+                let _ = self.mesh.release_trace(id);
+                return Err(e);
+            }
+        };
+        self.mesh
+            .end_trace_capture(id, CQ)
+            .map_err(device("end_trace_capture"))?;
+        self.captured = Some(CapturedStep { id, next_ids });
+        Ok(id)
+    }
+
     /// One decode step: writes `tokens` and `positions` into the persistent inputs, runs the
     /// step (replaying its trace when `traced`, capturing it on first use), returns the next
     /// token of every user.
@@ -499,32 +662,15 @@ impl DeviceLlama {
             "positions",
         )?;
         let next = if traced {
-            if self.captured.is_none() {
-                // Compile every program outside the capture, as TT-NN does, then capture.
-                self.enqueue_step()?;
-                let id = self
-                    .mesh
-                    .begin_trace_capture(CQ)
-                    .map_err(device("begin_trace_capture"))?;
-                let next_ids = match self.enqueue_step() {
-                    Ok(t) => t,
-                    Err(e) => {
-                        // Leave no half-captured trace behind: the mesh stays usable.
-                        let _ = self.mesh.end_trace_capture(id, CQ);
-                        let _ = self.mesh.release_trace(id);
-                        return Err(e);
-                    }
-                };
-                self.mesh
-                    .end_trace_capture(id, CQ)
-                    .map_err(device("end_trace_capture"))?;
-                self.captured = Some(CapturedStep { id, next_ids });
-            }
-            let step = self.captured.as_ref().expect("captured above");
+            let id = self.capture_decode_trace()?;
             self.mesh
-                .execute_trace(step.id, CQ, false)
+                .execute_trace(id, CQ, false)
                 .map_err(device("execute_trace"))?;
-            step.next_ids.clone()
+            self.captured
+                .as_ref()
+                .expect("captured above")
+                .next_ids
+                .clone()
         } else {
             self.enqueue_step()?
         };

@@ -21,7 +21,7 @@ mod tokenizer;
 mod weights;
 
 pub use config::LlamaConfig;
-pub use device::{DeviceDecodeConfig, DeviceLlama, MAX_BATCH};
+pub use device::{DeviceDecodeConfig, DeviceLlama, WeightSource, MAX_BATCH};
 pub use error::{ModelError, Result};
 pub use heads::HeadLayout;
 pub use parallel::{LmHead, TensorParallel};

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::config::LlamaConfig;
 use crate::error::Result;
 use crate::gguf::{GgmlType, GgufWriter, MetadataValue, WriteTensor};
 use crate::rope::permute_rows_to_gguf;
@@ -59,6 +60,24 @@ impl SyntheticConfig {
 
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.head_count
+    }
+
+    /// The config [`LlamaConfig::from_gguf`] reads back from the written file (embeddings
+    /// tied): for sizing the model without writing it.
+    pub fn llama_config(&self) -> LlamaConfig {
+        LlamaConfig {
+            block_count: self.block_count,
+            hidden_size: self.hidden_size,
+            ffn_size: self.ffn_size,
+            head_count: self.head_count,
+            kv_head_count: self.kv_head_count,
+            head_dim: self.head_dim(),
+            vocab_size: self.vocab_size,
+            context_length: self.context_length,
+            rope_base: self.rope_base,
+            rms_norm_eps: self.rms_norm_eps,
+            tied_embeddings: true,
+        }
     }
 }
 

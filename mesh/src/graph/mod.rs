@@ -38,7 +38,7 @@ pub use analysis::{
     extract_levelized_graph, op_durations, peak_memory, peak_memory_per_chip, LevelizedVertex,
     PeakMemory,
 };
-pub use plan::{plan, ChipPlan, Plan};
+pub use plan::{plan, ChipPlan, Plan, PLANNING_TRACE_REGION};
 pub use report::{end_graph_capture_to_file, read_report, write_report, Report, REPORT_VERSION};
 
 /// TT-NN's `ttnn.graph.RunMode`.
@@ -192,6 +192,26 @@ pub fn end_graph_capture() -> Result<Graph> {
 /// True while a capture is open (a program should end it before it exits).
 pub fn is_capturing() -> bool {
     CAPTURING.load(Ordering::Acquire)
+}
+
+/// What a program should print at exit when captures are still open (their graphs are lost,
+/// and under NO_DISPATCH nothing ran): `None` when none is.
+pub fn capture_left_open_warning() -> Option<String> {
+    let caps = CAPTURES.lock();
+    let innermost = caps.last()?.mode;
+    Some(format!(
+        "warning: {} graph capture(s) still open at exit (innermost {}): begin_graph_capture without end_graph_capture, so the graph is lost{}; end every capture with end_graph_capture or end_graph_capture_to_file",
+        caps.len(),
+        match innermost {
+            RunMode::Normal => "NORMAL",
+            RunMode::NoDispatch => "NO_DISPATCH",
+        },
+        if caps.iter().any(|c| c.mode == RunMode::NoDispatch) {
+            " and nothing ran since NO_DISPATCH began"
+        } else {
+            ""
+        }
+    ))
 }
 
 /// The mode of the innermost open capture.

@@ -13,7 +13,7 @@ use crate::{MeshConfig, MeshDevice};
 
 /// The TRACE region the planning mesh opens with: room for any trace the plan measures (the
 /// plan's own DRAM check adds back only what the traces need).
-const PLANNING_TRACE_REGION: u64 = 256 << 20;
+pub const PLANNING_TRACE_REGION: u64 = 256 << 20;
 
 /// One chip's figures. Peaks are bytes per bank (as allocator statistics count them) and
 /// bytes over all banks.
@@ -24,6 +24,11 @@ pub struct ChipPlan {
     pub trace_region_size: u64,
     pub peak_per_bank: PeakMemory,
     pub peak_bytes: PeakMemory,
+    /// What a bank of each type holds with `trace_region_size` reserved (TRACE: the region
+    /// per bank).
+    pub capacity_per_bank: PeakMemory,
+    /// The same over all banks of the chip.
+    pub capacity_bytes: PeakMemory,
     pub fits: bool,
     /// Why it does not fit, each naming the type and the sizes.
     pub problems: Vec<String>,
@@ -93,6 +98,18 @@ pub fn plan(config: &MeshConfig, program: impl FnOnce(&MeshDevice) -> Result<()>
                 l1: p.l1 * l1_banks,
                 l1_small: p.l1_small * l1_banks,
                 trace: p.trace * dram_banks,
+            },
+            capacity_per_bank: PeakMemory {
+                dram: dram_cap,
+                l1: l1_cap,
+                l1_small: l1_small_cap,
+                trace: alloc.trace_region_per_bank(),
+            },
+            capacity_bytes: PeakMemory {
+                dram: dram_cap * dram_banks,
+                l1: l1_cap * l1_banks,
+                l1_small: l1_small_cap * l1_banks,
+                trace: alloc.trace_region_per_bank() * dram_banks,
             },
             fits: problems.is_empty(),
             problems,
