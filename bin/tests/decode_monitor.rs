@@ -1,5 +1,6 @@
 //! `ttmesh decode --hold` watched by `ttmesh monitor --once --json` from another process: every
-//! chip's TRACE (and DRAM) bytes the monitor reads equal the decode report's.
+//! chip's TRACE (and DRAM) bytes the monitor reads equal the decode report's, and so do the
+//! weights and KV-cache bytes the model labels.
 
 mod common;
 
@@ -41,6 +42,13 @@ fn monitor_sees_each_chips_decode_trace_while_decode_holds() {
         assert_eq!(
             mc["dram"]["allocated"], rc["dram_allocated"],
             "chip {id} DRAM"
+        );
+        let weights = report["weights_bytes_per_chip"].as_u64().unwrap();
+        assert!(weights > 0);
+        assert_eq!(mc["weights_bytes"].as_u64(), Some(weights), "chip {id}");
+        assert_eq!(
+            mc["kv_cache_bytes"], report["kv_cache_bytes_per_chip"],
+            "chip {id}"
         );
     }
 }

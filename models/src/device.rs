@@ -11,9 +11,9 @@
 use ttmesh::ccl::{self, CclArgs};
 use ttmesh::ops::{self, MeshMatmulConfig, MeshOpOptions};
 use ttmesh::{
-    Activation, CqId, DataType, HostTensor, Layout, MemoryConfig, MeshDevice, MeshError,
-    MeshMapper, MeshTensor, MeshTraceId, ReplicateTensorToMesh, ShardTensor2dMesh,
-    ShardTensorToMesh, TensorSpec,
+    Activation, CqId, DataType, HostTensor, LabelledMemory, Layout, MemoryConfig, MemoryRole,
+    MeshDevice, MeshError, MeshMapper, MeshTensor, MeshTraceId, ReplicateTensorToMesh,
+    ShardTensor2dMesh, ShardTensorToMesh, TensorSpec,
 };
 
 use ttmesh_chip::tensor::HostData;
@@ -83,6 +83,8 @@ pub struct DeviceLlama {
     ids: MeshTensor,
     positions: MeshTensor,
     captured: Option<CapturedStep>,
+    /// Labels the weights and KV cache for `ttmesh monitor` while the model is placed.
+    memory_labels: [LabelledMemory; 2],
 }
 
 fn device(context: impl Into<String>) -> impl FnOnce(MeshError) -> ModelError {
@@ -363,7 +365,7 @@ impl DeviceLlama {
                 },
             )
         };
-        Ok(Self {
+        let mut model = Self {
             mesh: mesh.clone(),
             embedding: place(
                 "token_embd",
@@ -385,7 +387,18 @@ impl DeviceLlama {
             decode,
             parallel,
             last_host_dispatch: std::time::Duration::ZERO,
-        })
+            memory_labels: [
+                mesh.label_memory(MemoryRole::Weights, 0),
+                mesh.label_memory(MemoryRole::KvCache, 0),
+            ],
+        };
+        // The figures the decode report gives, shown per chip by `ttmesh monitor`.
+        let (weights, kv_cache) = model.dram_bytes_per_chip();
+        model.memory_labels = [
+            mesh.label_memory(MemoryRole::Weights, weights),
+            mesh.label_memory(MemoryRole::KvCache, kv_cache),
+        ];
+        Ok(model)
     }
 
     /// Host time the last [`DeviceLlama::decode_step`] spent writing its inputs and enqueueing
