@@ -53,7 +53,27 @@ enum Command {
     Stress(stress::StressArgs),
 }
 
+/// Output piped into `head` (or any reader that stops early) ends the command quietly, with
+/// the status a process killed by SIGPIPE has (128 + 13), instead of a panic message: Rust
+/// ignores SIGPIPE, so printing to a closed pipe panics inside `println!`.
+fn exit_quietly_on_closed_stdout() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default_hook(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    exit_quietly_on_closed_stdout();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::run(&args),

@@ -195,3 +195,23 @@ fn counts_and_durations_out_of_range_are_refused_naming_the_flag() {
     refused(&["--ffn", "0"], &["--ffn 0", "multiple of 256"]);
     refused(&["--hidden", "0"], &["--hidden 0", "multiple of 32"]);
 }
+
+/// A reader that stops early (`ttmesh ... | head`) ends the command quietly, as SIGPIPE ends
+/// other tools, never with a panic message. The pipe's reader (`true`) is gone before ttmesh
+/// starts writing, so the first write fails with EPIPE.
+#[test]
+fn output_into_a_closed_pipe_is_not_a_panic() {
+    for args in ["topo t3k", "topo galaxy --json", "plan"] {
+        let script = format!("{{ sleep 0.3; exec \"$0\" {args}; }} | true");
+        let out = Command::new("sh")
+            .args(["-c", &script, env!("CARGO_BIN_EXE_ttmesh")])
+            .env("TTMESH_MONITOR", "0")
+            .output()
+            .expect("sh runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("panicked") && stderr.is_empty(),
+            "ttmesh {args} into a closed pipe: {stderr}"
+        );
+    }
+}
