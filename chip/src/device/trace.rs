@@ -81,6 +81,9 @@ pub(crate) struct TraceRecord {
     replays: u64,
     last_replay: Duration,
     replayed_commands: u64,
+    /// Captured during a NO_DISPATCH graph capture: its commands were encoded (so its size is
+    /// exact) but never written to the TRACE region, so it can replay only under NO_DISPATCH.
+    captured_without_dispatch: bool,
 }
 
 #[derive(Default)]
@@ -257,11 +260,8 @@ impl Chip {
             Err(e) => return Err(e),
         };
         bytes.resize(padded as usize, 0);
-        let pages = if crate::observe::no_dispatch() {
-            0
-        } else {
-            num_pages
-        };
+        let without_dispatch = crate::observe::no_dispatch();
+        let pages = if without_dispatch { 0 } else { num_pages };
         for p in 0..pages {
             let (bank, addr) = alloc.page_map().location(p);
             let page = &bytes[(p * page_size) as usize..((p + 1) * page_size) as usize];
@@ -306,6 +306,7 @@ impl Chip {
                 replays: 0,
                 last_replay: Duration::ZERO,
                 replayed_commands: 0,
+                captured_without_dispatch: without_dispatch,
             },
         );
         Ok(())
@@ -366,6 +367,13 @@ impl Chip {
                 Some(t) => t,
                 None => return Err(self.unknown_trace(&table, tid, "execute")),
             };
+            if t.captured_without_dispatch && !crate::observe::no_dispatch() {
+                return Err(ChipError::Trace(format!(
+                    "cannot execute trace tid {} on device {}: it was captured during a NO_DISPATCH graph capture, so its commands were never written to the device; release_trace and capture it again outside NO_DISPATCH",
+                    tid.0,
+                    self.id()
+                )));
+            }
             if self
                 .shared
                 .sanitizer
