@@ -9,6 +9,7 @@ mod limits;
 mod plan;
 mod plan_decode;
 mod profile;
+mod report;
 mod run;
 mod soak;
 mod stress;
@@ -51,6 +52,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Topology stress: a seeded matrix of collectives and sends, with faults, every result checked.
     Stress(stress::StressArgs),
+    /// Graph-capture reports: `report import REPORT.json OUT_DIR` writes a ttnn-visualizer folder.
+    Report(report::ReportArgs),
 }
 
 /// Output piped into `head` (or any reader that stops early) ends the command quietly, with
@@ -86,6 +89,7 @@ fn main() -> ExitCode {
         }
         Command::Bench(args) => bench::run(&args),
         Command::Stress(args) => stress::run(&args),
+        Command::Report(args) => report::run(&args),
     };
     // Every command ends the captures it begins; one left open lost its graph.
     if let Some(warning) = ttmesh::graph::capture_left_open_warning() {
