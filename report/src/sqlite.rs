@@ -10,6 +10,8 @@ use ttmesh::graph::Report;
 use crate::model::ReportModel;
 
 /// The schema, table by table, with the column names and types TT-NN's report writer uses.
+/// The two comparison tables stay empty (TT-NN fills them only in comparison mode against a
+/// golden model); ttnn-visualizer reads them on every tensor listing.
 const SCHEMA: &str = "
 CREATE TABLE devices (device_id int, num_y_cores int, num_x_cores int, num_y_compute_cores int,
     num_x_compute_cores int, worker_l1_size int, l1_num_banks int, l1_bank_size int,
@@ -36,6 +38,10 @@ CREATE TABLE stack_traces (operation_id int, stack_trace text);
 CREATE TABLE errors (operation_id int, operation_name text, error_type text,
     error_message text, stack_trace text, timestamp text);
 CREATE TABLE report_metadata (key text UNIQUE, value text);
+CREATE TABLE local_tensor_comparison_records (tensor_id int UNIQUE, golden_tensor_id int,
+    matches bool, desired_pcc bool, actual_pcc float);
+CREATE TABLE global_tensor_comparison_records (tensor_id int UNIQUE, golden_tensor_id int,
+    matches bool, desired_pcc bool, actual_pcc float);
 ";
 
 fn u(v: &Value, k: &str) -> i64 {

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The real consumer of `ttmesh report import`: ttnn-visualizer (PyPI, pinned) opens our folder,
+# and its HTTP API must give back our operations and tensors. Then a headless Chromium
+# screenshot of its operations view goes to target/artifacts/ for people to look at.
+#
+#   bash scripts/ttnn-visualizer-check.sh [REPORT_FOLDER]
+#
+# Without REPORT_FOLDER it makes one: `ttmesh run --mesh n300 --graph` and `ttmesh report
+# import`. A registry that cannot be reached (pip, apt) is a WARNING and exit 0, as in
+# scripts/fetch-model.sh; a visualizer that runs but cannot read our folder is exit 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+version=0.108.0
+venv=target/visualizer-venv
+artifacts=target/artifacts
+mkdir -p "$artifacts"
+ttmesh=${TTMESH:-target/release/ttmesh}
+
+if [ $# -ge 1 ]; then
+  folder=$(cd "$1" && pwd)
+  expect_op=${EXPECT_OP:-}
+else
+  work=$(mktemp -d)
+  "$ttmesh" run --mesh n300 --iters 1 --graph "$work/graph" > /dev/null
+  "$ttmesh" report import "$work/graph/report.json" "$work/visualizer" --svg
+  folder=$work/visualizer
+  expect_op=${EXPECT_OP:-ttnn::all_reduce}
+fi
+
+if [ ! -x "$venv/bin/ttnn-visualizer" ] || ! "$venv/bin/pip" show ttnn-visualizer 2>/dev/null | grep -q "^Version: $version$"; then
+  python3 -m venv "$venv"
+  if ! "$venv/bin/pip" install -q "ttnn-visualizer==$version"; then
+    echo "ci: WARNING: could not install ttnn-visualizer==$version from PyPI; the visualizer check is skipped"
+    exit 0
+  fi
+fi
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+log=$artifacts/ttnn-visualizer-server.log
+data=$(mktemp -d)
+APP_DATA_DIRECTORY=$data REPORT_DATA_DIRECTORY=$data/reports LAUNCH_BROWSER_ON_START=false \
+  FLASK_ENV=production "$venv/bin/ttnn-visualizer" --host 127.0.0.1 --port "$port" > "$log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null || true; pkill -f "ttnn_visualizer.*$port" 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
+
+base=http://127.0.0.1:$port
+for _ in $(seq 120); do
+  curl -sf "$base/api/up" > /dev/null && break
+  kill -0 $server 2>/dev/null || { cat "$log"; echo "ci: ttnn-visualizer exited before serving"; exit 1; }
+  sleep 0.5
+done
+curl -sf "$base/api/up" > /dev/null || { tail -n 40 "$log"; echo "ci: ttnn-visualizer did not start within 60 s"; exit 1; }
+
+# Open our folder as a local report, as `--profiler-path` would.
+instance=$(curl -sf -X POST -H 'Content-Type: application/json' \
+  -d "{\"profiler_path\": \"$folder\"}" "$base/api/instance/local-paths" \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["instance_id"])') \
+  || { tail -n 40 "$log"; echo "ci: ttnn-visualizer refused to open $folder"; exit 1; }
+
+curl -sf "$base/api/operations?instanceId=$instance" > "$artifacts/ttnn-visualizer-operations.json" \
+  || { tail -n 40 "$log"; echo "ci: ttnn-visualizer could not list our operations"; exit 1; }
+curl -sf "$base/api/tensors?instanceId=$instance" > "$artifacts/ttnn-visualizer-tensors.json" \
+  || { tail -n 40 "$log"; echo "ci: ttnn-visualizer could not list our tensors"; exit 1; }
+curl -sf "$base/api/devices?instanceId=$instance" > "$artifacts/ttnn-visualizer-devices.json" \
+  || { tail -n 40 "$log"; echo "ci: ttnn-visualizer could not list our devices"; exit 1; }
+
+python3 - "$folder/db.sqlite" "$artifacts" "$expect_op" <<'EOF'
+import json, sqlite3, sys
+db, artifacts, expect = sys.argv[1], sys.argv[2], sys.argv[3]
+ops = json.load(open(f"{artifacts}/ttnn-visualizer-operations.json"))
+tensors = json.load(open(f"{artifacts}/ttnn-visualizer-tensors.json"))
+devices = json.load(open(f"{artifacts}/ttnn-visualizer-devices.json"))
+con = sqlite3.connect(db)
+want_ops = [r[0] for r in con.execute("SELECT name FROM operations ORDER BY operation_id")]
+want_tensors = con.execute("SELECT count(*) FROM tensors").fetchone()[0]
+want_devices = con.execute("SELECT count(*) FROM devices").fetchone()[0]
+got_ops = [o["name"] for o in ops]
+problems = []
+if got_ops != want_ops:
+    problems.append(f"operations: visualizer gave {got_ops}, our database has {want_ops}")
+if len(tensors) != want_tensors:
+    problems.append(f"tensors: visualizer gave {len(tensors)}, our database has {want_tensors}")
+if len(devices) != want_devices:
+    problems.append(f"devices: visualizer gave {len(devices)}, our database has {want_devices}")
+if expect and expect not in got_ops:
+    problems.append(f"operation {expect} missing from {got_ops}")
+with_inputs = sum(1 for o in ops if o.get("inputs"))
+if problems:
+    sys.exit("ci: ttnn-visualizer read our folder wrongly:\n  " + "\n  ".join(problems))
+print(f"ttnn-visualizer {len(got_ops)} operations ({with_inputs} with input tensors), "
+      f"{len(tensors)} tensors, {len(devices)} devices read back through its HTTP API")
+EOF
+
+# A picture of the operations view, for people (CI keeps target/artifacts/).
+if ! command -v chromium > /dev/null; then
+  apt-get install -y -qq chromium > /dev/null 2>&1 || { apt-get update -qq > /dev/null 2>&1 && apt-get install -y -qq chromium > /dev/null 2>&1; } \
+    || { echo "ci: WARNING: could not install chromium from apt; no screenshot"; exit 0; }
+fi
+profile=$(mktemp -d)
+timeout 90 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+  --disable-background-networking --disable-component-update --disable-sync \
+  --user-data-dir="$profile" --window-size=1400,900 --virtual-time-budget=15000 \
+  --screenshot="$root/$artifacts/ttnn-visualizer-operations.png" \
+  "$base/operations?instanceId=$instance" > /dev/null 2>&1 \
+  || echo "ci: WARNING: chromium could not take the screenshot"
+[ -f "$artifacts/ttnn-visualizer-operations.png" ] && echo "screenshot: $artifacts/ttnn-visualizer-operations.png"
+exit 0
