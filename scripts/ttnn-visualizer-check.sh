@@ -65,6 +65,13 @@ curl -sf "$base/api/tensors?instanceId=$instance" > "$artifacts/ttnn-visualizer-
 curl -sf "$base/api/devices?instanceId=$instance" > "$artifacts/ttnn-visualizer-devices.json" \
   || { tail -n 40 "$log"; echo "ci: ttnn-visualizer could not list our devices"; exit 1; }
 
+# Every other view's data must load too (HTTP 200), not only the lists.
+for endpoint in operations/1 operation-buffers buffers buffer-pages cluster-descriptor \
+    report-metadata errors config tensors/1 devices; do
+  code=$(curl -s -o /dev/null -w '%{http_code}' "$base/api/$endpoint?instanceId=$instance")
+  [ "$code" = 200 ] || { tail -n 40 "$log"; echo "ci: ttnn-visualizer's /api/$endpoint gave HTTP $code on our folder"; exit 1; }
+done
+
 python3 - "$folder/db.sqlite" "$artifacts" "$expect_op" <<'EOF'
 import json, sqlite3, sys
 db, artifacts, expect = sys.argv[1], sys.argv[2], sys.argv[3]
