@@ -449,6 +449,7 @@ pub fn run(quick: bool) -> String {
     if let Err(e) = run_block(quick, &mut out) {
         let _ = writeln!(out, "run block: failed: {e}");
     }
+    crate::replay::report(quick, &mut out);
     out
 }
 

@@ -12,3 +12,4 @@ pub mod decode;
 pub mod fabric;
 pub mod monitor;
 pub mod profile;
+pub mod replay;
