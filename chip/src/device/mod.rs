@@ -88,8 +88,9 @@ pub(crate) struct PendingDiscards {
 }
 
 impl PendingDiscards {
-    fn add(&mut self, key: (u8, u64, u64)) {
-        *self.ranges.entry(key).or_insert(0) += 1;
+    /// `count` more queued frees of `key` (one per command queue).
+    fn add(&mut self, key: (u8, u64, u64), count: u32) {
+        *self.ranges.entry(key).or_insert(0) += count;
         let m = &mut self.max_size[key.0 as usize % 3];
         *m = (*m).max(key.2);
     }
@@ -454,10 +455,10 @@ impl Chip {
                 );
                 // One count per queue: the range stays pending (kept) until every queue has
                 // passed its Discard, so work queued earlier on any queue still reads its data.
-                let mut pending = self.shared.pending_discards.lock();
-                for _ in &self.queues {
-                    pending.add(key);
-                }
+                self.shared
+                    .pending_discards
+                    .lock()
+                    .add(key, self.queues.len() as u32);
             }
         }
         // Host memory of the range is returned in queue order, after work that may still read it.
@@ -469,8 +470,11 @@ impl Chip {
                 alloc.per_bank_size,
             );
             // Housekeeping: no wake-up of its own; it runs with the next command that wakes.
-            for q in &self.queues {
-                q.ring.push(e.bytes.clone(), false);
+            if let Some((last, others)) = self.queues.split_last() {
+                for q in others {
+                    q.ring.push(e.bytes.clone(), false);
+                }
+                last.ring.push(e.bytes, false);
             }
         }
         Ok(())
