@@ -272,7 +272,13 @@ impl Fabric {
             let h = thread::Builder::new()
                 .name(name.clone())
                 .stack_size(ROUTER_STACK)
-                .spawn(move || r2.run(inn))
+                .spawn(move || {
+                    ttmesh_placement::place_current_thread(
+                        ttmesh_placement::ThreadRole::Router,
+                        r2.chip,
+                    );
+                    r2.run(inn)
+                })
                 .map_err(|e| invalid(format!("cannot start router thread {name}: {e}")))?;
             // Set before `new` returns, so no packet can be published to an unknown consumer.
             let _ = r.wake.thread.set(h.thread().clone());

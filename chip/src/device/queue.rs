@@ -167,7 +167,13 @@ pub(crate) fn spawn_dispatcher(shared: Arc<ChipShared>, cq: CqId) -> Result<Queu
     let name = format!("ttmesh-chip{}-cq{}", shared.id, cq.0);
     let thread = std::thread::Builder::new()
         .name(name)
-        .spawn(move || Dispatcher::new(shared, cq).run(&rx))
+        .spawn(move || {
+            ttmesh_placement::place_current_thread(
+                ttmesh_placement::ThreadRole::Dispatcher,
+                shared.id,
+            );
+            Dispatcher::new(shared, cq).run(&rx)
+        })
         .map_err(|e| ChipError::Queue(format!("cannot start the dispatcher thread: {e}")))?;
     Ok(QueueHandle {
         ring,
