@@ -54,7 +54,7 @@ stop_server() {
   done
   kill -KILL -- "-$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
-  rm -rf "$data" "${work:-}"
+  rm -rf "$data" "${work:-}" "${profile:-}"
 }
 trap stop_server EXIT
 
