@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real consumer of `ttmesh report import`: ttnn-visualizer (PyPI, pinned) opens our folder,
-# and its HTTP API must give back our operations and tensors. Then a headless Chromium
-# screenshot of its operations view goes to target/artifacts/ for people to look at.
+# and its HTTP API must give back our operations and tensors. Then headless Chromium renders
+# its operations view: the page must name every operation (a frontend error shows there, not
+# in the API), and a screenshot goes to target/artifacts/ for people to look at.
 #
 #   bash scripts/ttnn-visualizer-check.sh [REPORT_FOLDER]
 #
