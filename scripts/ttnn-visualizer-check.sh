@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real consumer of `ttmesh report import`: ttnn-visualizer (PyPI, pinned) opens our folder,
-# and its HTTP API must give back our operations and tensors. Then a headless Chromium
-# screenshot of its operations view goes to target/artifacts/ for people to look at.
+# and its HTTP API must give back our operations and tensors. Then headless Chromium renders
+# its operations view: the page must name every operation (a frontend error shows there, not
+# in the API), and a screenshot goes to target/artifacts/ for people to look at.
 #
 #   bash scripts/ttnn-visualizer-check.sh [REPORT_FOLDER]
 #
@@ -39,10 +40,24 @@ fi
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
 log=$artifacts/ttnn-visualizer-server.log
 data=$(mktemp -d)
-APP_DATA_DIRECTORY=$data REPORT_DATA_DIRECTORY=$data/reports LAUNCH_BROWSER_ON_START=false \
-  FLASK_ENV=production "$venv/bin/ttnn-visualizer" --host 127.0.0.1 --port "$port" > "$log" 2>&1 &
+# The launcher runs gunicorn as a child and does not stop it when it is itself stopped, so
+# it is started in a session of its own and the whole process group is stopped on exit
+# (politely, then by force after 10 s): no server outlives the check.
+USAGE_RECORDING_DISABLED=true APP_DATA_DIRECTORY=$data REPORT_DATA_DIRECTORY=$data/reports \
+  LAUNCH_BROWSER_ON_START=false FLASK_ENV=production \
+  setsid "$venv/bin/ttnn-visualizer" --host 127.0.0.1 --port "$port" > "$log" 2>&1 &
 server=$!
-trap 'kill $server 2>/dev/null || true; pkill -f "ttnn_visualizer.*$port" 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
+stop_server() {
+  kill -TERM -- "-$server" 2>/dev/null || true
+  for _ in $(seq 40); do
+    kill -0 -- "-$server" 2>/dev/null || break
+    sleep 0.25
+  done
+  kill -KILL -- "-$server" 2>/dev/null || true
+  wait "$server" 2>/dev/null || true
+  rm -rf "$data" "${work:-}" "${profile:-}"
+}
+trap stop_server EXIT
 
 base=http://127.0.0.1:$port
 for _ in $(seq 120); do
@@ -105,6 +120,7 @@ if ! command -v chromium > /dev/null; then
     || { echo "ci: WARNING: could not install chromium from apt; no screenshot"; exit 0; }
 fi
 profile=$(mktemp -d)
+rm -f "$artifacts/ttnn-visualizer-operations.png" "$artifacts/ttnn-visualizer-operations.html"
 timeout 90 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
   --disable-background-networking --disable-component-update --disable-sync \
   --user-data-dir="$profile" --window-size=1400,900 --virtual-time-budget=15000 \
@@ -112,4 +128,26 @@ timeout 90 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-fi
   "$base/operations?instanceId=$instance" > /dev/null 2>&1 \
   || echo "ci: WARNING: chromium could not take the screenshot"
 [ -f "$artifacts/ttnn-visualizer-operations.png" ] && echo "screenshot: $artifacts/ttnn-visualizer-operations.png"
+
+# The page itself, not only its API: the operations view as the browser rendered it must say
+# how many operations it shows and name every one of ours (a frontend that chokes on a field
+# of ours, a captured graph say, renders an error page instead).
+timeout 90 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+  --disable-background-networking --disable-component-update --disable-sync \
+  --user-data-dir="$profile" --window-size=1400,900 --virtual-time-budget=15000 \
+  --dump-dom "$base/operations?instanceId=$instance" > "$artifacts/ttnn-visualizer-operations.html" 2> /dev/null \
+  || { echo "ci: WARNING: chromium could not render the operations view; page not checked"; exit 0; }
+python3 - "$folder/db.sqlite" "$artifacts/ttnn-visualizer-operations.html" <<'EOF'
+import html, re, sqlite3, sys
+names = [r[0] for r in sqlite3.connect(sys.argv[1]).execute("SELECT name FROM operations")]
+page = html.unescape(open(sys.argv[2], encoding="utf-8").read())
+shown = f"Showing {len(names)} operations"
+missing = sorted({n for n in names if n not in page})
+if shown not in page or missing:
+    error = re.search(r"An error occurred:[^<]*", page)
+    sys.exit(f"ci: ttnn-visualizer's operations page (saved as {sys.argv[2]}) lacks "
+             + (f"'{shown}' " if shown not in page else "") + (f"{missing}" if missing else "")
+             + (f"; it says '{error.group(0)}'" if error else ""))
+print(f"ttnn-visualizer operations page: {shown}, every name rendered")
+EOF
 exit 0
