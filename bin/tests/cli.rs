@@ -1,15 +1,10 @@
 //! `ttmesh run`, as a user runs it: the built binary, its exit code and its JSON.
 
-use std::process::{Command, Output};
+mod common;
 
-fn ttmesh(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ttmesh"))
-        .args(args)
-        // No monitor segments from tests.
-        .env("TTMESH_MONITOR", "0")
-        .output()
-        .expect("the ttmesh binary runs")
-}
+use common::ttmesh;
+
+use std::process::Command;
 
 fn run_json(args: &[&str]) -> serde_json::Value {
     let out = ttmesh(args);

@@ -1,15 +1,11 @@
 //! `ttmesh decode --graph DIR`: the decode's graph (placement and every step) lands in
 //! DIR/report.json, also when the decode fails, where it ends in the failure's error node.
 
-use std::process::{Command, Output};
+mod common;
 
-fn ttmesh(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ttmesh"))
-        .args(args)
-        .env("TTMESH_MONITOR", "0")
-        .output()
-        .expect("the ttmesh binary runs")
-}
+use common::ttmesh;
+
+use std::process::Output;
 
 fn decode_with_graph(dir: &std::path::Path, trace_region_size: &str) -> Output {
     let _ = std::fs::remove_dir_all(dir);

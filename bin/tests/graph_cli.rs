@@ -1,15 +1,9 @@
 //! `ttmesh run --graph DIR`: the run's graph lands in DIR/report.json, in TT-NN's report shape,
 //! and a directory that cannot be created is a clear error before anything runs.
 
-use std::process::{Command, Output};
+mod common;
 
-fn ttmesh(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ttmesh"))
-        .args(args)
-        .env("TTMESH_MONITOR", "0")
-        .output()
-        .expect("the ttmesh binary runs")
-}
+use common::ttmesh;
 
 #[test]
 fn run_with_graph_writes_a_report_of_every_op() {

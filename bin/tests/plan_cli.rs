@@ -1,15 +1,9 @@
 //! `ttmesh plan` names a trace_region_size for `run`'s block that suffices when `ttmesh run`
 //! is given it, while half of it does not (both checked by running).
 
-use std::process::{Command, Output};
+mod common;
 
-fn ttmesh(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ttmesh"))
-        .args(args)
-        .env("TTMESH_MONITOR", "0")
-        .output()
-        .expect("the ttmesh binary runs")
-}
+use common::ttmesh;
 
 #[test]
 fn the_planned_trace_region_suffices_and_half_does_not() {

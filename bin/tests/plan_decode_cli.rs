@@ -3,7 +3,11 @@
 //! model reaches, the real GGUF is planned from its header, and a Llama-3.1-8B-shaped model on
 //! a T3K is planned (fits, and does not fit with the numbers).
 
-use std::process::{Command, Output};
+mod common;
+
+use common::ttmesh;
+
+use std::process::Output;
 
 use ttmesh::{BufferType, MeshConfig, MeshDevice};
 use ttmesh_models::synthetic::{write_synthetic_llama, SyntheticConfig};
@@ -13,14 +17,6 @@ use ttmesh_models::{
 
 const PROMPT: &str = "Once upon a time";
 const NEW_TOKENS: usize = 4;
-
-fn ttmesh(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ttmesh"))
-        .args(args)
-        .env("TTMESH_MONITOR", "0")
-        .output()
-        .expect("the ttmesh binary runs")
-}
 
 fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {

@@ -1,14 +1,8 @@
 //! `ttmesh run --profile DIR`: the files it writes, and its refusals before anything runs.
 
-use std::process::{Command, Output};
+mod common;
 
-fn ttmesh(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ttmesh"))
-        .args(args)
-        .env("TTMESH_MONITOR", "0")
-        .output()
-        .expect("the ttmesh binary runs")
-}
+use common::ttmesh;
 
 fn temp(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("ttmesh-profile-cli-{}-{name}", std::process::id()))

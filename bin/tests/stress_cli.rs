@@ -2,16 +2,12 @@
 //! every run; bad input is refused naming the value and the choices; one case reruns alone;
 //! Ctrl-C stops between cases and prints the summary so far.
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-fn ttmesh(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ttmesh"))
-        .args(args)
-        .env("TTMESH_MONITOR", "0")
-        .output()
-        .expect("the ttmesh binary runs")
-}
+use common::ttmesh;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

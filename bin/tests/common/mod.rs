@@ -1,5 +1,6 @@
-//! Running `ttmesh` as a child process next to `ttmesh monitor`: shared by the end-to-end
-//! tests of the monitor (each test file uses what it needs).
+//! Running `ttmesh` as a child process: one run to completion ([`ttmesh`]), or held open next
+//! to `ttmesh monitor` ([`Guard`]). Shared by the command-line tests (each file uses what it
+//! needs).
 #![allow(dead_code)]
 
 use std::io::Read;
@@ -13,6 +14,15 @@ use serde_json::Value;
 pub const BIN: &str = env!("CARGO_BIN_EXE_ttmesh");
 /// Generous: a debug build on a busy 2-core machine opens a T3K and runs the block slowly.
 pub const STARTUP: Duration = Duration::from_secs(120);
+
+/// Runs `ttmesh args` to completion, publishing no monitor segment.
+pub fn ttmesh(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("TTMESH_MONITOR", "0")
+        .output()
+        .expect("the ttmesh binary runs")
+}
 
 /// Kills the child (if still running) and removes the listed /dev/shm files when dropped.
 pub struct Guard {
