@@ -364,16 +364,7 @@ fn run_block(quick: bool, out: &mut String) -> Result<(f64, f64), String> {
     let err = |e: ttmesh::MeshError| e.to_string();
     let mesh = open("t3k", FabricConfig::Fabric1D)?;
     let (t, h, f) = (32, 512, 2048);
-    let x = MeshTensor::from_host(
-        &ttmesh::models::random_host(&[1, 1, t, h], DataType::BFloat16, 1, 1.0).map_err(err)?,
-        &mesh,
-        &ReplicateTensorToMesh,
-        Layout::Tile,
-        MemoryConfig::DRAM,
-        CqId(0),
-    )
-    .map_err(err)?;
-    let mlp = ttmesh::models::TpMlp::new(&mesh, h, f, 2).map_err(err)?;
+    let (x, mlp) = crate::replay::run_block_on(&mesh, (t, h, f)).map_err(err)?;
     let mlp_block = |x: &MeshTensor| mlp.forward(x);
     let iters = if quick { 10 } else { 50 };
     let _ = mlp_block(&x).map_err(err)?;

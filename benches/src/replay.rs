@@ -31,6 +31,22 @@ impl ReplayVsKernels {
     }
 }
 
+/// The run block's input (replicated, bf16, DRAM) and its tensor-parallel MLP on `mesh`.
+pub(crate) fn run_block_on(
+    mesh: &MeshDevice,
+    (t, h, f): (usize, usize, usize),
+) -> ttmesh::Result<(MeshTensor, ttmesh::models::TpMlp)> {
+    let x = MeshTensor::from_host(
+        &ttmesh::models::random_host(&[1, 1, t, h], DataType::BFloat16, 1, 1.0)?,
+        mesh,
+        &ReplicateTensorToMesh,
+        Layout::Tile,
+        MemoryConfig::DRAM,
+        CqId(0),
+    )?;
+    Ok((x, ttmesh::models::TpMlp::new(mesh, h, f, 2)?))
+}
+
 /// Runs the run block (TP MLP, t x h x f, bf16) traced on `topology` for `iters` replays.
 pub fn measure(
     topology: &str,
@@ -45,16 +61,7 @@ pub fn measure(
         ..Default::default()
     })
     .map_err(err)?;
-    let x = MeshTensor::from_host(
-        &ttmesh::models::random_host(&[1, 1, t, h], DataType::BFloat16, 1, 1.0).map_err(err)?,
-        &mesh,
-        &ReplicateTensorToMesh,
-        Layout::Tile,
-        MemoryConfig::DRAM,
-        CqId(0),
-    )
-    .map_err(err)?;
-    let mlp = ttmesh::models::TpMlp::new(&mesh, h, f, 2).map_err(err)?;
+    let (x, mlp) = run_block_on(&mesh, (t, h, f)).map_err(err)?;
     drop(mlp.forward(&x).map_err(err)?);
     mesh.finish(CqId(0)).map_err(err)?;
     let tid = mesh.begin_trace_capture(CqId(0)).map_err(err)?;
