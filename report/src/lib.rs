@@ -81,7 +81,7 @@ pub fn import(
     };
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir(&staging).map_err(io(&staging))?;
-    let result = write_folder(&staging, &report, &model, options.svg, report_path);
+    let result = write_folder(&staging, out_dir, &report, &model, options.svg, report_path);
     let files = match result {
         Ok(files) => files,
         Err(e) => {
@@ -121,8 +121,11 @@ pub fn import(
     })
 }
 
+/// Writes the files into `dir` (the staging folder); paths written into them name `final_dir`,
+/// where the folder will be once renamed.
 fn write_folder(
     dir: &Path,
+    final_dir: &Path,
     report: &ttmesh::graph::Report,
     model: &ReportModel,
     svg: bool,
@@ -149,8 +152,8 @@ fn write_folder(
         "enable_comparison_mode": false,
         "enable_fast_runtime_mode": false,
         "throw_exception_on_fallback": false,
-        "root_report_path": dir.parent().map(|p| p.display().to_string()),
-        "report_path": dir.display().to_string(),
+        "root_report_path": final_dir.parent().map(|p| p.display().to_string()),
+        "report_path": final_dir.display().to_string(),
         "producer": report.metadata.get("producer"),
     });
     write(

@@ -156,6 +156,8 @@ fn an_add_on_a_2x4_mesh_reads_back_from_the_database() {
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
     assert_eq!(config["report_name"], "report");
+    // The folder's final path, not the temporary one it was built under.
+    assert_eq!(config["report_path"], out.display().to_string());
 }
 
 fn node(counter: usize, node_type: &str, params: serde_json::Value, level: usize) -> Node {
