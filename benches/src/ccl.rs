@@ -164,6 +164,31 @@ fn time_collective_shaped(
     Ok(total / iters as u32)
 }
 
+/// Times `op` ("all_reduce", "all_gather", "reduce_scatter") of `size` bytes per chip on
+/// `topology` (rings under Fabric1DRing, the rest Fabric1D), `iters` times after a warm-up:
+/// the loop the `ccl_one` example runs under a profiler.
+pub fn time_one(op: &str, topology: &str, size: usize, iters: usize) -> Result<Duration, String> {
+    let op = match op {
+        "all_reduce" => Op::AllReduce,
+        "all_gather" => Op::AllGather,
+        "reduce_scatter" => Op::ReduceScatter,
+        other => {
+            return Err(format!(
+                "unknown collective {other:?}; use all_reduce, all_gather or reduce_scatter"
+            ))
+        }
+    };
+    let fabric = if topology.starts_with("line") {
+        FabricConfig::Fabric1D
+    } else {
+        FabricConfig::Fabric1DRing
+    };
+    let mesh = open(topology, fabric)?;
+    let t = time_collective(&mesh, op, size, iters);
+    let _ = mesh.close();
+    t
+}
+
 fn open(topology: &str, fabric: FabricConfig) -> Result<MeshDevice, String> {
     MeshDevice::open(MeshConfig {
         topology: topology.into(),
