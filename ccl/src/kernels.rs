@@ -15,6 +15,7 @@ use steps::{Endpoint, Local, Step, StepError, Work};
 
 use crate::{CclLine, Topology};
 
+mod lists;
 mod pages;
 mod steps;
 mod together;
@@ -160,7 +161,7 @@ impl<'a> Run<'a> {
     }
 
     fn send(&self, to: u32, slot: usize, data: &[u8]) -> Result<(), ChipError> {
-        self.ep.send(to, slot, data).map_err(|e| self.fail(e))
+        self.ep.send(to, slot, 0, data).map_err(|e| self.fail(e))
     }
 
     fn wait_slot(&self, slot: usize) -> Result<(), ChipError> {
@@ -172,7 +173,7 @@ impl<'a> Run<'a> {
     fn read_slot(&self, slot: usize, len: usize) -> Result<Vec<u8>, ChipError> {
         let mut buf = vec![0u8; len];
         self.ep
-            .read_slot(Local::Memory(self.ctx.memory), slot, &mut buf)
+            .read_slot(Local::Memory(self.ctx.memory), slot, 0, &mut buf)
             .map_err(|e| self.step_error(e))?;
         Ok(buf)
     }
@@ -189,6 +190,11 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// True if this collective's steps run together with the rest of the line (see `together`).
+    fn together(&self) -> bool {
+        together::wanted(self.k.input.buffer_size() as usize, self.k.line.chips.len())
+    }
+
     /// Runs this chip's `steps` on `work`: together with the rest of the line on one thread
     /// when the collective is small (see `together`), else here, after the handshake
     /// (`writes_left`: the steps write into the left neighbour too).
@@ -198,7 +204,7 @@ impl<'a> Run<'a> {
         steps: Vec<Step>,
         writes_left: bool,
     ) -> Result<(), ChipError> {
-        if together::wanted(self.k.input.buffer_size() as usize, self.k.line.chips.len()) {
+        if self.together() {
             let c = together::Collective {
                 fabric: self.fabric,
                 key: self.k.meet_key,

@@ -19,7 +19,38 @@ pub const CHUNK_SIZE: u64 = 16 * 1024;
 
 #[derive(Default)]
 struct Bank {
-    chunks: HashMap<u64, Box<[u8]>>,
+    chunks: HashMap<u64, Chunk>,
+}
+
+/// One chunk of backing memory. Bytes from `valid` up read as zero whatever the buffer holds:
+/// a chunk reused from the pool is not zeroed up front, only the gaps a write skips over, so
+/// memory written front to back (every large transfer) is never cleared first.
+struct Chunk {
+    data: Box<[u8]>,
+    valid: usize,
+}
+
+impl Chunk {
+    /// Copies `src` in at `at`, zeroing any gap between the valid bytes and `at` first.
+    fn write(&mut self, at: usize, src: &[u8]) {
+        if at > self.valid {
+            self.data[self.valid..at].fill(0);
+        }
+        self.data[at..at + src.len()].copy_from_slice(src);
+        self.valid = self.valid.max(at + src.len());
+    }
+
+    /// Copies the bytes at `at` out (zeros past `valid`).
+    fn read(&self, at: usize, out: &mut [u8]) {
+        let have = self.valid.saturating_sub(at).min(out.len());
+        out[..have].copy_from_slice(&self.data[at..at + have]);
+        out[have..].fill(0);
+    }
+
+    /// The bytes at `at..at + len` in place, if they are all valid.
+    fn bytes(&self, at: usize, len: usize) -> Option<&[u8]> {
+        (at + len <= self.valid).then(|| &self.data[at..at + len])
+    }
 }
 
 pub struct DeviceMemory {
@@ -119,34 +150,31 @@ impl DeviceMemory {
             let chunk = a / CHUNK_SIZE;
             let in_chunk = (a % CHUNK_SIZE) as usize;
             let n = (CHUNK_SIZE as usize - in_chunk).min(data.len() - off);
-            let c = b
-                .chunks
+            b.chunks
                 .entry(chunk)
-                .or_insert_with(|| self.new_chunk(n == CHUNK_SIZE as usize));
-            c[in_chunk..in_chunk + n].copy_from_slice(&data[off..off + n]);
+                .or_insert_with(|| self.new_chunk())
+                .write(in_chunk, &data[off..off + n]);
             off += n;
         }
         Ok(())
     }
 
-    /// A chunk for a first write: from the pool if it has one (zeroed unless the write
-    /// covers all of it), else freshly zeroed.
-    fn new_chunk(&self, whole: bool) -> Box<[u8]> {
+    /// A chunk for a first write: from the pool if it has one (nothing valid yet), else
+    /// freshly allocated (zeroed by the allocator, so all of it is valid).
+    fn new_chunk(&self) -> Chunk {
         match self.pool.lock().pop() {
-            Some(mut c) => {
-                if !whole {
-                    c.fill(0);
-                }
-                c
-            }
-            None => vec![0u8; CHUNK_SIZE as usize].into_boxed_slice(),
+            Some(data) => Chunk { data, valid: 0 },
+            None => Chunk {
+                data: vec![0u8; CHUNK_SIZE as usize].into_boxed_slice(),
+                valid: CHUNK_SIZE as usize,
+            },
         }
     }
 
-    fn recycle(&self, c: Box<[u8]>) {
+    fn recycle(&self, c: Chunk) {
         let mut pool = self.pool.lock();
         if pool.len() < POOL_CHUNKS {
-            pool.push(c);
+            pool.push(c.data);
         }
     }
 
@@ -160,7 +188,7 @@ impl DeviceMemory {
             let in_chunk = (a % CHUNK_SIZE) as usize;
             let n = (CHUNK_SIZE as usize - in_chunk).min(out.len() - off);
             match b.chunks.get(&chunk) {
-                Some(c) => out[off..off + n].copy_from_slice(&c[in_chunk..in_chunk + n]),
+                Some(c) => c.read(in_chunk, &mut out[off..off + n]),
                 None => out[off..off + n].fill(0),
             }
             off += n;
@@ -184,13 +212,55 @@ impl DeviceMemory {
         let b = lock.read();
         let in_chunk = (addr % CHUNK_SIZE) as usize;
         if in_chunk + len <= CHUNK_SIZE as usize {
-            if let Some(c) = b.chunks.get(&(addr / CHUNK_SIZE)) {
-                return Ok(f(&c[in_chunk..in_chunk + len]));
+            if let Some(bytes) = b
+                .chunks
+                .get(&(addr / CHUNK_SIZE))
+                .and_then(|c| c.bytes(in_chunk, len))
+            {
+                return Ok(f(bytes));
             }
         }
         drop(b);
         self.read(space, bank, addr, scratch)?;
         Ok(f(scratch))
+    }
+
+    /// Calls `f(offset, bytes)` for consecutive pieces of the `len` bytes at `addr` of one bank,
+    /// in place (no copy; unwritten memory is given as zeros): the large reads that only
+    /// consume bytes (a reduction adding a received slot) need no bounce buffer. Holds the
+    /// bank's read lock throughout, so `f` must not write this chip's memory.
+    pub fn read_in_place(
+        &self,
+        space: MemSpace,
+        bank: u32,
+        addr: u64,
+        len: usize,
+        mut f: impl FnMut(usize, &[u8]),
+    ) -> Result<()> {
+        static ZEROS: [u8; CHUNK_SIZE as usize] = [0; CHUNK_SIZE as usize];
+        let lock = self.bank(space, bank, addr, len as u64)?;
+        let b = lock.read();
+        let mut off = 0usize;
+        while off < len {
+            let a = addr + off as u64;
+            let in_chunk = (a % CHUNK_SIZE) as usize;
+            let n = (CHUNK_SIZE as usize - in_chunk).min(len - off);
+            let have = match b.chunks.get(&(a / CHUNK_SIZE)) {
+                Some(c) => {
+                    let have = c.valid.saturating_sub(in_chunk).min(n);
+                    if have > 0 {
+                        f(off, &c.data[in_chunk..in_chunk + have]);
+                    }
+                    have
+                }
+                None => 0,
+            };
+            if have < n {
+                f(off + have, &ZEROS[..n - have]);
+            }
+            off += n;
+        }
+        Ok(())
     }
 
     /// Drops the chunks entirely inside [addr, addr + len) of one bank: freed memory gives its
@@ -270,6 +340,53 @@ impl DeviceMemory {
 mod tests {
     use super::*;
 
+    /// Reads `len` bytes at `addr` of DRAM bank 0 both ways; they must agree.
+    fn read_both(m: &DeviceMemory, addr: u64, len: usize) -> Vec<u8> {
+        let mut copied = vec![0xAAu8; len];
+        m.read(MemSpace::Dram, 0, addr, &mut copied).unwrap();
+        let mut pieces = vec![0x55u8; len];
+        let mut next = 0;
+        m.read_in_place(MemSpace::Dram, 0, addr, len, |off, bytes| {
+            assert_eq!(off, next, "pieces come in order, without gaps");
+            pieces[off..off + bytes.len()].copy_from_slice(bytes);
+            next = off + bytes.len();
+        })
+        .unwrap();
+        assert_eq!(next, len);
+        assert_eq!(copied, pieces);
+        copied
+    }
+
+    #[test]
+    fn reused_chunks_read_zero_where_never_written() {
+        let m = DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20);
+        let c = CHUNK_SIZE as usize;
+        // Fill two chunks with garbage, free them into the pool.
+        m.write(MemSpace::Dram, 0, 0, &vec![0xEEu8; 2 * c]).unwrap();
+        m.discard(MemSpace::Dram, 0, 0, 2 * c as u64);
+        assert_eq!(m.resident_bytes(), 0);
+        // A write in the middle of a reused chunk: the bytes before and after read as zero.
+        m.write(MemSpace::Dram, 0, 100, &[7u8; 50]).unwrap();
+        let back = read_both(&m, 0, c);
+        assert!(back[..100].iter().all(|&b| b == 0));
+        assert!(back[100..150].iter().all(|&b| b == 7));
+        assert!(
+            back[150..].iter().all(|&b| b == 0),
+            "garbage past the write"
+        );
+        // A later write past a gap zeroes the gap; earlier data stays.
+        m.write(MemSpace::Dram, 0, 1000, &[9u8; 10]).unwrap();
+        let back = read_both(&m, 0, c);
+        assert!(back[150..1000].iter().all(|&b| b == 0));
+        assert!(back[100..150].iter().all(|&b| b == 7));
+        assert!(back[1000..1010].iter().all(|&b| b == 9));
+        // A range over a reused chunk, a missing chunk and a fresh one.
+        m.write(MemSpace::Dram, 0, 3 * c as u64, &[1u8; 4]).unwrap();
+        let back = read_both(&m, c as u64 - 8, 2 * c + 16);
+        assert!(back[..8].iter().all(|&b| b == 0));
+        assert!(back[2 * c + 8..2 * c + 12].iter().all(|&b| b == 1));
+    }
+
     #[test]
     fn sparse_read_write_discard() {
         let m = DeviceMemory::new(0, 12, 1 << 30, 64, 1_499_136, 1 << 20);
@@ -289,6 +406,7 @@ mod tests {
         m.discard(MemSpace::L1, 5, 91 * CHUNK_SIZE, 1 << 30);
         assert_eq!(m.resident_bytes(), 0);
         assert!(m.read(MemSpace::L1, 64, 0, &mut back).is_err());
+        assert!(m.read_in_place(MemSpace::L1, 64, 0, 4, |_, _| ()).is_err());
         assert!(m.write(MemSpace::L1, 0, 1_499_130, &[0u8; 16]).is_err());
     }
 }

@@ -492,6 +492,25 @@ fn chunk_order_must_be_a_permutation() {
     mesh.close().unwrap();
 }
 
+/// Large all_reduces move in pieces (several per chunk, chunks of unequal page counts), each
+/// its own message and semaphore increment: every chip still gets the exact sum, twice alike.
+#[test]
+fn all_reduce_in_many_pieces() {
+    for (topo, fabric) in [
+        ("t3k", FabricConfig::Fabric1DRing),
+        ("t3k", FabricConfig::Fabric1D),
+        ("n300", FabricConfig::Fabric1D),
+    ] {
+        let mesh = open(topo, fabric);
+        for dtype in [DataType::BFloat16, DataType::Float32] {
+            // 864 tiles: 108 per chip of 8 (two pieces of at most 64 pages), 432 per chip of 2.
+            let c = Case::new(Op::AllReduce, &[1, 1, 864, 1024], 3, dtype, None);
+            check(&mesh, &c, 11);
+        }
+        mesh.close().unwrap();
+    }
+}
+
 /// Decode's all_reduce (32x576: 18 tiles) splits unevenly over 8 chips and leaves 14 of 32
 /// chips without a tile of their own; every chip still gets the exact sum, the same bits twice.
 #[test]

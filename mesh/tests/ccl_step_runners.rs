@@ -35,9 +35,15 @@ fn together_and_own_threads_agree_bit_for_bit() {
     ] {
         let mesh = open(topo, fabric);
         for dtype in [DataType::BFloat16, DataType::Float32] {
-            for op in [Op::AllReduce, Op::ReduceScatter, Op::AllGather] {
+            for (op, rows) in [
+                (Op::AllReduce, 96),
+                (Op::ReduceScatter, 96),
+                (Op::AllGather, 96),
+                // Several pieces per chunk (see ccl's step lists).
+                (Op::AllReduce, 864),
+            ] {
                 // 9 tiles do not split evenly over 2, 4 or 8 chips (all_reduce's own split).
-                let shape = [1, 1, 96, 96 * 8];
+                let shape = [1, 1, rows, 96 * 8];
                 let parts: Vec<HostTensor> = (0..mesh.num_devices())
                     .map(|i| random(&shape, dtype, 40 + i as u64))
                     .collect();

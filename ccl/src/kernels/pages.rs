@@ -11,7 +11,8 @@ use ttmesh_chip::program::KernelContext;
 use ttmesh_chip::tensor::{DataType, Layout, TensorSpec};
 use ttmesh_chip::ChipError;
 
-use super::steps::{self, sized, Step, Work};
+use super::lists;
+use super::steps::{piece_count, sized, FusedIo, Step, Work};
 use super::Run;
 use crate::Topology;
 
@@ -68,6 +69,10 @@ pub(crate) fn page_elems(spec: &TensorSpec) -> usize {
     }
 }
 
+/// Bytes of f32 partial sums per piece (see `lists`): small enough that a piece summed,
+/// sent and written stays in the host's cache.
+const PIECE_BYTES: usize = 256 * 1024;
+
 thread_local! {
     /// Buffers reused across launches on one dispatcher thread (one per chip queue), so a
     /// collective allocates (and page-faults) only when it is larger than any before it there.
@@ -123,9 +128,11 @@ pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Resu
     let pos = k.pos;
     let len = k.input.buffer_size() as usize;
     with_work(|w| {
-        w.shape(&[], &vec![len; n]);
+        w.shape(&[], &vec![len; n], None);
         read_pages(run.ctx, &k.input, addresses[0], &mut w.blocks[pos][..len])?;
-        let steps = steps::gather_steps(k.topology, n, pos, 0);
+        // One piece per block: without a fused reduction, pieces only add waits.
+        let pieces = vec![piece_count(len, w.block_piece); n];
+        let steps = lists::gather_steps(k.topology, n, pos, 0, &pieces);
         run.run_steps(w, steps, k.topology != Topology::Ring)?;
         // Output page run (o, b) is input run o of the line position whose order is b.
         let mut from_position = vec![0; n];
@@ -223,7 +230,7 @@ pub(crate) fn reduce_scatter(
     let page_bytes = k.input.page_size() as usize;
     let chunk_elems = k.input.num_pages() as usize / n * page_elems(&k.input);
     with_work(|w| {
-        w.shape(&vec![chunk_elems; n], &[]);
+        w.shape(&vec![chunk_elems; n], &[], None);
         let input = sized(&mut w.input, k.input.buffer_size() as usize);
         read_pages(run.ctx, &k.input, addresses[0], input)?;
         // The algorithm's chunk j (owned by line position j) is the data's chunk order[j].
@@ -238,7 +245,8 @@ pub(crate) fn reduce_scatter(
                 &mut w.chunks[j][..chunk_elems],
             );
         }
-        let steps = steps::reduce_steps(k.topology, n, pos, 0);
+        let pieces = vec![piece_count(chunk_elems, w.chunk_piece); n];
+        let steps = lists::reduce_steps(k.topology, n, pos, 0, &pieces);
         run.run_steps(w, steps, k.topology != Topology::Ring)?;
         // Encode the owned chunk into the output's pages (same page order as the chunk).
         let out = sized(&mut w.input, k.output.buffer_size() as usize);
@@ -279,24 +287,49 @@ pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<(), ChipError> 
     let ranges: Vec<(usize, usize)> = (0..n).map(|j| chunk_pages(pages, n, j)).collect();
     let elems: Vec<usize> = ranges.iter().map(|(a, e)| (e - a) * pe).collect();
     let out_lens: Vec<usize> = ranges.iter().map(|(a, e)| (e - a) * out_page).collect();
+    let own_thread = !run.together();
     with_work(|w| {
-        w.shape(&elems, &out_lens);
+        w.shape(&elems, &out_lens, Some(pos));
         w.out_dtype = Some(k.output.dtype);
-        let input = sized(&mut w.input, pages * in_page);
-        read_pages(run.ctx, &k.input, addresses[0], input)?;
-        for (j, &(a, e)) in ranges.iter().enumerate() {
-            decode_run(
-                k.input.dtype,
-                &input[a * in_page..e * in_page],
-                &mut w.chunks[j][..elems[j]],
-            );
+        // Pieces of whole pages: piece boundaries in a chunk and in a block then agree.
+        let piece_pages = (PIECE_BYTES / 4 / pe).max(1);
+        w.chunk_piece = piece_pages * pe;
+        w.block_piece = piece_pages * out_page;
+        let chunk_start = ranges.iter().map(|&(a, _)| a * in_page).collect();
+        let pieces: Vec<usize> = elems
+            .iter()
+            .map(|&l| piece_count(l, w.chunk_piece))
+            .collect();
+        let input_pages = k.input.page_map(run.ctx.arch, addresses[0] as u64)?;
+        w.fused = Some(FusedIo {
+            in_dtype: k.input.dtype,
+            in_elem: in_page / pe,
+            chunk_start,
+            input_pages: own_thread.then_some((input_pages, in_page)),
+            output_pages: if own_thread {
+                let out = k.output.page_map(run.ctx.arch, addresses[2] as u64)?;
+                Some((
+                    out,
+                    out_page,
+                    ranges.iter().map(|&(a, _)| a * out_page).collect(),
+                ))
+            } else {
+                None
+            },
+        });
+        if !own_thread {
+            // The line's runner reads the input from a copy made here, on the chip's thread.
+            let input = sized(&mut w.input, pages * in_page);
+            read_pages(run.ctx, &k.input, addresses[0], input)?;
         }
-        let mut steps = steps::reduce_steps(k.topology, n, pos, 0);
+        let mut steps = lists::fused_reduce_steps(k.topology, n, pos, 0, &pieces);
         steps.push(Step::Encode { chunk: pos });
-        steps.extend(steps::gather_steps(k.topology, n, pos, 2 * n));
+        steps.extend(lists::gather_steps(k.topology, n, pos, 2 * n, &pieces));
         run.run_steps(w, steps, k.topology != Topology::Ring)?;
-        for (j, &(a, _)) in ranges.iter().enumerate() {
-            write_pages(run.ctx, &k.output, addresses[2], a, w.block(j))?;
+        if !own_thread {
+            for (j, &(a, _)) in ranges.iter().enumerate() {
+                write_pages(run.ctx, &k.output, addresses[2], a, w.block(j))?;
+            }
         }
         Ok(())
     })

@@ -12,7 +12,6 @@ use ttmesh_chip::ChipError;
 use ttmesh_fabric::{Fabric, FabricError, FabricSender, NocAddr};
 
 use super::SEM_SLOT_BASE;
-use crate::Topology;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Side {
@@ -20,21 +19,50 @@ pub(crate) enum Side {
     Right,
 }
 
-/// One thing a chip does in a collective. Slots are scratch rows, guarded by semaphore
-/// `SEM_SLOT_BASE + slot`; chunk `j` (f32 partial sums) and block `j` (bytes) belong to line
-/// position `j`.
+/// One thing a chip does in a collective, on one piece of a chunk or block (see `lists`).
+/// Slots are scratch rows, guarded by semaphore `SEM_SLOT_BASE + slot`; chunk `j` (f32
+/// partial sums) and block `j` (bytes) belong to line position `j`; a piece sits at the same
+/// offset in its chunk, block and slot.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Step {
-    /// Sends chunk `chunk`'s f32 partial sums into the neighbour's slot.
-    SendPartial { to: Side, slot: usize, chunk: usize },
-    /// Waits for the slot and adds the f32 partial sums in it into chunk `chunk`.
-    AddPartial { slot: usize, chunk: usize },
+    /// Sends a piece of chunk `chunk`'s f32 partial sums into the neighbour's slot.
+    SendPartial {
+        to: Side,
+        slot: usize,
+        chunk: usize,
+        piece: usize,
+    },
+    /// Waits for a piece in the slot and adds its f32 partial sums into chunk `chunk`.
+    AddPartial {
+        slot: usize,
+        chunk: usize,
+        piece: usize,
+    },
+    /// Adds a piece of this chip's input (chunk `chunk`, decoded to f32) to the partial sums
+    /// in slot `from` (waiting for them), or takes the input alone; sends the sums into the
+    /// neighbour's slot (`to`), or keeps them as the chunk's. Fuses decode, receive, add and
+    /// send, so the piece is read from memory once and written once.
+    Reduce {
+        from: Option<usize>,
+        chunk: usize,
+        piece: usize,
+        to: Option<(Side, usize)>,
+    },
     /// Encodes chunk `chunk`'s sums in the output format as block `chunk`.
     Encode { chunk: usize },
-    /// Sends block `block` into the neighbour's slot.
-    SendBlock { to: Side, slot: usize, block: usize },
-    /// Waits for the slot and keeps its bytes as block `block`.
-    TakeBlock { slot: usize, block: usize },
+    /// Sends a piece of block `block` into the neighbour's slot.
+    SendBlock {
+        to: Side,
+        slot: usize,
+        block: usize,
+        piece: usize,
+    },
+    /// Waits for a piece in the slot and keeps its bytes as block `block`'s.
+    TakeBlock {
+        slot: usize,
+        block: usize,
+        piece: usize,
+    },
 }
 
 impl Step {
@@ -42,6 +70,7 @@ impl Step {
     pub(crate) fn receives(&self) -> Option<usize> {
         match *self {
             Step::AddPartial { slot, .. } | Step::TakeBlock { slot, .. } => Some(slot),
+            Step::Reduce { from, .. } => from,
             _ => None,
         }
     }
@@ -52,141 +81,37 @@ impl Step {
             Step::SendPartial { to, slot, .. } | Step::SendBlock { to, slot, .. } => {
                 Some((to, slot))
             }
+            Step::Reduce { to, .. } => to,
             _ => None,
         }
     }
 }
 
-/// The reduction steps of line position `pos` (slots `base..base + 2n`): afterwards chunk
-/// `pos` holds the line's sum, added in the fixed order the crate docs give. Ring: chunk `j`
-/// starts at position `j+1` and travels forward. Line: partial sums of the left end travel
-/// right (slots `base + c`), of the right end travel left (slots `base + n + c`), and
-/// position `j` adds the two.
-pub(crate) fn reduce_steps(topology: Topology, n: usize, pos: usize, base: usize) -> Vec<Step> {
-    let mut s = Vec::new();
-    if topology == Topology::Ring {
-        for t in 0..n - 1 {
-            s.push(Step::SendPartial {
-                to: Side::Right,
-                slot: base + t,
-                chunk: (pos + 2 * n - t - 1) % n,
-            });
-            s.push(Step::AddPartial {
-                slot: base + t,
-                chunk: (pos + 2 * n - t - 2) % n,
-            });
-        }
-        return s;
-    }
-    let (has_left, has_right) = (pos > 0, pos + 1 < n);
-    // Rightward: partial sums of positions 0..=i for chunks further right.
-    if !has_left {
-        if has_right {
-            for c in 1..n {
-                s.push(Step::SendPartial {
-                    to: Side::Right,
-                    slot: base + c,
-                    chunk: c,
-                });
-            }
-        }
-    } else {
-        for c in pos..n {
-            s.push(Step::AddPartial {
-                slot: base + c,
-                chunk: c,
-            });
-            if c != pos && has_right {
-                s.push(Step::SendPartial {
-                    to: Side::Right,
-                    slot: base + c,
-                    chunk: c,
-                });
-            }
-        }
-    }
-    // Leftward: partial sums of positions i..n for chunks further left. Chunks left of pos
-    // were never sent right by this position, so adding into them is safe.
-    if !has_right {
-        if has_left {
-            for c in (0..n - 1).rev() {
-                s.push(Step::SendPartial {
-                    to: Side::Left,
-                    slot: base + n + c,
-                    chunk: c,
-                });
-            }
-        }
-    } else {
-        for c in (0..=pos).rev() {
-            s.push(Step::AddPartial {
-                slot: base + n + c,
-                chunk: c,
-            });
-            if c != pos {
-                s.push(Step::SendPartial {
-                    to: Side::Left,
-                    slot: base + n + c,
-                    chunk: c,
-                });
-            }
-        }
-    }
-    s
+/// Range `[start, end)` of piece `q` of something `len` long cut in pieces of `size`.
+pub(crate) fn piece_range(len: usize, size: usize, q: usize) -> (usize, usize) {
+    let start = q.saturating_mul(size).min(len);
+    (start, start.saturating_add(size).min(len))
 }
 
-/// The gather steps of line position `pos` (slots `base..base + n`): block `pos` is this
-/// position's; afterwards every block `j` holds position `j`'s.
-pub(crate) fn gather_steps(topology: Topology, n: usize, pos: usize, base: usize) -> Vec<Step> {
-    let mut s = Vec::new();
-    if topology == Topology::Ring {
-        for t in 0..n - 1 {
-            let c = (pos + n - t) % n;
-            s.push(Step::SendBlock {
-                to: Side::Right,
-                slot: base + c,
-                block: c,
-            });
-            let r = (pos + 2 * n - 1 - t) % n;
-            s.push(Step::TakeBlock {
-                slot: base + r,
-                block: r,
-            });
-        }
-        return s;
-    }
-    let (has_left, has_right) = (pos > 0, pos + 1 < n);
-    let send = |to, c| Step::SendBlock {
-        to,
-        slot: base + c,
-        block: c,
-    };
-    if has_right {
-        s.push(send(Side::Right, pos));
-    }
-    if has_left {
-        s.push(send(Side::Left, pos));
-    }
-    // Blocks from the left arrive nearest first; pass each on to the right, and back.
-    for c in (0..pos).rev() {
-        s.push(Step::TakeBlock {
-            slot: base + c,
-            block: c,
-        });
-        if has_right {
-            s.push(send(Side::Right, c));
-        }
-    }
-    for c in pos + 1..n {
-        s.push(Step::TakeBlock {
-            slot: base + c,
-            block: c,
-        });
-        if has_left {
-            s.push(send(Side::Left, c));
-        }
-    }
-    s
+/// How many pieces of `size` something `len` long has (none when it is empty).
+pub(crate) fn piece_count(len: usize, size: usize) -> usize {
+    len.div_ceil(size.max(1))
+}
+
+/// Where a fused all_reduce reads its input and writes its output. The input is in page
+/// order: chunk `j` starts at byte `chunk_start[j]`. On the chip's own thread it is read in
+/// place from the tensor's pages and the output written piece by piece as blocks arrive;
+/// for the line runner it was read into `Work::input` beforehand and the chip's thread
+/// writes the output afterwards.
+#[derive(Clone)]
+pub(crate) struct FusedIo {
+    pub in_dtype: DataType,
+    pub in_elem: usize,
+    pub chunk_start: Vec<usize>,
+    /// The input's pages and page size, when read in place.
+    pub input_pages: Option<(TensorPages, usize)>,
+    /// The output's pages and page size, and block `j`'s first byte, when written in steps.
+    pub output_pages: Option<(TensorPages, usize, Vec<usize>)>,
 }
 
 /// One chip's data while its steps run. Buffers only grow, and are reused across launches.
@@ -197,14 +122,27 @@ pub(crate) struct Work {
     pub blocks: Vec<Vec<u8>>,
     pub block_lens: Vec<usize>,
     pub recv: Vec<f32>,
+    /// A piece of partial sums read from a slot (when it cannot be added in place).
+    pub slot_piece: Vec<f32>,
     /// Raw input pages (read before the steps, on the chip's own thread).
     pub input: Vec<u8>,
     pub out_dtype: Option<DataType>,
+    /// Piece sizes: elements of a chunk, bytes of a block (`usize::MAX`: one piece).
+    pub chunk_piece: usize,
+    pub block_piece: usize,
+    /// Set by the fused all_reduce (the `Reduce` steps need it).
+    pub fused: Option<FusedIo>,
 }
 
 impl Work {
-    /// Room for `n` chunks and blocks of the given lengths (elements / bytes).
-    pub(crate) fn shape(&mut self, chunk_lens: &[usize], block_lens: &[usize]) {
+    /// Room for `n` chunks and blocks of the given lengths (elements / bytes). With `keep`,
+    /// only that chunk holds its sums in the work (the fused all_reduce streams the others).
+    pub(crate) fn shape(
+        &mut self,
+        chunk_lens: &[usize],
+        block_lens: &[usize],
+        keep: Option<usize>,
+    ) {
         let n = chunk_lens.len().max(block_lens.len());
         if self.chunks.len() < n {
             self.chunks.resize_with(n, Vec::new);
@@ -212,8 +150,10 @@ impl Work {
         if self.blocks.len() < n {
             self.blocks.resize_with(n, Vec::new);
         }
-        for (c, &l) in self.chunks.iter_mut().zip(chunk_lens) {
-            sized(c, l);
+        for (j, (c, &l)) in self.chunks.iter_mut().zip(chunk_lens).enumerate() {
+            if keep.is_none_or(|k| k == j) {
+                sized(c, l);
+            }
         }
         for (b, &l) in self.blocks.iter_mut().zip(block_lens) {
             sized(b, l);
@@ -222,10 +162,9 @@ impl Work {
         self.chunk_lens.extend_from_slice(chunk_lens);
         self.block_lens.clear();
         self.block_lens.extend_from_slice(block_lens);
-    }
-
-    pub(crate) fn chunk(&self, j: usize) -> &[f32] {
-        &self.chunks[j][..self.chunk_lens[j]]
+        self.chunk_piece = usize::MAX;
+        self.block_piece = usize::MAX;
+        self.fused = None;
     }
 
     pub(crate) fn block(&self, j: usize) -> &[u8] {
@@ -238,6 +177,136 @@ pub(crate) fn sized<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
         v.resize(len, T::default());
     }
     &mut v[..len]
+}
+
+/// Decodes the input bytes from `start` (in page order) into `out` as f32: in place from the
+/// input's pages on the chip's own thread, else from the copy in `Work::input`.
+fn read_input(
+    io: &FusedIo,
+    mem: Local,
+    copy: &[u8],
+    start: usize,
+    out: &mut [f32],
+) -> Result<(), StepError> {
+    let len = out.len() * io.in_elem;
+    let (Local::Memory(m), Some((pages, page_bytes))) = (mem, &io.input_pages) else {
+        let bytes = &copy[start..start + len];
+        super::pages::decode_run(io.in_dtype, bytes, out);
+        return Ok(());
+    };
+    let elem = io.in_elem;
+    let mut decode = Elements::new(elem, |at, bytes: &[u8]| {
+        super::pages::decode_run(io.in_dtype, bytes, &mut out[at..at + bytes.len() / elem])
+    });
+    let mut at = start;
+    while at < start + len {
+        let (p, in_page) = (at / page_bytes, at % page_bytes);
+        let n = (page_bytes - in_page).min(start + len - at);
+        let (bank, addr) = pages.location(p as u64);
+        m.read_in_place(pages.map.space, bank, addr + in_page as u64, n, |_, b| {
+            decode.feed(b)
+        })
+        .map_err(StepError::Chip)?;
+        at += n;
+    }
+    Ok(())
+}
+
+/// Writes bytes `a..e` of block `block` into the output's pages, when the fused all_reduce
+/// writes its output in steps (on the chip's own thread); otherwise nothing.
+fn write_output(w: &Work, mem: Local, block: usize, a: usize, e: usize) -> Result<(), StepError> {
+    let (
+        Local::Memory(m),
+        Some(FusedIo {
+            output_pages: Some((pages, page_bytes, first)),
+            ..
+        }),
+    ) = (mem, &w.fused)
+    else {
+        return Ok(());
+    };
+    let data = &w.blocks[block][a..e];
+    let mut at = first[block] + a;
+    let mut off = 0;
+    while off < data.len() {
+        let (p, in_page) = (at / page_bytes, at % page_bytes);
+        let n = (page_bytes - in_page).min(data.len() - off);
+        let (bank, addr) = pages.location(p as u64);
+        m.write(
+            pages.map.space,
+            bank,
+            addr + in_page as u64,
+            &data[off..off + n],
+        )
+        .map_err(StepError::Chip)?;
+        at += n;
+        off += n;
+    }
+    Ok(())
+}
+
+/// Adds little-endian f32 bytes (whole elements) into `acc`, element by element.
+pub(crate) fn add_le_f32(acc: &mut [f32], bytes: &[u8]) {
+    match bytemuck::try_cast_slice::<u8, f32>(bytes) {
+        // Aligned (as chunk memory and allocations are): a loop the compiler vectorizes.
+        Ok(v) if cfg!(target_endian = "little") => {
+            for (a, b) in acc.iter_mut().zip(v) {
+                *a += *b;
+            }
+        }
+        _ => {
+            for (a, b) in acc.iter_mut().zip(bytes.chunks_exact(4)) {
+                *a += f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+    }
+}
+
+/// Turns byte pieces that arrive in order (`DeviceMemory::read_in_place`) into runs of whole
+/// `elem`-byte elements for `f(first_element, bytes)`: a piece that ends inside an element
+/// carries its bytes over to the next piece.
+pub(crate) struct Elements<F> {
+    elem: usize,
+    carry: [u8; 4],
+    carried: usize,
+    next: usize,
+    f: F,
+}
+
+impl<F: FnMut(usize, &[u8])> Elements<F> {
+    pub(crate) fn new(elem: usize, f: F) -> Self {
+        debug_assert!((1..=4).contains(&elem));
+        Elements {
+            elem,
+            carry: [0; 4],
+            carried: 0,
+            next: 0,
+            f,
+        }
+    }
+
+    pub(crate) fn feed(&mut self, mut bytes: &[u8]) {
+        if self.carried > 0 {
+            let take = (self.elem - self.carried).min(bytes.len());
+            self.carry[self.carried..self.carried + take].copy_from_slice(&bytes[..take]);
+            self.carried += take;
+            bytes = &bytes[take..];
+            if self.carried < self.elem {
+                return;
+            }
+            (self.f)(self.next, &self.carry[..self.elem]);
+            self.next += 1;
+            self.carried = 0;
+        }
+        let whole = bytes.len() / self.elem * self.elem;
+        if whole > 0 {
+            (self.f)(self.next, &bytes[..whole]);
+            self.next += whole / self.elem;
+        }
+        let rest = &bytes[whole..];
+        self.carry[..rest.len()].copy_from_slice(rest);
+        self.carried = rest.len();
+    }
 }
 
 /// Where a chip's own memory is read: by its kernel directly, or through the fabric by a
@@ -279,23 +348,33 @@ impl Endpoint {
         .expect("the steps send only to neighbours the line has")
     }
 
-    pub(crate) fn send(&self, to: u32, slot: usize, data: &[u8]) -> Result<(), FabricError> {
+    /// Writes `data` at byte `offset` of the neighbour `to`'s slot and raises its semaphore.
+    pub(crate) fn send(
+        &self,
+        to: u32,
+        slot: usize,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), FabricError> {
         self.senders[slot % self.senders.len()].write_and_inc(
             to,
-            self.slot_addr(slot),
+            self.slot_addr(slot).offset(offset as u64),
             data,
             SEM_SLOT_BASE + slot as u32,
             1,
         )
     }
 
+    /// Copies the bytes at byte `offset` of this chip's slot into `out`.
     pub(crate) fn read_slot(
         &self,
         mem: Local,
         slot: usize,
+        offset: usize,
         out: &mut [u8],
     ) -> Result<(), StepError> {
         let (bank, addr) = self.slots.location(slot as u64);
+        let addr = addr + offset as u64;
         match mem {
             Local::Memory(m) => m
                 .read(MemSpace::Dram, bank, addr, out)
@@ -303,6 +382,38 @@ impl Endpoint {
             Local::Fabric(f) => f
                 .read_local(self.me, NocAddr::dram(bank, addr), out)
                 .map_err(StepError::Fabric),
+        }
+    }
+
+    /// Adds the f32 partial sums at byte `offset` of this chip's slot into `acc`: in place
+    /// from the chip's memory when this is the chip's own thread, else through a copy.
+    fn add_slot(
+        &self,
+        mem: Local,
+        slot: usize,
+        offset: usize,
+        acc: &mut [f32],
+        copy: &mut Vec<f32>,
+    ) -> Result<(), StepError> {
+        match mem {
+            Local::Memory(m) => {
+                let (bank, addr) = self.slots.location(slot as u64);
+                let len = acc.len() * 4;
+                let mut partials =
+                    Elements::new(4, |at, bytes: &[u8]| add_le_f32(&mut acc[at..], bytes));
+                m.read_in_place(MemSpace::Dram, bank, addr + offset as u64, len, |_, b| {
+                    partials.feed(b)
+                })
+                .map_err(StepError::Chip)
+            }
+            Local::Fabric(_) => {
+                let got = sized(copy, acc.len());
+                self.read_slot(mem, slot, offset, bytemuck::cast_slice_mut(got))?;
+                for (a, b) in acc.iter_mut().zip(got.iter()) {
+                    *a += *b;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -320,29 +431,80 @@ impl Endpoint {
                 .wait_semaphore(self.me, SEM_SLOT_BASE + slot as u32, 1, timeout)
                 .map_err(StepError::Fabric)?;
         }
+        let f32_piece =
+            |w: &Work, chunk, piece| piece_range(w.chunk_lens[chunk], w.chunk_piece, piece);
         match s {
-            Step::SendPartial { to, slot, chunk } => self
-                .send(
-                    self.neighbour(to),
-                    slot,
-                    bytemuck::cast_slice(w.chunk(chunk)),
-                )
-                .map_err(StepError::Fabric),
-            Step::SendBlock { to, slot, block } => self
-                .send(self.neighbour(to), slot, w.block(block))
-                .map_err(StepError::Fabric),
-            Step::AddPartial { slot, chunk } => {
-                let len = w.chunk_lens[chunk];
-                let recv = sized(&mut w.recv, len);
-                self.read_slot(mem, slot, bytemuck::cast_slice_mut(recv))?;
-                for (a, b) in w.chunks[chunk][..len].iter_mut().zip(recv.iter()) {
-                    *a += *b;
-                }
-                Ok(())
+            Step::SendPartial {
+                to,
+                slot,
+                chunk,
+                piece,
+            } => {
+                let (a, e) = f32_piece(w, chunk, piece);
+                let data = bytemuck::cast_slice(&w.chunks[chunk][a..e]);
+                self.send(self.neighbour(to), slot, a * 4, data)
+                    .map_err(StepError::Fabric)
             }
-            Step::TakeBlock { slot, block } => {
-                let len = w.block_lens[block];
-                self.read_slot(mem, slot, &mut w.blocks[block][..len])
+            Step::AddPartial { slot, chunk, piece } => {
+                let (a, e) = f32_piece(w, chunk, piece);
+                let Work {
+                    chunks, slot_piece, ..
+                } = w;
+                self.add_slot(mem, slot, a * 4, &mut chunks[chunk][a..e], slot_piece)
+            }
+            Step::Reduce {
+                from,
+                chunk,
+                piece,
+                to,
+            } => {
+                let (a, e) = f32_piece(w, chunk, piece);
+                let Work {
+                    chunks,
+                    recv,
+                    slot_piece,
+                    input,
+                    fused,
+                    ..
+                } = w;
+                let io = fused
+                    .as_ref()
+                    .expect("a collective with Reduce steps sets its fused input");
+                let sums: &mut [f32] = match to {
+                    Some(_) => sized(recv, e - a),
+                    None => &mut chunks[chunk][a..e],
+                };
+                let start = io.chunk_start[chunk] + a * io.in_elem;
+                read_input(io, mem, input, start, sums)?;
+                if let Some(slot) = from {
+                    self.add_slot(mem, slot, a * 4, sums, slot_piece)?;
+                }
+                match to {
+                    Some((side, slot)) => self
+                        .send(
+                            self.neighbour(side),
+                            slot,
+                            a * 4,
+                            bytemuck::cast_slice(sums),
+                        )
+                        .map_err(StepError::Fabric),
+                    None => Ok(()),
+                }
+            }
+            Step::SendBlock {
+                to,
+                slot,
+                block,
+                piece,
+            } => {
+                let (a, e) = piece_range(w.block_lens[block], w.block_piece, piece);
+                self.send(self.neighbour(to), slot, a, &w.blocks[block][a..e])
+                    .map_err(StepError::Fabric)
+            }
+            Step::TakeBlock { slot, block, piece } => {
+                let (a, e) = piece_range(w.block_lens[block], w.block_piece, piece);
+                self.read_slot(mem, slot, a, &mut w.blocks[block][a..e])?;
+                write_output(w, mem, block, a, e)
             }
             Step::Encode { chunk } => {
                 let dtype = w
@@ -355,7 +517,7 @@ impl Endpoint {
                     &chunks[chunk][..w.chunk_lens[chunk]],
                     &mut blocks[chunk][..len],
                 );
-                Ok(())
+                write_output(w, mem, chunk, 0, len)
             }
         }
     }
@@ -366,5 +528,29 @@ impl Endpoint {
             s.flush_timeout(timeout)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elements_join_pieces_split_anywhere() {
+        let vals: Vec<f32> = (0..40).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        for cuts in [
+            vec![0, 160],
+            vec![0, 1, 2, 3, 7, 64, 65, 160],
+            vec![0, 5, 6, 159, 160],
+        ] {
+            let mut acc = vec![1.0f32; 40];
+            let mut e = Elements::new(4, |at, b: &[u8]| add_le_f32(&mut acc[at..], b));
+            for w in cuts.windows(2) {
+                e.feed(&bytes[w[0]..w[1]]);
+            }
+            let want: Vec<f32> = vals.iter().map(|v| 1.0 + v).collect();
+            assert_eq!(acc, want, "cut at {cuts:?}");
+        }
     }
 }

@@ -352,8 +352,8 @@ fn drive(
         .filter_map(|s| s.receives().or(s.sends().map(|(_, slot)| slot)))
         .max()
         .map_or(0, |m| m + 1);
-    // sent[p * slots + s]: something was sent into position p's slot s.
-    let mut sent = vec![false; n * slots];
+    // sent[p * slots + s]: pieces sent into position p's slot s and not yet received.
+    let mut sent = vec![0usize; n * slots];
     let mut pc = vec![0usize; n];
     let mem = Local::Fabric(c.fabric);
     loop {
@@ -362,8 +362,11 @@ fn drive(
         for p in 0..n {
             let part = &mut parts[p];
             while let Some(&s) = part.steps.get(pc[p]) {
-                if s.receives().is_some_and(|slot| !sent[p * slots + slot]) {
+                if s.receives().is_some_and(|slot| sent[p * slots + slot] == 0) {
                     break;
+                }
+                if let Some(slot) = s.receives() {
+                    sent[p * slots + slot] -= 1;
                 }
                 part.ep
                     .step(s, &mut part.work, c.fabric, mem, c.timeout)
@@ -373,7 +376,7 @@ fn drive(
                         Side::Right => (p + 1) % n,
                         Side::Left => (p + n - 1) % n,
                     };
-                    sent[q * slots + slot] = true;
+                    sent[q * slots + slot] += 1;
                 }
                 pc[p] += 1;
                 moved = true;
