@@ -12,11 +12,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ttmesh_chip::allocator::{
-    AllocationRequest, Allocator, AllocatorConfig, BufferType, Placement,
+    AllocationRequest, Allocator, AllocatorConfig, BufferType, MemSpace, Placement,
 };
 use ttmesh_chip::arch::ArchSpec;
 use ttmesh_chip::device::{Chip, ChipConfig, CqId, TraceId};
 use ttmesh_chip::error::Result;
+use ttmesh_chip::memory::CHUNK_SIZE;
 use ttmesh_chip::ops::{self, launch, Launch, LaunchSplit, MatmulConfig, OpOptions};
 use ttmesh_chip::program::{program_key, Access, CoreSplit, Kernel, KernelContext};
 use ttmesh_chip::tensor::{Blocking, DataType, HostTensor, Layout, MemoryConfig, Tensor};
@@ -47,7 +48,7 @@ fn goal(met: bool) -> &'static str {
     }
 }
 
-fn open(trace_region_size: u64) -> Result<Arc<Chip>> {
+pub fn open(trace_region_size: u64) -> Result<Arc<Chip>> {
     let mut cfg = ChipConfig::new(0, ArchSpec::wormhole_b0());
     cfg.trace_region_size = trace_region_size;
     Chip::open(cfg)
@@ -117,6 +118,12 @@ fn chip_bench_into(quick: bool, out: &mut String) -> Result<()> {
         chip_rate / 1e6,
         goal(chip_rate >= 1e6)
     );
+    let with_data = bench_alloc_with_data(&chip, pairs / 4)?;
+    let _ = writeln!(
+        out,
+        "  Chip, DRAM holding data {:>6.2} M pairs/s  (each free checks what host memory to return)",
+        with_data / 1e6
+    );
     Ok(())
 }
 
@@ -180,7 +187,7 @@ fn sgemm(a: &[f32], b: &[f32], n: usize, c: &mut [f32]) {
 
 /// Pairs per second: the bare allocator, and the chip's allocate/deallocate (which also emit
 /// the allocator events and queue the host-memory discard).
-fn bench_alloc(chip: &Arc<Chip>, pairs: usize) -> Result<(f64, f64)> {
+pub fn bench_alloc(chip: &Arc<Chip>, pairs: usize) -> Result<(f64, f64)> {
     let req = |rng: &mut Rng| AllocationRequest {
         buffer_type: BufferType::Dram,
         page_size: 2048,
@@ -219,6 +226,39 @@ fn bench_alloc(chip: &Arc<Chip>, pairs: usize) -> Result<(f64, f64)> {
     }
     chip.finish(CqId(0))?;
     Ok((bare, via_chip))
+}
+
+/// Chip allocate+free pairs when DRAM holds data (each free then checks what host memory it
+/// can return), with the buffers freed and allocated unwritten as in `bench_alloc`.
+pub fn bench_alloc_with_data(chip: &Arc<Chip>, pairs: usize) -> Result<f64> {
+    // One written chunk high in bank 0, away from the buffers.
+    chip.memory()
+        .write(MemSpace::Dram, 0, 512 << 20, &[1u8; 64])?;
+    let req = |rng: &mut Rng| AllocationRequest {
+        buffer_type: BufferType::Dram,
+        page_size: 2048,
+        num_pages: 1 + rng.below(256),
+        placement: Placement::Interleaved,
+    };
+    let mut rng = Rng(42);
+    let mut live = Vec::with_capacity(1000);
+    for _ in 0..1000 {
+        live.push(chip.allocate(&req(&mut rng))?);
+    }
+    let t = Instant::now();
+    for _ in 0..pairs {
+        let i = rng.below(live.len() as u64) as usize;
+        chip.deallocate(&live[i])?;
+        live[i] = chip.allocate(&req(&mut rng))?;
+    }
+    let rate = pairs as f64 / t.elapsed().as_secs_f64();
+    for a in &live {
+        chip.deallocate(a)?;
+    }
+    chip.memory()
+        .discard(MemSpace::Dram, 0, 512 << 20, CHUNK_SIZE);
+    chip.finish(CqId(0))?;
+    Ok(rate)
 }
 
 /// A kernel that does nothing: replaying it measures the dispatcher alone.

@@ -22,6 +22,57 @@ struct Bank {
     chunks: HashMap<u64, Chunk>,
 }
 
+/// Chunks held per space (DRAM, L1, host) and per bank, kept beside the banks' locks:
+/// freeing a range of a space or bank that holds nothing (buffers never written) takes no
+/// lock.
+struct Resident {
+    space: [AtomicU64; 3],
+    banks: [Vec<AtomicU64>; 3],
+}
+
+fn space_index(space: MemSpace) -> usize {
+    match space {
+        MemSpace::Dram => 0,
+        MemSpace::L1 => 1,
+        MemSpace::Host => 2,
+    }
+}
+
+impl Resident {
+    fn new(dram: u32, l1: u32) -> Self {
+        let counts = |n: u32| (0..n).map(|_| AtomicU64::new(0)).collect();
+        Resident {
+            space: Default::default(),
+            banks: [counts(dram), counts(l1), counts(1)],
+        }
+    }
+
+    fn add(&self, space: MemSpace, bank: u32, by: i64) {
+        let i = space_index(space);
+        let apply = |c: &AtomicU64| {
+            if by >= 0 {
+                c.fetch_add(by as u64, Ordering::Relaxed);
+            } else {
+                c.fetch_sub(by.unsigned_abs(), Ordering::Relaxed);
+            }
+        };
+        apply(&self.space[i]);
+        if let Some(c) = self.banks[i].get(bank as usize) {
+            apply(c);
+        }
+    }
+
+    fn in_space(&self, space: MemSpace) -> u64 {
+        self.space[space_index(space)].load(Ordering::Relaxed)
+    }
+
+    fn in_bank(&self, space: MemSpace, bank: u32) -> u64 {
+        self.banks[space_index(space)]
+            .get(bank as usize)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+}
+
 /// One chunk of backing memory. Bytes from `valid` up read as zero whatever the buffer holds:
 /// a chunk reused from the pool is not zeroed up front, only the gaps a write skips over, so
 /// memory written front to back (every large transfer) is never cleared first.
@@ -69,6 +120,7 @@ pub struct DeviceMemory {
     /// freed and allocated again, like a collective's scratch at every launch, then costs no
     /// allocation, page faults or zeroing of memory the write covers anyway.
     pool: Mutex<Vec<Box<[u8]>>>,
+    resident: Resident,
 }
 
 /// Chunks kept for reuse per chip (64 MiB: the scratch a 16 MiB all_reduce on 8 chips
@@ -96,6 +148,7 @@ impl DeviceMemory {
             watch_from: AtomicU64::new(u64::MAX),
             watched_epoch: AtomicU64::new(0),
             pool: Mutex::new(Vec::new()),
+            resident: Resident::new(num_dram_banks, num_l1_banks),
         }
     }
 
@@ -152,7 +205,10 @@ impl DeviceMemory {
             let n = (CHUNK_SIZE as usize - in_chunk).min(data.len() - off);
             b.chunks
                 .entry(chunk)
-                .or_insert_with(|| self.new_chunk())
+                .or_insert_with(|| {
+                    self.resident.add(space, bank, 1);
+                    self.new_chunk()
+                })
                 .write(in_chunk, &data[off..off + n]);
             off += n;
         }
@@ -171,7 +227,8 @@ impl DeviceMemory {
         }
     }
 
-    fn recycle(&self, c: Chunk) {
+    fn recycle(&self, space: MemSpace, bank: u32, c: Chunk) {
+        self.resident.add(space, bank, -1);
         let mut pool = self.pool.lock();
         if pool.len() < POOL_CHUNKS {
             pool.push(c.data);
@@ -267,6 +324,9 @@ impl DeviceMemory {
     /// host memory back. The range is clipped to the bank, and the bank's top ends its last
     /// chunk (L1's top, 0x16E000, is not chunk-aligned).
     pub fn discard(&self, space: MemSpace, bank: u32, addr: u64, len: u64) {
+        if self.resident.in_bank(space, bank) == 0 {
+            return;
+        }
         let size = self.bank_size(space);
         let end = addr.saturating_add(len).min(size);
         if end <= addr {
@@ -295,16 +355,22 @@ impl DeviceMemory {
                 .collect();
             for k in dropped {
                 if let Some(c) = b.chunks.remove(&k) {
-                    self.recycle(c);
+                    self.recycle(space, bank, c);
                 }
             }
         } else {
             for k in first..last {
                 if let Some(c) = b.chunks.remove(&k) {
-                    self.recycle(c);
+                    self.recycle(space, bank, c);
                 }
             }
         }
+    }
+
+    /// False when no byte of `space` was ever written or everything written was discarded:
+    /// nothing there to free.
+    pub fn holds_any(&self, space: MemSpace) -> bool {
+        self.resident.in_space(space) > 0
     }
 
     /// Bytes of one bank's address space.

@@ -224,6 +224,9 @@ impl ChipShared {
             MemSpace::L1 => &[BufferType::L1, BufferType::L1Small],
             MemSpace::Host => &[BufferType::SystemMemory],
         };
+        if !self.memory.holds_any(space) {
+            return;
+        }
         let code = space_code(space);
         // Widened to whole chunks, so buffers smaller than a chunk (most L1 shares) give their
         // memory back too. Kept: live buffers, ranges freed whose own Discard is still queued
