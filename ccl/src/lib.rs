@@ -90,18 +90,44 @@
 //!   scratch kept across collectives (no zeroing), and a second runner thread for the other
 //!   core.
 //!
-//! Large collectives (16 MiB all_reduce on a T3K ring): memcpy 25%, page-fault work ~25%
-//! (clear_page, page faults, munmap: scratch chunks were dropped when the scratch was freed
-//! after every collective and faulted in again at the next; the chip's memory now keeps
-//! dropped chunks for reuse), the element loops ~10%. Host copies per wire byte: reduce
-//! phase: the lent payload is written once into the neighbour's scratch (1), the receiver
-//! reads the slot (2) and adds it into its f32 chunk (a read and a write); gather phase: one
-//! write into the neighbour's scratch, one slot read, one write into the output. Formats: the
-//! input is decoded to f32 once and partial sums travel as f32 (twice bf16's bytes; tt-metal
-//! packs partials to bf16 per hop, we keep f32 so the sum is rounded once); the gather phase
-//! moves the final format. Locks per packet: the slot's mutex (uncontended: one producer, one
-//! consumer), per delivered write the bank's RwLock and one hash lookup per 16 KiB chunk,
-//! per semaphore increment the chip's semaphore-table mutex and a condvar notify.
+//! Large collectives (16 MiB bf16 all_reduce on a T3K ring; `ccl_one` example under perf).
+//! Before: memcpy 44%, page-fault work and zeroing ~15% (scratch chunks re-zeroed at every
+//! collective), the element loops ~20%. Host passes per chip per collective: the input was
+//! copied out of its pages (16 MiB) and decoded into f32 chunks of the whole tensor (32 MiB
+//! written); each of the 7 reduce hops wrote the f32 chunk into the neighbour's slot (4 MiB),
+//! copied the slot out (4 MiB) and added it into a chunk (read + write); each of the 7 gather
+//! hops wrote the neighbour's slot, copied it out, and the output was written from those
+//! copies at the end: ~370 MiB of memory traffic per chip, ~3 host copies per wire byte.
+//! What changed:
+//!
+//! - The reduction is fused (`Step::Reduce`): per piece of 256 KiB of f32 sums, the input is
+//!   decoded in place from its pages, the received partial sums are added in place from the
+//!   slot (`DeviceMemory::read_in_place`, no copy), and the sum is sent on from a buffer still
+//!   in cache. Only the chip's own chunk is ever held whole. Gather pieces are written to the
+//!   output as they land. Per wire byte: one write into the neighbour's memory and one read
+//!   there (two host passes); ~140 MiB of traffic per chip.
+//! - Pieces are separate messages and semaphore increments, so the ring pipelines: a chip
+//!   adds piece 0 while piece 1 is on the wire (`kernels/lists.rs`).
+//! - Memory reused from the pool is not zeroed up front: a chunk's valid-bytes mark reads
+//!   the rest as zero, and transfers write front to back.
+//! - Formats: partial sums stay f32 on the wire (twice a bf16 input's bytes). tt-metal's
+//!   reduction packs each hop's partial sum to the tensor's format; we round once, at the
+//!   end, so results are the exact f32 sum in the documented order rounded once. The gather
+//!   moves the output format.
+//!
+//! Measured after (same host, 2 cores): CPU per 16 MiB all_reduce on 8 chips 148 -> ~113 ms
+//! (`perf stat`, 40 iterations less setup), wall 62-64 ms (was 64-67): the element loops
+//! and the neighbour writes are memory-bound streams (the decode and add loops stall on
+//! their loads; 35% of CPU), and the ring's chips, 8 threads on 2 cores, now wait on each
+//! other's pieces (1.6-1.7 CPUs busy of 2). OpenMPI on the same host moves half our reduce
+//! bytes (f32 data, no f32 widening of bf16) in 20.6 ms. Next steps, measured estimates:
+//! keeping bf16 partials as tt-metal does would cut reduce traffic from ~10 to ~6 MiB per
+//! hop; running the whole line's pieces on one worker per core (as the small-collective
+//! runner does with one) would keep both cores busy and the pieces in cache.
+//!
+//! Locks per packet: the slot's mutex (uncontended: one producer, one consumer), per
+//! delivered write the bank's RwLock and one hash lookup per 16 KiB chunk, per semaphore
+//! increment the chip's semaphore-table mutex and a condvar notify.
 
 #![forbid(unsafe_code)]
 
