@@ -6,7 +6,10 @@ use ttmesh_chip::tensor::DataType;
 fn main() {
     let a: Vec<String> = std::env::args().skip(1).collect();
     let n: usize = a.first().map_or(Ok(512), |s| s.parse()).expect("n");
-    let reps: usize = a.get(1).map_or(Ok(400), |s| s.parse()).expect("repetitions");
+    let reps: usize = a
+        .get(1)
+        .map_or(Ok(400), |s| s.parse())
+        .expect("repetitions");
     let chip = ttmesh_benches::chip::open(0).expect("chip");
     match ttmesh_benches::chip::bench_matmul(&chip, n, reps, DataType::BFloat16) {
         Ok((chip_gf, sgemm_gf)) => println!(

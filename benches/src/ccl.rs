@@ -205,7 +205,7 @@ fn gbps(bytes: f64, t: Duration) -> f64 {
 
 /// The collectives table. Meshes: 2 and 4 chips as lines, 8 as a T3K under Fabric1DRing (its
 /// perimeter ring).
-fn collectives(quick: bool, m: f64, out: &mut String) -> Vec<Row> {
+fn collectives(quick: bool, m: f64, mpi: &MpiFigures, out: &mut String) -> Vec<Row> {
     let meshes: &[(usize, &str, FabricConfig)] = if quick {
         &[
             (2, "line-2", FabricConfig::Fabric1D),
@@ -262,7 +262,7 @@ fn collectives(quick: bool, m: f64, out: &mut String) -> Vec<Row> {
                             alg,
                             bus,
                             bus * 1e9 * n as f64 / m,
-                            mpi_us(n, size)
+                            mpi.us(n, size)
                                 .filter(|_| op == Op::AllReduce)
                                 .map_or("-".into(), |us| format!("{us:.0}"))
                         );
@@ -312,17 +312,83 @@ const MPI_ALLREDUCE_US: &[(usize, usize, f64)] = &[
 /// Goals for the small all_reduce (what one LLM decode layer needs twice per token).
 const SMALL_GOALS_US: &[(usize, usize, f64)] = &[(8, 36 * 1024, 150.0), (32, 36 * 1024, 1000.0)];
 
-fn mpi_us(n: usize, size: usize) -> Option<f64> {
-    MPI_ALLREDUCE_US
-        .iter()
-        .find(|&&(r, s, _)| r == n && s == size)
-        .map(|&(_, _, us)| us)
+/// The MPI_Allreduce figures printed beside ours: measured on this host by
+/// `scripts/mpi-allreduce.sh` when its results file exists, else the ones above.
+pub struct MpiFigures {
+    rows: Vec<(usize, usize, f64)>,
+    /// Where the figures come from, printed with the tables.
+    pub source: String,
+}
+
+impl MpiFigures {
+    /// Reads `TTMESH_MPI_RESULTS` or `target/mpi-allreduce.tsv` (lines: ranks, bytes per
+    /// rank, microseconds, tab-separated); falls back to the figures in this file.
+    pub fn load() -> MpiFigures {
+        let path = std::env::var("TTMESH_MPI_RESULTS")
+            .unwrap_or_else(|_| "target/mpi-allreduce.tsv".into());
+        Self::from_path(&path)
+    }
+
+    /// The figures in the results file at `path`, or the fallback with the reason.
+    pub fn from_path(path: &str) -> MpiFigures {
+        let fallback = |why: String| {
+            MpiFigures {
+            rows: MPI_ALLREDUCE_US.to_vec(),
+            source: format!(
+                "MPI figures: measured for the goals on a reference 2-core host ({why}; run scripts/mpi-allreduce.sh to measure this one)"
+            ),
+        }
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) => return fallback(format!("{path}: {e}")),
+        };
+        let parse = |line: &str| -> Option<(usize, usize, f64)> {
+            let mut f = line.split('\t');
+            let row = (
+                f.next()?.parse().ok()?,
+                f.next()?.parse().ok()?,
+                f.next()?.parse().ok()?,
+            );
+            f.next().is_none().then_some(row)
+        };
+        let mut rows = Vec::new();
+        for (i, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            match parse(line) {
+                Some(r) => rows.push(r),
+                None => {
+                    return fallback(format!(
+                        "{path} line {} is not 'ranks<TAB>bytes<TAB>us'",
+                        i + 1
+                    ))
+                }
+            }
+        }
+        MpiFigures {
+            rows,
+            source: format!(
+                "MPI figures: OpenMPI on this host, from {path} (scripts/mpi-allreduce.sh)"
+            ),
+        }
+    }
+
+    /// Microseconds of MPI_Allreduce on `n` ranks of `size` bytes each, if measured.
+    pub fn us(&self, n: usize, size: usize) -> Option<f64> {
+        self.rows
+            .iter()
+            .find(|&&(r, s, _)| r == n && s == size)
+            .map(|&(_, _, us)| us)
+    }
 }
 
 /// Small all_reduce latency: one 32-row tile row-block per chip (4 KiB = 32x64, 36 KiB =
 /// 32x576 as a decode layer's, 256 KiB = 32x4096 bf16), on 2, 4, 8 and 32 chips, next to
 /// the MPI figures measured on this host. `quick`: 36 KiB on 8 chips only.
-fn small_all_reduce(quick: bool, out: &mut String) {
+fn small_all_reduce(quick: bool, mpi: &MpiFigures, out: &mut String) {
     let meshes: &[(usize, &str, FabricConfig)] = if quick {
         &[(8, "t3k", FabricConfig::Fabric1DRing)]
     } else {
@@ -355,7 +421,7 @@ fn small_all_reduce(quick: bool, out: &mut String) {
             match time_collective_shaped(&mesh, Op::AllReduce, &[1, 1, 32, w], iters) {
                 Ok(t) => {
                     let us = t.as_secs_f64() * 1e6;
-                    let mpi = mpi_us(n, size);
+                    let mpi = mpi.us(n, size);
                     let goal = SMALL_GOALS_US
                         .iter()
                         .find(|&&(r, s, _)| r == n && s == size)
@@ -445,8 +511,10 @@ pub fn run(quick: bool) -> String {
         "host memcpy bandwidth M = {:.2} GB/s ({threads} threads copying at once)",
         m / 1e9
     );
-    small_all_reduce(quick, &mut out);
-    let rows = collectives(quick, m, &mut out);
+    let mpi = MpiFigures::load();
+    let _ = writeln!(out, "{}", mpi.source);
+    small_all_reduce(quick, &mpi, &mut out);
+    let rows = collectives(quick, m, &mpi, &mut out);
     if let Some(r) = rows
         .iter()
         .filter(|r| r.op == Op::AllReduce && r.n == 8)

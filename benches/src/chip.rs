@@ -127,7 +127,12 @@ fn chip_bench_into(quick: bool, out: &mut String) -> Result<()> {
     Ok(())
 }
 
-pub fn bench_matmul(chip: &Arc<Chip>, n: usize, reps: usize, dtype: DataType) -> Result<(f64, f64)> {
+pub fn bench_matmul(
+    chip: &Arc<Chip>,
+    n: usize,
+    reps: usize,
+    dtype: DataType,
+) -> Result<(f64, f64)> {
     let mut rng = Rng(0x1234_5678 ^ n as u64);
     let a: Vec<f32> = (0..n * n).map(|_| rng.unit()).collect();
     let b: Vec<f32> = (0..n * n).map(|_| rng.unit()).collect();
