@@ -339,7 +339,7 @@ impl MpiFigures {
             ),
         }
         };
-        let text = match std::fs::read_to_string(&path) {
+        let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) => return fallback(format!("{path}: {e}")),
         };
