@@ -95,16 +95,21 @@ impl PendingDiscards {
         *m = (*m).max(key.2);
     }
 
-    fn remove(&mut self, key: (u8, u64, u64)) {
-        if let Some(n) = self.ranges.get_mut(&key) {
-            *n -= 1;
-            if *n == 0 {
-                self.ranges.remove(&key);
-                if self.ranges.is_empty() {
-                    self.max_size = [0; 3];
-                }
-            }
+    /// One queued free of `key` ran; true if it was the last one (the range is no longer
+    /// pending), or if the range was not pending at all (a discard with no free behind it).
+    fn remove(&mut self, key: (u8, u64, u64)) -> bool {
+        let Some(n) = self.ranges.get_mut(&key) else {
+            return true;
+        };
+        *n -= 1;
+        if *n > 0 {
+            return false;
         }
+        self.ranges.remove(&key);
+        if self.ranges.is_empty() {
+            self.max_size = [0; 3];
+        }
+        true
     }
 
     /// Queued ranges of `space` that overlap [lo, hi).
@@ -193,16 +198,28 @@ impl ChipShared {
     /// except where a live buffer sits now (it may have been reallocated since the free was
     /// queued). A dispatcher batches a run of frees into one call: one round of locks.
     pub(crate) fn discard_free_ranges(&self, ranges: &[(MemSpace, u64, u64)]) {
+        // A range freed once but queued on every command queue is still pending until its
+        // last queue passes it: while pending it is kept whole, so only that last pass can
+        // return anything, and the others need only the pending set's lock.
+        let mut last: Vec<(MemSpace, u64, u64)> = Vec::new();
+        {
+            let mut pending = self.pending_discards.lock();
+            for &(space, address, size) in ranges {
+                if pending.remove((space_code(space), address, size)) {
+                    last.push((space, address, size));
+                }
+            }
+        }
+        if last.is_empty() {
+            return;
+        }
         // All three locks are held until the chunks are gone (traces, allocator, pending: the
         // order used everywhere), so nothing allocated, freed or captured meanwhile can lose
         // data.
         let traces = self.traces.lock();
         let alloc = self.allocator.lock();
-        let mut pending = self.pending_discards.lock();
-        for &(space, address, size) in ranges {
-            pending.remove((space_code(space), address, size));
-        }
-        for &(space, address, size) in ranges {
+        let pending = self.pending_discards.lock();
+        for &(space, address, size) in &last {
             self.discard_one(&traces, &alloc, &pending, space, address, size);
         }
         drop(pending);
