@@ -89,6 +89,24 @@
 //!   gains: launching the line's programs with one deferred wake (as lockstep replays do),
 //!   scratch kept across collectives (no zeroing), and a second runner thread for the other
 //!   core.
+//! - Measured next (perf on `ccl_one all_reduce t3k|galaxy 36864`, 32x576 bf16, 2-core host
+//!   shared with other work): ~20 switches per collective on 8 chips and ~85 on 32 are at the
+//!   floor of this design: every chip's dispatcher wakes once to run its kernel (it must: it
+//!   orders the kernel after the chip's earlier commands) and every waiter once more to write
+//!   its output; the host adds ~4 (its launches preempted by the dispatchers they wake) and one
+//!   or two in `finish`. The runner's wakes of the 7 waiters cost ~10% of CPU on 8 chips.
+//!   Tried and dropped, each measured A/B in one build: launching a line with wakes held back
+//!   until the last launch, woken by the host or by the mesh's waker thread (no faster; the
+//!   waker thread 10-20% slower); a second runner (a waiting chip's thread driving half the
+//!   line, spinning on the other half's sends): no gain on 8 chips (more switches: yields),
+//!   none measurable on 32 with the second core busy; SCHED_BATCH threads: 2-5x slower. Done:
+//!   fabric waits read the clock only once their spin found nothing. What would pay: a kernel
+//!   that completes after its dispatcher returns (the chip waits for it before the queue's next
+//!   command or in `finish`), with the runner writing every chip's output, so waiters need no
+//!   wake and the host itself can run the line when the queues are idle (0 switches); that
+//!   needs the page kernels split into prologue / steps / epilogue. On 32 chips ~1 us per step:
+//!   `DeviceMemory::write` (bank lock, chunk lookup, and zeroing pooled chunks that a 4 KiB
+//!   slot only partly covers: 10% of CPU) and the router pass.
 //!
 //! Large collectives (16 MiB bf16 all_reduce on a T3K ring; `ccl_one` example under perf).
 //! Before: memcpy 44%, page-fault work and zeroing ~15% (scratch chunks re-zeroed at every

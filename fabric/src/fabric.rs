@@ -357,8 +357,6 @@ impl Fabric {
     ) -> Result<()> {
         self.check_chip(chip)?;
         let inner = &self.inner;
-        let start = Instant::now();
-        let deadline = start + timeout;
         let t = &inner.sems[chip as usize];
         // Spin (then yield) before sleeping on the condvar: a collective's increment usually
         // comes from a peer running on the other core within microseconds, and a sleep costs
@@ -380,6 +378,9 @@ impl Fabric {
                 std::hint::spin_loop();
             }
         }
+        // The clock is read only once the spin found nothing (most waits end in it: no read).
+        let start = Instant::now();
+        let deadline = start + timeout;
         let mut g = t.vals.lock();
         loop {
             let v = g.get(&sem).copied().unwrap_or(0);

@@ -633,7 +633,8 @@ impl Inner {
         if ready() {
             return Ok(());
         }
-        let deadline = Instant::now() + timeout;
+        // Read the clock only when about to park: most waits end before.
+        let mut deadline = None;
         let mut idle = 0u32;
         loop {
             if self.shutdown.load(SeqCst) {
@@ -655,6 +656,7 @@ impl Inner {
                     return Ok(());
                 }
                 let now = Instant::now();
+                let deadline = *deadline.get_or_insert(now + timeout);
                 if now >= deadline {
                     return Err(false);
                 }
