@@ -105,8 +105,9 @@
 //!   command or in `finish`), with the runner writing every chip's output, so waiters need no
 //!   wake and the host itself can run the line when the queues are idle (0 switches); that
 //!   needs the page kernels split into prologue / steps / epilogue. On 32 chips ~1 us per step:
-//!   `DeviceMemory::write` (bank lock, chunk lookup, and zeroing pooled chunks that a 4 KiB
-//!   slot only partly covers: 10% of CPU) and the router pass.
+//!   `DeviceMemory::write` (bank lock, chunk lookup; the zeroing of pooled chunks a 4 KiB
+//!   slot only partly covers, 10% of CPU then, is gone: see the valid-bytes mark below) and
+//!   the router pass.
 //!
 //! Large collectives (16 MiB bf16 all_reduce on a T3K ring; `ccl_one` example under perf).
 //! Before: memcpy 44%, page-fault work and zeroing ~15% (scratch chunks re-zeroed at every
