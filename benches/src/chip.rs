@@ -193,43 +193,21 @@ fn sgemm(a: &[f32], b: &[f32], n: usize, c: &mut [f32]) {
 /// Pairs per second: the bare allocator, and the chip's allocate/deallocate (which also emit
 /// the allocator events and queue the host-memory discard).
 pub fn bench_alloc(chip: &Arc<Chip>, pairs: usize) -> Result<(f64, f64)> {
-    let req = |rng: &mut Rng| AllocationRequest {
-        buffer_type: BufferType::Dram,
-        page_size: 2048,
-        num_pages: 1 + rng.below(256),
-        placement: Placement::Interleaved,
-    };
     let mut alloc = Allocator::new(0, AllocatorConfig::new(ArchSpec::wormhole_b0()))?;
     let mut rng = Rng(42);
     let mut live = Vec::with_capacity(1000);
     for _ in 0..1000 {
-        live.push(alloc.allocate(&req(&mut rng))?);
+        live.push(alloc.allocate(&alloc_request(&mut rng))?);
     }
     let t = Instant::now();
     for _ in 0..pairs {
         let i = rng.below(live.len() as u64) as usize;
         alloc.deallocate(&live[i])?;
-        live[i] = alloc.allocate(&req(&mut rng))?;
+        live[i] = alloc.allocate(&alloc_request(&mut rng))?;
     }
     let bare = pairs as f64 / t.elapsed().as_secs_f64();
 
-    let mut rng = Rng(42);
-    let mut live = Vec::with_capacity(1000);
-    for _ in 0..1000 {
-        live.push(chip.allocate(&req(&mut rng))?);
-    }
-    let chip_pairs = pairs / 4;
-    let t = Instant::now();
-    for _ in 0..chip_pairs {
-        let i = rng.below(live.len() as u64) as usize;
-        chip.deallocate(&live[i])?;
-        live[i] = chip.allocate(&req(&mut rng))?;
-    }
-    let via_chip = chip_pairs as f64 / t.elapsed().as_secs_f64();
-    for a in &live {
-        chip.deallocate(a)?;
-    }
-    chip.finish(CqId(0))?;
+    let via_chip = chip_pairs_per_second(chip, pairs / 4)?;
     Ok((bare, via_chip))
 }
 
@@ -239,29 +217,40 @@ pub fn bench_alloc_with_data(chip: &Arc<Chip>, pairs: usize) -> Result<f64> {
     // One written chunk high in bank 0, away from the buffers.
     chip.memory()
         .write(MemSpace::Dram, 0, 512 << 20, &[1u8; 64])?;
-    let req = |rng: &mut Rng| AllocationRequest {
+    let rate = chip_pairs_per_second(chip, pairs);
+    chip.memory()
+        .discard(MemSpace::Dram, 0, 512 << 20, CHUNK_SIZE);
+    rate
+}
+
+/// The benchmark's requests: DRAM buffers of 1 to 256 pages of 2 KiB.
+fn alloc_request(rng: &mut Rng) -> AllocationRequest {
+    AllocationRequest {
         buffer_type: BufferType::Dram,
         page_size: 2048,
         num_pages: 1 + rng.below(256),
         placement: Placement::Interleaved,
-    };
+    }
+}
+
+/// `pairs` chip deallocate+allocate pairs among 1,000 live buffers, per second; every
+/// buffer is freed and the queue finished afterwards.
+fn chip_pairs_per_second(chip: &Arc<Chip>, pairs: usize) -> Result<f64> {
     let mut rng = Rng(42);
     let mut live = Vec::with_capacity(1000);
     for _ in 0..1000 {
-        live.push(chip.allocate(&req(&mut rng))?);
+        live.push(chip.allocate(&alloc_request(&mut rng))?);
     }
     let t = Instant::now();
     for _ in 0..pairs {
         let i = rng.below(live.len() as u64) as usize;
         chip.deallocate(&live[i])?;
-        live[i] = chip.allocate(&req(&mut rng))?;
+        live[i] = chip.allocate(&alloc_request(&mut rng))?;
     }
     let rate = pairs as f64 / t.elapsed().as_secs_f64();
     for a in &live {
         chip.deallocate(a)?;
     }
-    chip.memory()
-        .discard(MemSpace::Dram, 0, 512 << 20, CHUNK_SIZE);
     chip.finish(CqId(0))?;
     Ok(rate)
 }

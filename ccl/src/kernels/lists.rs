@@ -54,51 +54,36 @@ pub(crate) fn fused_reduce_steps(
         return s;
     }
     let (has_left, has_right) = (pos > 0, pos + 1 < n);
-    // Rightward: partial sums of positions 0..=pos for the chunks of pos and further right.
+    // Rightward: partial sums of positions 0..=pos for the chunks of pos and further right
+    // (the left end starts them from its input alone).
     for c in pos..n {
         let from = has_left.then_some(base + c);
-        if c == pos {
-            if has_left {
-                each_piece(&mut s, pieces, c, reduce(from, c, None));
-            }
-        } else if !has_left {
-            each_piece(
-                &mut s,
-                pieces,
-                c,
-                reduce(None, c, Some((Side::Right, base + c))),
-            );
-        } else {
+        if c != pos {
             each_piece(
                 &mut s,
                 pieces,
                 c,
                 reduce(from, c, Some((Side::Right, base + c))),
             );
+        } else if has_left {
+            each_piece(&mut s, pieces, c, reduce(from, c, None));
         }
     }
     // Leftward: partial sums of positions pos..n for the chunks of pos and further left.
     for c in (0..=pos).rev() {
         let slot = base + n + c;
-        if c == pos {
-            if has_right && has_left {
-                each_piece(&mut s, pieces, c, |piece| Step::AddPartial {
-                    slot,
-                    chunk: c,
-                    piece,
-                });
-            } else if has_right {
-                each_piece(&mut s, pieces, c, reduce(Some(slot), c, None));
-            }
-        } else if !has_right {
-            each_piece(&mut s, pieces, c, reduce(None, c, Some((Side::Left, slot))));
-        } else {
-            each_piece(
-                &mut s,
-                pieces,
-                c,
-                reduce(Some(slot), c, Some((Side::Left, slot))),
-            );
+        let from = has_right.then_some(slot);
+        if c != pos {
+            each_piece(&mut s, pieces, c, reduce(from, c, Some((Side::Left, slot))));
+        } else if has_right && has_left {
+            // The chunk already holds its input plus the left's sums.
+            each_piece(&mut s, pieces, c, |piece| Step::AddPartial {
+                slot,
+                chunk: c,
+                piece,
+            });
+        } else if has_right {
+            each_piece(&mut s, pieces, c, reduce(from, c, None));
         }
     }
     s
