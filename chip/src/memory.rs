@@ -446,7 +446,7 @@ mod tests {
         assert!(back[150..1000].iter().all(|&b| b == 0));
         assert!(back[100..150].iter().all(|&b| b == 7));
         assert!(back[1000..1010].iter().all(|&b| b == 9));
-        // A range over a reused chunk, a missing chunk and a fresh one.
+        // A range over a reused chunk, a missing chunk and another reused one.
         m.write(MemSpace::Dram, 0, 3 * c as u64, &[1u8; 4]).unwrap();
         let back = read_both(&m, c as u64 - 8, 2 * c + 16);
         assert!(back[..8].iter().all(|&b| b == 0));
