@@ -6,7 +6,7 @@ use std::time::Duration;
 use ttmesh_chip::allocator::MemSpace;
 use ttmesh_chip::error::ForeignError;
 use ttmesh_chip::ops::{read_logical, write_logical};
-use ttmesh_chip::program::{CollectiveCost, Kernel, KernelContext, KernelCost};
+use ttmesh_chip::program::{CollectiveCost, Kernel, KernelContext, KernelCost, Launched};
 use ttmesh_chip::tensor::{DataType, HostData, TensorSpec};
 use ttmesh_chip::ChipError;
 use ttmesh_fabric::{Fabric, FabricError};
@@ -129,6 +129,8 @@ struct Run<'a> {
     ep: Endpoint,
     fabric: &'a Arc<Fabric>,
     timeout: Duration,
+    /// The launch may return before the line has run (`Kernel::launch`).
+    may_defer: bool,
 }
 
 /// A fabric error inside a collective kernel, kept whole as the chip error's source.
@@ -197,13 +199,16 @@ impl<'a> Run<'a> {
 
     /// Runs this chip's `steps` on `work`: together with the rest of the line on one thread
     /// when the collective is small (see `together`), else here, after the handshake
-    /// (`writes_left`: the steps write into the left neighbour too).
+    /// (`writes_left`: the steps write into the left neighbour too). With `complete` (the
+    /// steps write everything the kernel outputs) and a launch that may defer, a chip that
+    /// is not the last to arrive returns at once, its part left to the last.
     fn run_steps(
         &self,
         work: &mut Work,
         steps: Vec<Step>,
         writes_left: bool,
-    ) -> Result<(), ChipError> {
+        complete: bool,
+    ) -> Result<Launched, ChipError> {
         if self.together() {
             let c = together::Collective {
                 fabric: self.fabric,
@@ -227,8 +232,17 @@ impl<'a> Run<'a> {
                 work: std::mem::take(work),
                 steps,
             };
+            if complete && self.may_defer {
+                return Ok(match together::meet_deferred(&c, part)? {
+                    together::Met::Ran(part) => {
+                        *work = part.work;
+                        Launched::Done
+                    }
+                    together::Met::Deferred(d) => Launched::Deferred(d),
+                });
+            }
             *work = together::meet(&c, part)?.work;
-            return Ok(());
+            return Ok(Launched::Done);
         }
         self.handshake(writes_left, true)?;
         for s in steps {
@@ -242,7 +256,8 @@ impl<'a> Run<'a> {
                 )
                 .map_err(|e| self.step_error(e))?;
         }
-        self.flush()
+        self.flush()?;
+        Ok(Launched::Done)
     }
 
     /// Tells the neighbours that write into this chip that it has entered the collective, and
@@ -290,6 +305,32 @@ impl Kernel for CollectiveKernel {
     }
 
     fn execute(&self, ctx: &KernelContext, addresses: &[u32]) -> Result<(), ChipError> {
+        self.start(ctx, addresses, false).map(|_| ())
+    }
+
+    fn launch(&self, ctx: &KernelContext, addresses: &[u32]) -> Result<Launched, ChipError> {
+        self.start(ctx, addresses, true)
+    }
+
+    /// A small all_reduce hands its part to the line's runner and never waits at launch.
+    fn hands_off(&self) -> bool {
+        self.kind == CollectiveKind::AllReduce
+            && together::wanted(self.input.buffer_size() as usize, self.line.chips.len())
+    }
+
+    fn cost(&self) -> KernelCost {
+        self.model_cost()
+    }
+}
+
+impl CollectiveKernel {
+    /// Runs (`may_defer`: or starts) this chip's part of the collective.
+    fn start(
+        &self,
+        ctx: &KernelContext,
+        addresses: &[u32],
+        may_defer: bool,
+    ) -> Result<Launched, ChipError> {
         let Some(fabric) = self.fabric.upgrade() else {
             return Err(fab(ctx, self.name(), FabricError::ShutDown));
         };
@@ -297,7 +338,7 @@ impl Kernel for CollectiveKernel {
         if let Some(e) = fabric.failure() {
             return Err(fab(ctx, self.name(), e));
         }
-        let result = self.run(ctx, &fabric, addresses);
+        let result = self.run(ctx, &fabric, addresses, may_defer);
         if let Err(e) = &result {
             // Errors from the fabric aborted it already; anything else must too, or the other
             // chips would wait for this one until their timeouts.
@@ -312,7 +353,7 @@ impl Kernel for CollectiveKernel {
         result
     }
 
-    fn cost(&self) -> KernelCost {
+    fn model_cost(&self) -> KernelCost {
         let n = self.line.chips.len() as f64;
         let bytes = match self.kind {
             CollectiveKind::AllGather { .. } => {
@@ -354,7 +395,8 @@ impl CollectiveKernel {
         ctx: &KernelContext,
         fabric: &Arc<Fabric>,
         addresses: &[u32],
-    ) -> Result<(), ChipError> {
+        may_defer: bool,
+    ) -> Result<Launched, ChipError> {
         let n = self.line.chips.len();
         let ring = self.topology == Topology::Ring;
         let left = if self.pos > 0 {
@@ -389,8 +431,9 @@ impl CollectiveKernel {
             },
             fabric,
             timeout: ctx.timeout,
+            may_defer,
         };
-        match self.kind {
+        let done = match self.kind {
             CollectiveKind::AllGather { dim } => {
                 match pages::page_split(&self.input, dim, self.input.shape[dim]) {
                     Some(split) => pages::all_gather(&run, split, addresses),
@@ -403,8 +446,9 @@ impl CollectiveKernel {
                     None => reduce_scatter(&run, dim, addresses),
                 }
             }
-            CollectiveKind::AllReduce => pages::all_reduce(&run, addresses),
-        }
+            CollectiveKind::AllReduce => return pages::all_reduce(&run, addresses),
+        };
+        done.map(|()| Launched::Done)
     }
 }
 

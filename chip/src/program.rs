@@ -61,9 +61,40 @@ pub trait Kernel: Send + Sync {
     /// order of `Program::operands`: exactly one per operand, each inside its buffer type's
     /// range (the dispatcher checks both before the call, so a kernel may index them).
     fn execute(&self, ctx: &KernelContext, addresses: &[u32]) -> Result<()>;
+    /// What the dispatcher calls: like `execute`, but a kernel whose work another thread
+    /// finishes (a small collective, whose whole line runs on the last chip to arrive) may
+    /// return once it has handed its part over. The chip then runs nothing else on the queue
+    /// until the work is done, and reports its result as the kernel's.
+    fn launch(&self, ctx: &KernelContext, addresses: &[u32]) -> Result<Launched> {
+        self.execute(ctx, addresses).map(|()| Launched::Done)
+    }
+    /// True if `launch` only prepares this chip's part and hands it over, never waiting for
+    /// other chips (at most it runs the whole line, if it is the last to arrive). The host
+    /// may then run the launch itself when the queue is idle, instead of waking the queue's
+    /// thread: a collective over 8 or 32 chips then costs no thread wake-up at all.
+    fn hands_off(&self) -> bool {
+        false
+    }
     fn cost(&self) -> KernelCost {
         KernelCost::default()
     }
+}
+
+/// How a launch ended: done, or handed to another thread that finishes it.
+pub enum Launched {
+    Done,
+    Deferred(Arc<dyn Deferred>),
+}
+
+/// Work a kernel handed to another thread (see [`Kernel::launch`]).
+pub trait Deferred: Send + Sync {
+    /// True once the work is done; never blocks.
+    fn is_done(&self) -> bool;
+    /// Blocks until the work is done, bounded by the operation timeout (a wait that gives
+    /// up names what it waited for); the kernel's result.
+    fn wait(&self) -> Result<()>;
+    /// When the work was done, once it is.
+    fn done_at(&self) -> Option<std::time::Instant>;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

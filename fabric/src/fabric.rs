@@ -428,6 +428,20 @@ impl Fabric {
             })
     }
 
+    /// Writes `chip`'s own memory at `dest`, as a kernel on `chip` would (no link is crossed,
+    /// no packet counted): the local counterpart of [`Fabric::read_local`].
+    pub fn write_local(&self, chip: u32, dest: NocAddr, data: &[u8]) -> Result<()> {
+        self.check_chip(chip)?;
+        self.inner.mems[chip as usize]
+            .write(dest, data)
+            .map_err(|source| FabricError::WriteFailed {
+                chip,
+                src: chip,
+                addr: dest.to_string(),
+                source,
+            })
+    }
+
     pub fn semaphore_value(&self, chip: u32, sem: u32) -> Result<u64> {
         self.check_chip(chip)?;
         Ok(self.inner.sems[chip as usize]

@@ -5,9 +5,9 @@
 //! conversion on the wire, buffers reused per dispatcher thread. Results are bit-identical to
 //! the logical path (same values summed in the same order; padding is zeros and sums to zeros).
 
-use std::cell::RefCell;
+use std::sync::Mutex;
 
-use ttmesh_chip::program::KernelContext;
+use ttmesh_chip::program::{KernelContext, Launched};
 use ttmesh_chip::tensor::{DataType, Layout, TensorSpec};
 use ttmesh_chip::ChipError;
 
@@ -73,18 +73,36 @@ pub(crate) fn page_elems(spec: &TensorSpec) -> usize {
 /// sent and written stays in the host's cache.
 const PIECE_BYTES: usize = 256 * 1024;
 
-thread_local! {
-    /// Buffers reused across launches on one dispatcher thread (one per chip queue), so a
-    /// collective allocates (and page-faults) only when it is larger than any before it there.
-    static WORK: RefCell<Work> = RefCell::new(Work::default());
+/// Buffers reused across launches, so a collective allocates (and page-faults) only when it
+/// is larger than those before it. A pool, not one per thread: a small collective's buffers
+/// travel with its part to the thread that runs the line, and come back from there.
+static WORK: Mutex<Vec<Work>> = Mutex::new(Vec::new());
+
+/// More buffers than chips that run collectives at once are not kept.
+const POOLED_WORK: usize = 64;
+
+fn take_work() -> Work {
+    let mut pool = WORK.lock().unwrap_or_else(|p| p.into_inner());
+    pool.pop().unwrap_or_default()
+}
+
+/// Returns buffers to the pool (empty ones, whose part travelled on, are dropped).
+pub(crate) fn put_work(w: Work) {
+    if w.is_empty() {
+        return;
+    }
+    let mut pool = WORK.lock().unwrap_or_else(|p| p.into_inner());
+    if pool.len() < POOLED_WORK {
+        pool.push(w);
+    }
 }
 
 /// Runs `f` with this thread's reusable buffers (taken out, so `f` may hand them to another
 /// thread and back).
 fn with_work<R>(f: impl FnOnce(&mut Work) -> R) -> R {
-    let mut w = WORK.with(|w| std::mem::take(&mut *w.borrow_mut()));
+    let mut w = take_work();
     let r = f(&mut w);
-    WORK.with(|slot| *slot.borrow_mut() = w);
+    put_work(w);
     r
 }
 
@@ -133,7 +151,7 @@ pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Resu
         // One piece per block: without a fused reduction, pieces only add waits.
         let pieces = vec![piece_count(len, w.block_piece); n];
         let steps = lists::gather_steps(k.topology, n, pos, 0, &pieces);
-        run.run_steps(w, steps, k.topology != Topology::Ring)?;
+        run.run_steps(w, steps, k.topology != Topology::Ring, false)?;
         // Output page run (o, b) is input run o of the line position whose order is b.
         let mut from_position = vec![0; n];
         for (p, &blk) in k.order.iter().enumerate() {
@@ -247,7 +265,7 @@ pub(crate) fn reduce_scatter(
         }
         let pieces = vec![piece_count(chunk_elems, w.chunk_piece); n];
         let steps = lists::reduce_steps(k.topology, n, pos, 0, &pieces);
-        run.run_steps(w, steps, k.topology != Topology::Ring)?;
+        run.run_steps(w, steps, k.topology != Topology::Ring, false)?;
         // Encode the owned chunk into the output's pages (same page order as the chunk).
         let out = sized(&mut w.input, k.output.buffer_size() as usize);
         encode(k.output.dtype, &w.chunks[pos][..chunk_elems], out);
@@ -275,8 +293,10 @@ pub(crate) fn fused_all_reduce_fits(spec: &TensorSpec) -> bool {
 /// all_reduce as one kernel on pages. The pages split as evenly as the line allows (nothing
 /// outside the kernel sees the chunks, so they need not divide), a reduce_scatter of f32
 /// partials runs on them, and an all_gather moves the sums already encoded in the output's
-/// format (half the bytes of f32 for bf16), behind one handshake for both phases.
-pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<(), ChipError> {
+/// format (half the bytes of f32 for bf16), behind one handshake for both phases. Every
+/// output byte is written by the steps, so when the line runs together a launch may return
+/// as soon as its part is handed over (`Launched::Deferred`).
+pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<Launched, ChipError> {
     let k = run.k;
     let n = k.line.chips.len();
     let pos = k.pos;
@@ -306,16 +326,11 @@ pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<(), ChipError> 
             in_elem: in_page / pe,
             chunk_start,
             input_pages: own_thread.then_some((input_pages, in_page)),
-            output_pages: if own_thread {
-                let out = k.output.page_map(run.ctx.arch, addresses[2] as u64)?;
-                Some((
-                    out,
-                    out_page,
-                    ranges.iter().map(|&(a, _)| a * out_page).collect(),
-                ))
-            } else {
-                None
-            },
+            output_pages: Some((
+                k.output.page_map(run.ctx.arch, addresses[2] as u64)?,
+                out_page,
+                ranges.iter().map(|&(a, _)| a * out_page).collect(),
+            )),
         });
         if !own_thread {
             // The line's runner reads the input from a copy made here, on the chip's thread.
@@ -325,12 +340,6 @@ pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<(), ChipError> 
         let mut steps = lists::fused_reduce_steps(k.topology, n, pos, 0, &pieces);
         steps.push(Step::Encode { chunk: pos });
         steps.extend(lists::gather_steps(k.topology, n, pos, 2 * n, &pieces));
-        run.run_steps(w, steps, k.topology != Topology::Ring)?;
-        if !own_thread {
-            for (j, &(a, _)) in ranges.iter().enumerate() {
-                write_pages(run.ctx, &k.output, addresses[2], a, w.block(j))?;
-            }
-        }
-        Ok(())
+        run.run_steps(w, steps, k.topology != Topology::Ring, true)
     })
 }

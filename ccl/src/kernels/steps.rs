@@ -100,9 +100,9 @@ pub(crate) fn piece_count(len: usize, size: usize) -> usize {
 
 /// Where a fused all_reduce reads its input and writes its output. The input is in page
 /// order: chunk `j` starts at byte `chunk_start[j]`. On the chip's own thread it is read in
-/// place from the tensor's pages and the output written piece by piece as blocks arrive;
-/// for the line runner it was read into `Work::input` beforehand and the chip's thread
-/// writes the output afterwards.
+/// place from the tensor's pages; for the line runner it was read into `Work::input`
+/// beforehand. Either way the output is written piece by piece as blocks arrive (by the
+/// line runner through the fabric's local writes).
 #[derive(Clone)]
 pub(crate) struct FusedIo {
     pub in_dtype: DataType,
@@ -110,7 +110,7 @@ pub(crate) struct FusedIo {
     pub chunk_start: Vec<usize>,
     /// The input's pages and page size, when read in place.
     pub input_pages: Option<(TensorPages, usize)>,
-    /// The output's pages and page size, and block `j`'s first byte, when written in steps.
+    /// The output's pages and page size, and block `j`'s first byte.
     pub output_pages: Option<(TensorPages, usize, Vec<usize>)>,
 }
 
@@ -167,6 +167,11 @@ impl Work {
         self.fused = None;
     }
 
+    /// True if the work holds no buffers (its part travelled to the line's runner).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.chunks.is_empty() && self.blocks.is_empty() && self.input.is_empty()
+    }
+
     pub(crate) fn block(&self, j: usize) -> &[u8] {
         &self.blocks[j][..self.block_lens[j]]
     }
@@ -212,16 +217,20 @@ fn read_input(
     Ok(())
 }
 
-/// Writes bytes `a..e` of block `block` into the output's pages, when the fused all_reduce
-/// writes its output in steps (on the chip's own thread); otherwise nothing.
-fn write_output(w: &Work, mem: Local, block: usize, a: usize, e: usize) -> Result<(), StepError> {
-    let (
-        Local::Memory(m),
-        Some(FusedIo {
-            output_pages: Some((pages, page_bytes, first)),
-            ..
-        }),
-    ) = (mem, &w.fused)
+/// Writes bytes `a..e` of block `block` into chip `me`'s output pages, when the fused
+/// all_reduce writes its output in steps; otherwise nothing.
+fn write_output(
+    w: &Work,
+    mem: Local,
+    me: u32,
+    block: usize,
+    a: usize,
+    e: usize,
+) -> Result<(), StepError> {
+    let Some(FusedIo {
+        output_pages: Some((pages, page_bytes, first)),
+        ..
+    }) = &w.fused
     else {
         return Ok(());
     };
@@ -232,13 +241,27 @@ fn write_output(w: &Work, mem: Local, block: usize, a: usize, e: usize) -> Resul
         let (p, in_page) = (at / page_bytes, at % page_bytes);
         let n = (page_bytes - in_page).min(data.len() - off);
         let (bank, addr) = pages.location(p as u64);
-        m.write(
-            pages.map.space,
-            bank,
-            addr + in_page as u64,
-            &data[off..off + n],
-        )
-        .map_err(StepError::Chip)?;
+        let bytes = &data[off..off + n];
+        let addr = addr + in_page as u64;
+        match mem {
+            Local::Memory(m) => m
+                .write(pages.map.space, bank, addr, bytes)
+                .map_err(StepError::Chip)?,
+            Local::Fabric(f) => {
+                let dest = match pages.map.space {
+                    MemSpace::Dram => NocAddr::dram(bank, addr),
+                    MemSpace::L1 => NocAddr::l1(bank, addr),
+                    MemSpace::Host => {
+                        let reason = "a collective's output must be in DRAM or L1".to_string();
+                        return Err(StepError::Fabric(FabricError::KernelFailed {
+                            chip: me,
+                            reason,
+                        }));
+                    }
+                };
+                f.write_local(me, dest, bytes).map_err(StepError::Fabric)?
+            }
+        }
         at += n;
         off += n;
     }
@@ -504,7 +527,7 @@ impl Endpoint {
             Step::TakeBlock { slot, block, piece } => {
                 let (a, e) = piece_range(w.block_lens[block], w.block_piece, piece);
                 self.read_slot(mem, slot, a, &mut w.blocks[block][a..e])?;
-                write_output(w, mem, block, a, e)
+                write_output(w, mem, self.me, block, a, e)
             }
             Step::Encode { chunk } => {
                 let dtype = w
@@ -517,7 +540,7 @@ impl Endpoint {
                     &chunks[chunk][..w.chunk_lens[chunk]],
                     &mut blocks[chunk][..len],
                 );
-                write_output(w, mem, chunk, 0, len)
+                write_output(w, mem, self.me, chunk, 0, len)
             }
         }
     }

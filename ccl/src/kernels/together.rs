@@ -14,6 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use ttmesh_chip::error::ForeignError;
+use ttmesh_chip::program::Deferred;
 use ttmesh_chip::ChipError;
 use ttmesh_fabric::{Fabric, FabricError};
 
@@ -94,6 +95,8 @@ struct State {
     arrived: usize,
     phase: Phase,
     results: Vec<Option<Result<Part, ChipError>>>,
+    /// When the runner finished (the deferred kernels' end).
+    done_at: Option<Instant>,
 }
 
 struct Meeting {
@@ -143,6 +146,84 @@ fn fault(chip: u32, name: &str, e: FabricError) -> ChipError {
 
 /// Brings `part` to the meeting and returns it once every chip's steps have run.
 pub(crate) fn meet(c: &Collective, part: Part) -> Result<Part, ChipError> {
+    match arrive(c, part)? {
+        Arrival::Ran(mine) => *mine,
+        Arrival::Waiting(m, id) => wait(c, &m, id),
+    }
+}
+
+/// What a chip's kernel gets back from `meet_deferred`.
+pub(crate) enum Met {
+    /// This chip arrived last and ran the whole line: its part, done.
+    Ran(Box<Part>),
+    /// The others have yet to arrive: the last of them runs this part too; the handle waits
+    /// for it (bounded by the timeout) and tells when it is done.
+    Deferred(Arc<dyn Deferred>),
+}
+
+/// Brings `part` to the meeting without waiting for the others: the kernel's launch returns,
+/// and its chip's queue waits (`Deferred::wait`) only when its next command runs. A host
+/// thread may therefore launch a whole line's kernels itself.
+pub(crate) fn meet_deferred(c: &Collective, part: Part) -> Result<Met, ChipError> {
+    Ok(match arrive(c, part)? {
+        Arrival::Ran(mine) => Met::Ran(Box::new((*mine)?)),
+        Arrival::Waiting(meeting, id) => Met::Deferred(Arc::new(Handle {
+            meeting,
+            id,
+            fabric: c.fabric.clone(),
+            key: c.key,
+            name: c.name,
+            chips: c.chips.to_vec(),
+            pos: c.pos,
+            timeout: c.timeout,
+        })),
+    })
+}
+
+/// A chip's place in a meeting it left before the line ran.
+struct Handle {
+    meeting: Arc<Meeting>,
+    id: (usize, u64),
+    fabric: Arc<Fabric>,
+    key: u64,
+    name: &'static str,
+    chips: Vec<u32>,
+    pos: usize,
+    timeout: Duration,
+}
+
+impl Deferred for Handle {
+    fn is_done(&self) -> bool {
+        matches!(lock(&self.meeting).phase, Phase::Done | Phase::Abandoned)
+    }
+
+    fn wait(&self) -> Result<(), ChipError> {
+        let c = Collective {
+            fabric: &self.fabric,
+            key: self.key,
+            name: self.name,
+            chips: &self.chips,
+            pos: self.pos,
+            timeout: self.timeout,
+        };
+        let part = wait(&c, &self.meeting, self.id)?;
+        super::pages::put_work(part.work);
+        Ok(())
+    }
+
+    fn done_at(&self) -> Option<Instant> {
+        lock(&self.meeting).done_at
+    }
+}
+
+enum Arrival {
+    /// The last to arrive ran every chip's steps: this chip's result.
+    Ran(Box<Result<Part, ChipError>>),
+    Waiting(Arc<Meeting>, (usize, u64)),
+}
+
+/// Registers `part` at its meeting; the last to arrive runs the line.
+fn arrive(c: &Collective, part: Part) -> Result<Arrival, ChipError> {
     let n = c.chips.len();
     let me = c.chips[c.pos];
     let id = (Arc::as_ptr(c.fabric) as usize, c.key);
@@ -162,6 +243,7 @@ pub(crate) fn meet(c: &Collective, part: Part) -> Result<Part, ChipError> {
                         arrived: 0,
                         phase: Phase::Gathering,
                         results: (0..n).map(|_| None).collect(),
+                        done_at: None,
                     }),
                     cv: Condvar::new(),
                     progress: AtomicU64::new(0),
@@ -195,15 +277,16 @@ pub(crate) fn meet(c: &Collective, part: Part) -> Result<Part, ChipError> {
             let mut st = lock(&m);
             st.results = results.into_iter().map(Some).collect();
             st.phase = Phase::Done;
+            st.done_at = Some(Instant::now());
             let mine = st.results[c.pos].take().unwrap();
             drop(st);
             m.cv.notify_all();
-            return mine;
+            return Ok(Arrival::Ran(Box::new(mine)));
         }
         drop(st);
         m
     };
-    wait(c, &meeting, id)
+    Ok(Arrival::Waiting(meeting, id))
 }
 
 fn wait(c: &Collective, m: &Arc<Meeting>, id: (usize, u64)) -> Result<Part, ChipError> {
@@ -213,7 +296,16 @@ fn wait(c: &Collective, m: &Arc<Meeting>, id: (usize, u64)) -> Result<Part, Chip
     let mut st = lock(m);
     loop {
         match st.phase {
-            Phase::Done => return st.results[c.pos].take().unwrap(),
+            Phase::Done => {
+                return st.results[c.pos].take().unwrap_or_else(|| {
+                    let reason = format!("{}: chip {me}'s result was already taken", c.name);
+                    Err(fault(
+                        me,
+                        c.name,
+                        FabricError::KernelFailed { chip: me, reason },
+                    ))
+                })
+            }
             Phase::Abandoned => {
                 let e = c.fabric.failure().unwrap_or(FabricError::KernelFailed {
                     chip: me,

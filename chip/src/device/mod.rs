@@ -122,6 +122,17 @@ impl PendingDiscards {
     }
 }
 
+/// How a submission reaches its queue.
+#[derive(Clone, Copy)]
+enum Submit {
+    /// Queued; a sleeping dispatcher wakes.
+    Wake,
+    /// Queued without a wake (it runs with the next command that wakes).
+    Quiet,
+    /// Run on the submitting thread if the queue is idle, else queued with a wake.
+    RunIfIdle,
+}
+
 /// State shared by the host API and the dispatcher threads.
 pub(crate) struct ChipShared {
     pub(crate) id: u32,
@@ -532,7 +543,8 @@ impl Chip {
         refs: &[trace::BufferRef],
         wake: bool,
     ) -> Result<()> {
-        self.submit_recorded(cq, bytes, wake, || refs.to_vec())
+        let how = if wake { Submit::Wake } else { Submit::Quiet };
+        self.submit_recorded(cq, bytes, how, || refs.to_vec())
     }
 
     /// Like `submit`; the buffer references a capture records are built only when capturing.
@@ -540,7 +552,7 @@ impl Chip {
         &self,
         cq: CqId,
         bytes: Vec<u8>,
-        wake: bool,
+        how: Submit,
         refs: impl FnOnce() -> Vec<trace::BufferRef>,
     ) -> Result<()> {
         let q = self.queue(cq)?;
@@ -561,7 +573,11 @@ impl Chip {
         self.shared
             .observer
             .with(|o| o.submitted(self, cq, &bytes, false));
-        q.ring.push(bytes, wake);
+        match how {
+            Submit::Wake => q.ring.push(bytes, true),
+            Submit::Quiet => q.ring.push(bytes, false),
+            Submit::RunIfIdle => q.ring.push_or_run(bytes, &q.dispatcher),
+        }
         Ok(())
     }
 
@@ -606,7 +622,12 @@ impl Chip {
                 })
                 .collect()
         };
-        self.submit_recorded(cq, e.bytes, true, refs)?;
+        let how = if program.kernel.hands_off() {
+            Submit::RunIfIdle
+        } else {
+            Submit::Wake
+        };
+        self.submit_recorded(cq, e.bytes, how, refs)?;
         self.enqueued_launches.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -658,6 +679,14 @@ impl Chip {
         self.submit(cq, e.bytes, &[])
     }
 
+    /// True if everything enqueued on `cq` so far has run and its thread sleeps (a launch the
+    /// host may run itself then runs on the host's thread: see `Kernel::hands_off`).
+    pub fn queue_idle(&self, cq: CqId) -> bool {
+        self.queues
+            .get(cq.0 as usize)
+            .is_some_and(|q| q.ring.drained())
+    }
+
     /// Blocks until everything enqueued on `cq` so far has run; returns the first error the
     /// queue met since the last finish.
     pub fn finish(&self, cq: CqId) -> Result<()> {
@@ -668,8 +697,14 @@ impl Chip {
             .with(|o| o.host_waits(self.shared.id, cq));
         let state = &self.shared.cq_states[cq.0 as usize];
         // An idle queue has run everything: no event round trip (two thread wake-ups, which
-        // a mesh would pay chip after chip).
-        if q.ring.drained() {
+        // a mesh would pay chip after chip). Frees queued on a sleeping dispatcher (they never
+        // wake it) are run here, and a deferred kernel that is done is settled here.
+        if q.ring.drained() || q.ring.run_idle_discards(&q.dispatcher) {
+            if let Some(p) = q.ring.take_done_pending() {
+                if let Err(e) = p.settle(&self.shared) {
+                    state.set_error(e);
+                }
+            }
             return state.take_error().map_or(Ok(()), Err);
         }
         let id = q.allocate_event_id();

@@ -1,6 +1,13 @@
 //! Command queues: a channel of encoded records from the host to one dispatcher thread per
 //! queue, which decodes and executes them. The dispatcher blocks on the channel when idle (it
 //! parks; nothing spins), so two host cores carry many chips.
+//!
+//! Waking a parked thread costs a context switch or two, and a collective over n chips would
+//! pay n of them at launch and n more when the line is done. So a kernel may hand its work to
+//! another thread and return (`Launched::Deferred`; the queue runs nothing after it until the
+//! work is done), and a launch whose kernel only does that (`Kernel::hands_off`) runs on the
+//! host's thread when the queue is idle. The dispatcher's state is behind a lock either thread
+//! takes to run records, so a queue's order holds whoever runs them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,7 +26,7 @@ use super::ChipShared;
 use crate::allocator::MemSpace;
 use crate::command::{decode, packed_arg, Opcode, PageLocations, Record, HEADER_BYTES};
 use crate::error::{ChipError, RecordFault, RecordSite, Result};
-use crate::program::{KernelContext, Program};
+use crate::program::{Deferred, KernelContext, Launched, Program};
 
 /// Index of a command queue on a chip (0 or 1).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -83,6 +90,11 @@ impl CqState {
 /// The host-to-dispatcher ring of one queue. A push can leave a parked dispatcher asleep
 /// (`wake = false`) so that a mesh can fill every chip's queue first and hand the wake-ups to
 /// another thread: the host then pays one wake for a whole mesh instead of one per chip.
+///
+/// The host may also run records itself, in queue order, while the dispatcher sleeps with
+/// nothing queued (`push_or_run`, `run_idle_discards`): the dispatcher's state sits behind a
+/// mutex that either thread takes to execute, so the order of a queue's records is kept
+/// whichever thread runs them.
 pub(crate) struct HostRing {
     state: Mutex<RingState>,
     cv: Condvar,
@@ -91,6 +103,39 @@ pub(crate) struct HostRing {
 struct RingState {
     items: VecDeque<Vec<u8>>,
     sleeping: bool,
+    /// The host runs records of this queue now (it holds the dispatcher's state).
+    inline: bool,
+    /// A kernel that returned before its work was done (see `Kernel::launch`): nothing
+    /// after it runs until it is settled.
+    pending: Option<PendingKernel>,
+}
+
+/// A deferred kernel and when its launch started (its kernel time ends when it is done).
+pub(crate) struct PendingKernel {
+    deferred: Arc<dyn Deferred>,
+    started: Instant,
+}
+
+impl PendingKernel {
+    /// Waits for the work (bounded by the kernel's own timeout), counts its kernel time and
+    /// returns its result.
+    pub(crate) fn settle(self, shared: &ChipShared) -> Result<()> {
+        let result = self.deferred.wait();
+        let end = self.deferred.done_at().unwrap_or_else(Instant::now);
+        shared.record_launch(end.saturating_duration_since(self.started));
+        result
+    }
+}
+
+impl RingState {
+    /// The dispatcher sleeps with nothing queued, nobody runs its records and no deferred
+    /// kernel is still working: everything pushed so far is done.
+    fn idle(&self) -> bool {
+        self.sleeping
+            && !self.inline
+            && self.items.is_empty()
+            && self.pending.as_ref().is_none_or(|p| p.deferred.is_done())
+    }
 }
 
 impl HostRing {
@@ -99,9 +144,81 @@ impl HostRing {
             state: Mutex::new(RingState {
                 items: VecDeque::new(),
                 sleeping: false,
+                inline: false,
+                pending: None,
             }),
             cv: Condvar::new(),
         }
+    }
+
+    /// Runs `bytes` on this thread if the queue is idle and its state free, else pushes them
+    /// (waking the dispatcher). For launches of kernels that only hand their work over
+    /// (`Kernel::hands_off`): the host then pays no wake-up and no context switch.
+    pub(crate) fn push_or_run(&self, bytes: Vec<u8>, dispatcher: &Mutex<Dispatcher>) {
+        let mut s = self.state.lock();
+        if s.idle() {
+            // Taken while the ring is locked, so no record pushed after these runs first.
+            if let Some(mut d) = dispatcher.try_lock() {
+                s.inline = true;
+                drop(s);
+                // A record that stops the queue (Terminate) is never run this way.
+                let _ = d.run_bytes(&bytes);
+                d.flush_discards();
+                drop(d);
+                self.state.lock().inline = false;
+                return;
+            }
+        }
+        drop(s);
+        self.push(bytes, true);
+    }
+
+    /// If the dispatcher sleeps and only discards are queued (frees, which never wake it),
+    /// runs them on this thread; true if the queue is then idle. A host about to wait for
+    /// the queue (`finish`) saves the dispatcher's wake-up and its own.
+    pub(crate) fn run_idle_discards(&self, dispatcher: &Mutex<Dispatcher>) -> bool {
+        let mut s = self.state.lock();
+        let only_discards = s
+            .items
+            .iter()
+            .all(|b| matches!(decode(b, 0), Ok((Record::Discard { .. }, next)) if next == b.len()));
+        if !(s.sleeping && !s.inline && only_discards) {
+            return false;
+        }
+        let Some(mut d) = dispatcher.try_lock() else {
+            return false;
+        };
+        let items = std::mem::take(&mut s.items);
+        s.inline = true;
+        drop(s);
+        for bytes in &items {
+            let _ = d.run_bytes(bytes);
+        }
+        d.flush_discards();
+        drop(d);
+        let mut s = self.state.lock();
+        s.inline = false;
+        s.idle()
+    }
+
+    /// Takes a deferred kernel that is done, once the queue is idle: its result and kernel
+    /// time are then the host's to record (the dispatcher would only see it at its next
+    /// record).
+    pub(crate) fn take_done_pending(&self) -> Option<PendingKernel> {
+        let mut s = self.state.lock();
+        if s.idle() {
+            s.pending.take()
+        } else {
+            None
+        }
+    }
+
+    fn set_pending(&self, p: PendingKernel) {
+        self.state.lock().pending = Some(p);
+    }
+
+    fn take_pending(&self) -> Option<PendingKernel> {
+        self.state.lock().pending.take()
     }
 
     pub(crate) fn push(&self, bytes: Vec<u8>, wake: bool) {
@@ -126,10 +243,9 @@ impl HostRing {
         }
     }
 
-    /// True if the dispatcher sleeps with nothing queued: it has run everything pushed so far.
+    /// True if everything pushed so far has run (see `RingState::idle`).
     pub(crate) fn drained(&self) -> bool {
-        let s = self.state.lock();
-        s.sleeping && s.items.is_empty()
+        self.state.lock().idle()
     }
 
     /// Blocks (parked, no spinning) until there is work; takes all of it.
@@ -150,6 +266,9 @@ const UNWOKEN_LIMIT: usize = 1024;
 /// The host's end of one queue.
 pub(crate) struct QueueHandle {
     pub(crate) ring: Arc<HostRing>,
+    /// The dispatcher's state: its thread runs records under this lock, and so does the host
+    /// when it runs them itself (`HostRing::push_or_run`).
+    pub(crate) dispatcher: Arc<Mutex<Dispatcher>>,
     /// Next event id to hand out on this queue (ids start at 1; 0 means "nothing yet").
     pub(crate) next_event: AtomicU64,
     pub(crate) thread: Option<std::thread::JoinHandle<()>>,
@@ -164,19 +283,20 @@ impl QueueHandle {
 pub(crate) fn spawn_dispatcher(shared: Arc<ChipShared>, cq: CqId) -> Result<QueueHandle> {
     let ring = Arc::new(HostRing::new());
     let rx = ring.clone();
-    let name = format!("ttmesh-chip{}-cq{}", shared.id, cq.0);
+    let chip = shared.id;
+    let name = format!("ttmesh-chip{chip}-cq{}", cq.0);
+    let dispatcher = Arc::new(Mutex::new(Dispatcher::new(shared, cq, ring.clone())));
+    let state = dispatcher.clone();
     let thread = std::thread::Builder::new()
         .name(name)
         .spawn(move || {
-            ttmesh_placement::place_current_thread(
-                ttmesh_placement::ThreadRole::Dispatcher,
-                shared.id,
-            );
-            Dispatcher::new(shared, cq).run(&rx)
+            ttmesh_placement::place_current_thread(ttmesh_placement::ThreadRole::Dispatcher, chip);
+            Dispatcher::run(&state, &rx)
         })
         .map_err(|e| ChipError::Queue(format!("cannot start the dispatcher thread: {e}")))?;
     Ok(QueueHandle {
         ring,
+        dispatcher,
         next_event: AtomicU64::new(1),
         thread: Some(thread),
     })
@@ -229,6 +349,9 @@ pub(crate) struct Dispatcher {
     regions: Regions,
     /// Discards waiting to be done together (one round of locks for a run of frees).
     discards: Vec<(MemSpace, u64, u64)>,
+    ring: Arc<HostRing>,
+    /// A kernel of this queue deferred its work (the ring holds it until it is settled).
+    deferred: bool,
 }
 
 enum Flow {
@@ -237,7 +360,7 @@ enum Flow {
 }
 
 impl Dispatcher {
-    fn new(shared: Arc<ChipShared>, cq: CqId) -> Dispatcher {
+    fn new(shared: Arc<ChipShared>, cq: CqId, ring: Arc<HostRing>) -> Dispatcher {
         let regions = Regions::of(&shared.allocator.lock());
         Dispatcher {
             shared,
@@ -252,6 +375,19 @@ impl Dispatcher {
             running: None,
             regions,
             discards: Vec::new(),
+            ring,
+            deferred: false,
+        }
+    }
+
+    /// Waits for this queue's deferred kernel, if one is still unsettled; its error.
+    fn settle(&mut self) -> Result<()> {
+        if !std::mem::take(&mut self.deferred) {
+            return Ok(());
+        }
+        match self.ring.take_pending() {
+            Some(p) => p.settle(&self.shared),
+            None => Ok(()), // the host settled it (finish on an idle queue)
         }
     }
 
@@ -292,16 +428,17 @@ impl Dispatcher {
         }
     }
 
-    fn run(mut self, ring: &HostRing) {
+    fn run(dispatcher: &Mutex<Dispatcher>, ring: &HostRing) {
         let mut batch = VecDeque::new();
         loop {
             ring.pop_all(&mut batch);
+            let mut d = dispatcher.lock();
             while let Some(bytes) = batch.pop_front() {
-                if let Flow::Stop = self.run_bytes(&bytes) {
+                if let Flow::Stop = d.run_bytes(&bytes) {
                     return;
                 }
             }
-            self.flush_discards();
+            d.flush_discards();
         }
     }
 
@@ -380,6 +517,15 @@ impl Dispatcher {
     ) -> Result<Flow, Failure> {
         if trace.is_some() && !allowed_in_trace(&rec) {
             return Err(RecordFault::NotInTrace.into());
+        }
+        // Nothing runs before the work of a deferred kernel is done. Its failure is the
+        // failure of a trace it ran in (which then stops, as it would have at the kernel);
+        // outside a trace it is reported like any record's and this record runs.
+        if let Err(e) = self.settle() {
+            if trace.is_some() {
+                return Err(e.into());
+            }
+            self.state().set_error(e);
         }
         if !matches!(rec, Record::Discard { .. }) {
             self.flush_discards();
@@ -475,10 +621,19 @@ impl Dispatcher {
                 };
                 let started = Instant::now();
                 self.running = Some(p.clone());
-                let result = p.kernel.execute(&ctx, &self.launch.addresses);
+                let launched = p.kernel.launch(&ctx, &self.launch.addresses);
                 self.running = None;
-                shared.record_launch(started.elapsed());
-                result?;
+                match launched {
+                    Ok(Launched::Deferred(deferred)) => {
+                        self.ring.set_pending(PendingKernel { deferred, started });
+                        self.deferred = true;
+                    }
+                    Ok(Launched::Done) => shared.record_launch(started.elapsed()),
+                    Err(e) => {
+                        shared.record_launch(started.elapsed());
+                        return Err(e.into());
+                    }
+                }
             }
             Record::Stall => {}
             Record::ResetGo => self.launch.reset(),
