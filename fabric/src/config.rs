@@ -288,6 +288,21 @@ pub trait ChipMemory: Send + Sync {
         let _ = out;
         Err(format!("this chip memory does not serve reads (asked for {src})").into())
     }
+
+    /// Hands the `len` bytes at `src` to `f` in place, in order, as `(offset, bytes)` runs:
+    /// a reader that only consumes them (adds, decodes) then needs no copy. By default one
+    /// run, read through `read`.
+    fn read_with(
+        &self,
+        src: NocAddr,
+        len: usize,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<(), crate::MemoryError> {
+        let mut buf = vec![0u8; len];
+        self.read(src, &mut buf)?;
+        f(0, &buf);
+        Ok(())
+    }
 }
 
 /// Direction along an axis line: Forward = increasing index in `AxisLine::chips`.

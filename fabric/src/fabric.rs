@@ -428,6 +428,24 @@ impl Fabric {
             })
     }
 
+    /// Like [`Fabric::read_local`], handing the bytes to `f` in place (`ChipMemory::read_with`).
+    pub fn read_local_with(
+        &self,
+        chip: u32,
+        src: NocAddr,
+        len: usize,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<()> {
+        self.check_chip(chip)?;
+        self.inner.mems[chip as usize]
+            .read_with(src, len, f)
+            .map_err(|source| FabricError::ReadFailed {
+                chip,
+                addr: src.to_string(),
+                source,
+            })
+    }
+
     /// Writes `chip`'s own memory at `dest`, as a kernel on `chip` would (no link is crossed,
     /// no packet counted): the local counterpart of [`Fabric::read_local`].
     pub fn write_local(&self, chip: u32, dest: NocAddr, data: &[u8]) -> Result<()> {

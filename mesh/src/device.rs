@@ -149,6 +149,18 @@ impl ChipMemory for ChipPort {
             .read(chip_space(&src), src.bank, src.addr, out)
             .map_err(MemoryError::new)
     }
+
+    fn read_with(
+        &self,
+        src: NocAddr,
+        len: usize,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> std::result::Result<(), MemoryError> {
+        self.chip()?
+            .memory()
+            .read_in_place(chip_space(&src), src.bank, src.addr, len, f)
+            .map_err(MemoryError::new)
+    }
 }
 
 impl MeshDevice {

@@ -307,7 +307,6 @@ pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<Launched, ChipE
     let ranges: Vec<(usize, usize)> = (0..n).map(|j| chunk_pages(pages, n, j)).collect();
     let elems: Vec<usize> = ranges.iter().map(|(a, e)| (e - a) * pe).collect();
     let out_lens: Vec<usize> = ranges.iter().map(|(a, e)| (e - a) * out_page).collect();
-    let own_thread = !run.together();
     with_work(|w| {
         w.shape(&elems, &out_lens, Some(pos));
         w.out_dtype = Some(k.output.dtype);
@@ -325,18 +324,13 @@ pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<Launched, ChipE
             in_dtype: k.input.dtype,
             in_elem: in_page / pe,
             chunk_start,
-            input_pages: own_thread.then_some((input_pages, in_page)),
-            output_pages: Some((
+            input_pages: (input_pages, in_page),
+            output_pages: (
                 k.output.page_map(run.ctx.arch, addresses[2] as u64)?,
                 out_page,
                 ranges.iter().map(|&(a, _)| a * out_page).collect(),
-            )),
+            ),
         });
-        if !own_thread {
-            // The line's runner reads the input from a copy made here, on the chip's thread.
-            let input = sized(&mut w.input, pages * in_page);
-            read_pages(run.ctx, &k.input, addresses[0], input)?;
-        }
         let mut steps = lists::fused_reduce_steps(k.topology, n, pos, 0, &pieces);
         steps.push(Step::Encode { chunk: pos });
         steps.extend(lists::gather_steps(k.topology, n, pos, 2 * n, &pieces));

@@ -99,19 +99,18 @@ pub(crate) fn piece_count(len: usize, size: usize) -> usize {
 }
 
 /// Where a fused all_reduce reads its input and writes its output. The input is in page
-/// order: chunk `j` starts at byte `chunk_start[j]`. On the chip's own thread it is read in
-/// place from the tensor's pages; for the line runner it was read into `Work::input`
-/// beforehand. Either way the output is written piece by piece as blocks arrive (by the
-/// line runner through the fabric's local writes).
+/// order: chunk `j` starts at byte `chunk_start[j]`; it is read in place from the tensor's
+/// pages, and the output written piece by piece as blocks arrive, by the chip's own thread or
+/// by the line's runner through the fabric (`Fabric::read_local_with`, `write_local`).
 #[derive(Clone)]
 pub(crate) struct FusedIo {
     pub in_dtype: DataType,
     pub in_elem: usize,
     pub chunk_start: Vec<usize>,
-    /// The input's pages and page size, when read in place.
-    pub input_pages: Option<(TensorPages, usize)>,
+    /// The input's pages and page size.
+    pub input_pages: (TensorPages, usize),
     /// The output's pages and page size, and block `j`'s first byte.
-    pub output_pages: Option<(TensorPages, usize, Vec<usize>)>,
+    pub output_pages: (TensorPages, usize, Vec<usize>),
 }
 
 /// One chip's data while its steps run. Buffers only grow, and are reused across launches.
@@ -122,8 +121,6 @@ pub(crate) struct Work {
     pub blocks: Vec<Vec<u8>>,
     pub block_lens: Vec<usize>,
     pub recv: Vec<f32>,
-    /// A piece of partial sums read from a slot (when it cannot be added in place).
-    pub slot_piece: Vec<f32>,
     /// Raw input pages (read before the steps, on the chip's own thread).
     pub input: Vec<u8>,
     pub out_dtype: Option<DataType>,
@@ -184,21 +181,17 @@ pub(crate) fn sized<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
     &mut v[..len]
 }
 
-/// Decodes the input bytes from `start` (in page order) into `out` as f32: in place from the
-/// input's pages on the chip's own thread, else from the copy in `Work::input`.
+/// Decodes chip `me`'s input bytes from `start` (in page order) into `out` as f32, in place
+/// from the input's pages.
 fn read_input(
     io: &FusedIo,
     mem: Local,
-    copy: &[u8],
+    me: u32,
     start: usize,
     out: &mut [f32],
 ) -> Result<(), StepError> {
     let len = out.len() * io.in_elem;
-    let (Local::Memory(m), Some((pages, page_bytes))) = (mem, &io.input_pages) else {
-        let bytes = &copy[start..start + len];
-        super::pages::decode_run(io.in_dtype, bytes, out);
-        return Ok(());
-    };
+    let (pages, page_bytes) = &io.input_pages;
     let elem = io.in_elem;
     let mut decode = Elements::new(elem, |at, bytes: &[u8]| {
         super::pages::decode_run(io.in_dtype, bytes, &mut out[at..at + bytes.len() / elem])
@@ -208,10 +201,8 @@ fn read_input(
         let (p, in_page) = (at / page_bytes, at % page_bytes);
         let n = (page_bytes - in_page).min(start + len - at);
         let (bank, addr) = pages.location(p as u64);
-        m.read_in_place(pages.map.space, bank, addr + in_page as u64, n, |_, b| {
-            decode.feed(b)
-        })
-        .map_err(StepError::Chip)?;
+        let addr = addr + in_page as u64;
+        mem.read_with(me, pages.map.space, bank, addr, n, |_, b| decode.feed(b))?;
         at += n;
     }
     Ok(())
@@ -228,7 +219,7 @@ fn write_output(
     e: usize,
 ) -> Result<(), StepError> {
     let Some(FusedIo {
-        output_pages: Some((pages, page_bytes, first)),
+        output_pages: (pages, page_bytes, first),
         ..
     }) = &w.fused
     else {
@@ -241,27 +232,8 @@ fn write_output(
         let (p, in_page) = (at / page_bytes, at % page_bytes);
         let n = (page_bytes - in_page).min(data.len() - off);
         let (bank, addr) = pages.location(p as u64);
-        let bytes = &data[off..off + n];
         let addr = addr + in_page as u64;
-        match mem {
-            Local::Memory(m) => m
-                .write(pages.map.space, bank, addr, bytes)
-                .map_err(StepError::Chip)?,
-            Local::Fabric(f) => {
-                let dest = match pages.map.space {
-                    MemSpace::Dram => NocAddr::dram(bank, addr),
-                    MemSpace::L1 => NocAddr::l1(bank, addr),
-                    MemSpace::Host => {
-                        let reason = "a collective's output must be in DRAM or L1".to_string();
-                        return Err(StepError::Fabric(FabricError::KernelFailed {
-                            chip: me,
-                            reason,
-                        }));
-                    }
-                };
-                f.write_local(me, dest, bytes).map_err(StepError::Fabric)?
-            }
-        }
+        mem.write(me, pages.map.space, bank, addr, &data[off..off + n])?;
         at += n;
         off += n;
     }
@@ -340,6 +312,57 @@ pub(crate) enum Local<'a> {
     Fabric(&'a Fabric),
 }
 
+impl Local<'_> {
+    /// Hands chip `me`'s `len` bytes at `addr` to `f` in place, in order (no copy).
+    fn read_with(
+        self,
+        me: u32,
+        space: MemSpace,
+        bank: u32,
+        addr: u64,
+        len: usize,
+        mut f: impl FnMut(usize, &[u8]),
+    ) -> Result<(), StepError> {
+        match self {
+            Local::Memory(m) => m
+                .read_in_place(space, bank, addr, len, f)
+                .map_err(StepError::Chip),
+            Local::Fabric(fabric) => fabric
+                .read_local_with(me, noc(me, space, bank, addr)?, len, &mut f)
+                .map_err(StepError::Fabric),
+        }
+    }
+
+    /// Writes `data` into chip `me`'s memory at `addr`.
+    fn write(
+        self,
+        me: u32,
+        space: MemSpace,
+        bank: u32,
+        addr: u64,
+        data: &[u8],
+    ) -> Result<(), StepError> {
+        match self {
+            Local::Memory(m) => m.write(space, bank, addr, data).map_err(StepError::Chip),
+            Local::Fabric(fabric) => fabric
+                .write_local(me, noc(me, space, bank, addr)?, data)
+                .map_err(StepError::Fabric),
+        }
+    }
+}
+
+/// The fabric's address of chip memory (collective buffers are in DRAM or L1).
+fn noc(me: u32, space: MemSpace, bank: u32, addr: u64) -> Result<NocAddr, StepError> {
+    match space {
+        MemSpace::Dram => Ok(NocAddr::dram(bank, addr)),
+        MemSpace::L1 => Ok(NocAddr::l1(bank, addr)),
+        MemSpace::Host => Err(StepError::Fabric(FabricError::KernelFailed {
+            chip: me,
+            reason: "a collective's buffers must be in DRAM or L1, not host memory".into(),
+        })),
+    }
+}
+
 /// A step that failed: on the fabric (the cause names the link) or in the chip's memory.
 #[derive(Debug)]
 pub(crate) enum StepError {
@@ -408,36 +431,22 @@ impl Endpoint {
         }
     }
 
-    /// Adds the f32 partial sums at byte `offset` of this chip's slot into `acc`: in place
-    /// from the chip's memory when this is the chip's own thread, else through a copy.
+    /// Adds the f32 partial sums at byte `offset` of this chip's slot into `acc`, read in
+    /// place from the chip's memory.
     fn add_slot(
         &self,
         mem: Local,
         slot: usize,
         offset: usize,
         acc: &mut [f32],
-        copy: &mut Vec<f32>,
     ) -> Result<(), StepError> {
-        match mem {
-            Local::Memory(m) => {
-                let (bank, addr) = self.slots.location(slot as u64);
-                let len = acc.len() * 4;
-                let mut partials =
-                    Elements::new(4, |at, bytes: &[u8]| add_le_f32(&mut acc[at..], bytes));
-                m.read_in_place(MemSpace::Dram, bank, addr + offset as u64, len, |_, b| {
-                    partials.feed(b)
-                })
-                .map_err(StepError::Chip)
-            }
-            Local::Fabric(_) => {
-                let got = sized(copy, acc.len());
-                self.read_slot(mem, slot, offset, bytemuck::cast_slice_mut(got))?;
-                for (a, b) in acc.iter_mut().zip(got.iter()) {
-                    *a += *b;
-                }
-                Ok(())
-            }
-        }
+        let (bank, addr) = self.slots.location(slot as u64);
+        let len = acc.len() * 4;
+        let mut partials = Elements::new(4, |at, bytes: &[u8]| add_le_f32(&mut acc[at..], bytes));
+        let addr = addr + offset as u64;
+        mem.read_with(self.me, MemSpace::Dram, bank, addr, len, |_, b| {
+            partials.feed(b)
+        })
     }
 
     /// Does one step; a receiving step first waits (bounded by `timeout`) for its slot.
@@ -470,10 +479,7 @@ impl Endpoint {
             }
             Step::AddPartial { slot, chunk, piece } => {
                 let (a, e) = f32_piece(w, chunk, piece);
-                let Work {
-                    chunks, slot_piece, ..
-                } = w;
-                self.add_slot(mem, slot, a * 4, &mut chunks[chunk][a..e], slot_piece)
+                self.add_slot(mem, slot, a * 4, &mut w.chunks[chunk][a..e])
             }
             Step::Reduce {
                 from,
@@ -485,8 +491,6 @@ impl Endpoint {
                 let Work {
                     chunks,
                     recv,
-                    slot_piece,
-                    input,
                     fused,
                     ..
                 } = w;
@@ -498,9 +502,9 @@ impl Endpoint {
                     None => &mut chunks[chunk][a..e],
                 };
                 let start = io.chunk_start[chunk] + a * io.in_elem;
-                read_input(io, mem, input, start, sums)?;
+                read_input(io, mem, self.me, start, sums)?;
                 if let Some(slot) = from {
-                    self.add_slot(mem, slot, a * 4, sums, slot_piece)?;
+                    self.add_slot(mem, slot, a * 4, sums)?;
                 }
                 match to {
                     Some((side, slot)) => self
