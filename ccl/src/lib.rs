@@ -74,8 +74,9 @@
 //!   from the meeting fails it after the operation timeout naming that chip, an aborted
 //!   fabric ends it at once, and a waiter gives up if the runner makes no progress for the
 //!   timeout. Large collectives still run on their own threads: one thread doing n chips'
-//!   copies loses both cores (1 MiB on 8 chips: 3x slower together), so the rule is input
-//!   <= 6 KiB x n per chip (`StepRunner`, `TTMESH_CCL_RUNNER=together|own` to force one).
+//!   copies loses both cores (1 MiB on 8 chips: 3x slower together), so the rule was input
+//!   <= 6 KiB x n per chip then (`StepRunner`, `TTMESH_CCL_RUNNER=together|own` to force one;
+//!   retuned after the deferred launch below: see `together::wanted`).
 //! - `MeshDevice::finish` paid two wake-ups per chip, chip after chip (the host queued an
 //!   event, the dispatcher woke to record it, the host woke to see it). A chip's `finish`
 //!   on a queue whose dispatcher sleeps with nothing queued now returns at once. On a loaded

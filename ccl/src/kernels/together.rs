@@ -57,17 +57,26 @@ fn step_runner() -> StepRunner {
     }
 }
 
-/// Input bytes per chip, per chip of the line, up to which a collective runs together. One
-/// thread doing all n chips' work beats n threads on a few cores while the work is smaller
-/// than the ~n/2 context switches per step those threads cost; both grow with n. Measured on
-/// a 2-core host: 36 KiB on 8 chips and 256 KiB on 32 are about even, 1 MiB on 8 is 3x slower
-/// together.
-const TOGETHER_BYTES_PER_CHIP: usize = 6 << 10;
+/// Input bytes per chip up to which a collective runs together: one thread doing all n chips'
+/// work, with no context switch at all (a small all_reduce's launches even run on the host's
+/// thread), beats n threads on a few cores until the work outgrows the switches those
+/// threads cost per step and the second core they add. Measured on a 2-core host, all_reduce
+/// with `TTMESH_CCL_RUNNER` forced each way (together / own threads, us): line-2 256 KiB
+/// 130 / 157 and 1 MiB 748 / 555; line-4 256 KiB 266 / 336, 1 MiB even; t3k 256 KiB 669 /
+/// 989 and 512 KiB 1738 / 1290; galaxy 128 KiB 3480 / 5569 and 256 KiB 11.8 / 9.1 ms.
+const TOGETHER_MAX_INPUT: usize = 256 << 10;
+/// The same on lines longer than 8 chips, where one thread's share outgrows its cache sooner.
+const TOGETHER_MAX_INPUT_LONG: usize = 128 << 10;
 
 /// True if a collective with `input_bytes` per chip on a line of `n` should run together.
 pub(crate) fn wanted(input_bytes: usize, n: usize) -> bool {
+    let most = if n <= 8 {
+        TOGETHER_MAX_INPUT
+    } else {
+        TOGETHER_MAX_INPUT_LONG
+    };
     match step_runner() {
-        StepRunner::BySize => input_bytes <= n * TOGETHER_BYTES_PER_CHIP,
+        StepRunner::BySize => input_bytes <= most,
         StepRunner::Together => true,
         StepRunner::OwnThreads => false,
     }
