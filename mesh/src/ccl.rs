@@ -50,9 +50,8 @@ fn allocate_on_line(
     inputs: &[Tensor],
     spec: &TensorSpec,
 ) -> std::result::Result<Vec<Tensor>, Box<dyn std::error::Error + Send + Sync>> {
-    let what = format!("collective buffer {spec}");
     Ok(lockstep::allocate(
-        &what,
+        &format_args!("collective buffer {spec}"),
         inputs.iter().map(|t| t.chip()),
         spec,
     )?)

@@ -3,6 +3,7 @@
 //! every chip with the first chip's numbers; if the chips' allocations diverged, they would
 //! land in memory the chip handed to something else.
 
+use std::fmt::Display;
 use std::sync::Arc;
 
 use ttmesh_chip::tensor::{Tensor, TensorSpec};
@@ -31,8 +32,9 @@ impl Place {
     }
 }
 
-/// Checks that every chip holds `what` where the first chip does.
-pub(crate) fn check(what: &str, places: &[Place]) -> Result<()> {
+/// Checks that every chip holds `what` where the first chip does. `what` is only formatted
+/// for an error: a collective checks its buffers at every launch.
+pub(crate) fn check(what: &dyn Display, places: &[Place]) -> Result<()> {
     let Some(first) = places.first() else {
         return Ok(());
     };
@@ -42,7 +44,7 @@ pub(crate) fn check(what: &str, places: &[Place]) -> Result<()> {
     {
         None => Ok(()),
         Some(p) => Err(invalid(
-            what,
+            &what.to_string(),
             format!(
                 "chip {} has {} where chip {} has {}: the chips' allocations diverged; allocate, free and capture only through the mesh, so every chip does the same in the same order",
                 p.chip,
@@ -55,7 +57,7 @@ pub(crate) fn check(what: &str, places: &[Place]) -> Result<()> {
 }
 
 /// Checks that `tensors` (one per chip) share one address.
-pub(crate) fn check_tensors(what: &str, tensors: &[Tensor]) -> Result<()> {
+pub(crate) fn check_tensors(what: &dyn Display, tensors: &[Tensor]) -> Result<()> {
     let places = tensors
         .iter()
         .map(|t| {
@@ -72,7 +74,7 @@ pub(crate) fn check_tensors(what: &str, tensors: &[Tensor]) -> Result<()> {
 
 /// Allocates one tensor of `spec` on each chip, in order, and checks they share one address.
 pub(crate) fn allocate<'a>(
-    what: &str,
+    what: &dyn Display,
     chips: impl IntoIterator<Item = &'a Arc<Chip>>,
     spec: &TensorSpec,
 ) -> Result<Vec<Tensor>> {

@@ -220,7 +220,7 @@ impl MeshTensor {
         let first = shards
             .first()
             .ok_or_else(|| invalid("mesh tensor", "no shards"))?;
-        crate::lockstep::check_tensors(&format!("mesh tensor {}", first.spec()), &shards)?;
+        crate::lockstep::check_tensors(&format_args!("mesh tensor {}", first.spec()), &shards)?;
         Ok(MeshTensor {
             mesh: mesh.clone(),
             shards,
@@ -231,7 +231,7 @@ impl MeshTensor {
     pub fn allocate(mesh: &MeshDevice, spec: &TensorSpec) -> Result<MeshTensor> {
         crate::graph::create_device_tensor(|| {
             let shards =
-                crate::lockstep::allocate("allocate_tensor_on_device", mesh.chips(), spec)?;
+                crate::lockstep::allocate(&"allocate_tensor_on_device", mesh.chips(), spec)?;
             Ok(MeshTensor {
                 mesh: mesh.clone(),
                 shards,

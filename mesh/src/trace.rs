@@ -155,7 +155,7 @@ impl MeshDevice {
                 address: None,
             });
         }
-        lockstep::check("begin_trace_capture", &places)?;
+        lockstep::check(&"begin_trace_capture", &places)?;
         Ok(MeshTraceId(places.first().and_then(|p| p.id).unwrap_or(0)))
     }
 
@@ -184,7 +184,7 @@ impl MeshDevice {
             self.release_partial(tid);
             return Err(e);
         }
-        lockstep::check("end_trace_capture", &self.trace_places(tid))
+        lockstep::check(&"end_trace_capture", &self.trace_places(tid))
     }
 
     /// Each chip's view of trace `tid` (its address, size, replays), in mesh order; `None` on
@@ -228,7 +228,7 @@ impl MeshDevice {
         let chips = self.chips();
         // Checked before anything is queued, so no chip starts a replay the others cannot
         // join. A trace no chip holds passes; the first chip's enqueue names it.
-        lockstep::check("execute_trace", &self.trace_places(tid))?;
+        lockstep::check(&"execute_trace", &self.trace_places(tid))?;
         let barrier = Arc::new(StartBarrier::new(chips.len()));
         let times = Arc::new(ReplayTimes {
             start: Mutex::new(None),
