@@ -231,18 +231,16 @@ impl ChipShared {
         if last.is_empty() {
             return;
         }
-        // All three locks are held until the chunks are gone (traces, allocator, pending: the
-        // order used everywhere), so nothing allocated, freed or captured meanwhile can lose
-        // data.
+        // All three locks are held until a range's chunks are gone (traces, allocator,
+        // pending: the order used everywhere), so nothing allocated, freed or captured
+        // meanwhile can lose data. They are taken per range, not per batch: the host then
+        // waits for one range's work at most, not a thousand.
         let traces = self.traces.lock();
         let alloc = self.allocator.lock();
         let pending = self.pending_discards.lock();
         for &(space, address, size) in &last {
             self.discard_one(&traces, &alloc, &pending, space, address, size);
         }
-        drop(pending);
-        drop(alloc);
-        drop(traces);
     }
 
     fn discard_one(
@@ -269,8 +267,8 @@ impl ChipShared {
             .iter()
             .flat_map(|t| {
                 alloc
-                    .overlapping(*t, lo, hi - lo)
-                    .into_iter()
+                    .manager(*t)
+                    .overlapping(lo, hi - lo)
                     .map(|(a, b)| (a, a + b.size))
             })
             .chain(pending.overlapping(code, lo, hi))
