@@ -6,7 +6,7 @@
 //! for live data. Unwritten memory reads as zero.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
@@ -28,6 +28,16 @@ struct Bank {
 struct Resident {
     space: [AtomicU64; 3],
     banks: [Vec<AtomicU64>; 3],
+    /// Chunks held per space in each granule of `GRANULE` bytes of address (all banks
+    /// together): a freed range whose granules hold nothing is skipped without any lock.
+    granules: [Vec<AtomicU32>; 3],
+}
+
+/// Address granule of the resident map (64 chunks).
+const GRANULE_SHIFT: u32 = 20;
+
+fn granule_of(addr: u64) -> usize {
+    (addr >> GRANULE_SHIFT) as usize
 }
 
 fn space_index(space: MemSpace) -> usize {
@@ -39,16 +49,30 @@ fn space_index(space: MemSpace) -> usize {
 }
 
 impl Resident {
-    fn new(dram: u32, l1: u32) -> Self {
+    fn new(dram: (u32, u64), l1: (u32, u64), host_size: u64) -> Self {
         let counts = |n: u32| (0..n).map(|_| AtomicU64::new(0)).collect();
+        let granules = |size: u64| {
+            (0..size.div_ceil(1 << GRANULE_SHIFT).max(1))
+                .map(|_| AtomicU32::new(0))
+                .collect()
+        };
         Resident {
             space: Default::default(),
-            banks: [counts(dram), counts(l1), counts(1)],
+            banks: [counts(dram.0), counts(l1.0), counts(1)],
+            granules: [granules(dram.1), granules(l1.1), granules(host_size)],
         }
     }
 
-    fn add(&self, space: MemSpace, bank: u32, by: i64) {
+    /// `by` chunks more (or fewer) held at chunk index `chunk` of `bank`.
+    fn add(&self, space: MemSpace, bank: u32, chunk: u64, by: i64) {
         let i = space_index(space);
+        if let Some(g) = self.granules[i].get(granule_of(chunk * CHUNK_SIZE)) {
+            if by >= 0 {
+                g.fetch_add(by as u32, Ordering::Relaxed);
+            } else {
+                g.fetch_sub(by.unsigned_abs() as u32, Ordering::Relaxed);
+            }
+        }
         let apply = |c: &AtomicU64| {
             if by >= 0 {
                 c.fetch_add(by as u64, Ordering::Relaxed);
@@ -64,6 +88,17 @@ impl Resident {
 
     fn in_space(&self, space: MemSpace) -> u64 {
         self.space[space_index(space)].load(Ordering::Relaxed)
+    }
+
+    /// Does any bank hold a chunk in [lo, hi)? (Granule-coarse: may say yes for a neighbour.)
+    fn in_range(&self, space: MemSpace, lo: u64, hi: u64) -> bool {
+        let g = &self.granules[space_index(space)];
+        if hi <= lo || g.is_empty() {
+            return false;
+        }
+        let last = granule_of(hi - 1).min(g.len() - 1);
+        g.get(granule_of(lo)..=last)
+            .is_some_and(|gs| gs.iter().any(|c| c.load(Ordering::Relaxed) > 0))
     }
 
     fn in_bank(&self, space: MemSpace, bank: u32) -> u64 {
@@ -148,7 +183,11 @@ impl DeviceMemory {
             watch_from: AtomicU64::new(u64::MAX),
             watched_epoch: AtomicU64::new(0),
             pool: Mutex::new(Vec::new()),
-            resident: Resident::new(num_dram_banks, num_l1_banks),
+            resident: Resident::new(
+                (num_dram_banks, dram_bank_size),
+                (num_l1_banks, l1_bank_size),
+                host_size,
+            ),
         }
     }
 
@@ -206,7 +245,7 @@ impl DeviceMemory {
             b.chunks
                 .entry(chunk)
                 .or_insert_with(|| {
-                    self.resident.add(space, bank, 1);
+                    self.resident.add(space, bank, chunk, 1);
                     self.new_chunk()
                 })
                 .write(in_chunk, &data[off..off + n]);
@@ -227,8 +266,8 @@ impl DeviceMemory {
         }
     }
 
-    fn recycle(&self, space: MemSpace, bank: u32, c: Chunk) {
-        self.resident.add(space, bank, -1);
+    fn recycle(&self, space: MemSpace, bank: u32, chunk: u64, c: Chunk) {
+        self.resident.add(space, bank, chunk, -1);
         let mut pool = self.pool.lock();
         if pool.len() < POOL_CHUNKS {
             pool.push(c.data);
@@ -355,13 +394,13 @@ impl DeviceMemory {
                 .collect();
             for k in dropped {
                 if let Some(c) = b.chunks.remove(&k) {
-                    self.recycle(space, bank, c);
+                    self.recycle(space, bank, k, c);
                 }
             }
         } else {
             for k in first..last {
                 if let Some(c) = b.chunks.remove(&k) {
-                    self.recycle(space, bank, c);
+                    self.recycle(space, bank, k, c);
                 }
             }
         }
@@ -371,6 +410,12 @@ impl DeviceMemory {
     /// nothing there to free.
     pub fn holds_any(&self, space: MemSpace) -> bool {
         self.resident.in_space(space) > 0
+    }
+
+    /// True if some bank of `space` may hold a chunk inside [lo, hi) (false means none does;
+    /// true can be a neighbouring chunk within a MiB). No lock: a free checks it first.
+    pub fn holds_in(&self, space: MemSpace, lo: u64, hi: u64) -> bool {
+        self.holds_any(space) && self.resident.in_range(space, lo, hi)
     }
 
     /// Bytes of one bank's address space.
@@ -421,6 +466,28 @@ mod tests {
         assert_eq!(next, len);
         assert_eq!(copied, pieces);
         copied
+    }
+
+    #[test]
+    fn holds_in_sees_chunks_of_any_bank_until_they_are_dropped() {
+        let m = DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20);
+        let mib = 1u64 << 20;
+        assert!(!m.holds_in(MemSpace::Dram, 0, 16 * mib));
+        m.write(MemSpace::Dram, 1, 5 * mib + 100, &[1u8; 8])
+            .unwrap();
+        assert!(m.holds_in(MemSpace::Dram, 5 * mib, 5 * mib + CHUNK_SIZE));
+        assert!(m.holds_in(MemSpace::Dram, 0, 16 * mib));
+        assert!(
+            !m.holds_in(MemSpace::Dram, 0, 5 * mib),
+            "below the written MiB"
+        );
+        assert!(!m.holds_in(MemSpace::Dram, 6 * mib, 16 * mib), "above it");
+        assert!(!m.holds_in(MemSpace::L1, 0, mib), "another space");
+        // Dropped in bank 0 (which holds nothing there): still held in bank 1.
+        m.discard(MemSpace::Dram, 0, 5 * mib, mib);
+        assert!(m.holds_in(MemSpace::Dram, 5 * mib, 6 * mib));
+        m.discard(MemSpace::Dram, 1, 5 * mib, mib);
+        assert!(!m.holds_in(MemSpace::Dram, 0, 16 * mib));
     }
 
     #[test]

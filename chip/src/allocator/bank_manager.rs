@@ -5,6 +5,7 @@
 //! returns one address that is valid in every bank it serves (tt-metal's rule: an interleaved or
 //! sharded buffer sits at the same address in all its banks).
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
 /// Where inside the address range new blocks go.
@@ -40,8 +41,10 @@ pub struct BankManager {
     top: u64,
     alignment: u64,
     direction: AllocDirection,
-    /// Free blocks: address -> size. Never two adjacent entries (they are merged).
-    free: BTreeMap<u64, u64>,
+    /// Free blocks (address, size) by the index's address bucket, each bucket sorted by
+    /// address. Never two adjacent blocks (they are merged). A bucket holds a handful of
+    /// blocks, so its flat list beats a tree: no node walks on the allocate/free path.
+    free: Vec<Vec<(u64, u64)>>,
     /// Largest free block starting in each address bucket, for first fit without a walk.
     index: FreeIndex,
     allocated: BTreeMap<u64, AllocatedBlock>,
@@ -133,13 +136,14 @@ impl FreeIndex {
 
 impl BankManager {
     pub fn new(base: u64, top: u64, alignment: u64, direction: AllocDirection) -> BankManager {
+        let index = FreeIndex::new(base, top, alignment);
         let mut m = BankManager {
             base,
             top,
             alignment,
             direction,
-            free: BTreeMap::new(),
-            index: FreeIndex::new(base, top, alignment),
+            free: vec![Vec::new(); index.leaves],
+            index,
             allocated: BTreeMap::new(),
             allocated_bytes: 0,
         };
@@ -149,39 +153,48 @@ impl BankManager {
         m
     }
 
+    /// The bucket of free blocks `addr` belongs in, if `addr` is inside the range.
+    fn bucket_of(&self, addr: u64) -> Option<usize> {
+        (addr >= self.base && addr < self.top).then(|| self.index.bucket(addr))
+    }
+
     fn free_insert(&mut self, addr: u64, size: u64) {
-        self.free.insert(addr, size);
         let b = self.index.bucket(addr);
+        let blocks = &mut self.free[b];
+        let at = blocks.partition_point(|&(a, _)| a < addr);
+        blocks.insert(at, (addr, size));
         if size > self.index.leaf(b) {
             self.index.set(b, size);
         }
     }
 
     fn free_remove(&mut self, addr: u64) -> Option<u64> {
-        let size = self.free.remove(&addr)?;
-        let b = self.index.bucket(addr);
+        let b = self.bucket_of(addr)?;
+        let blocks = &mut self.free[b];
+        let at = blocks.binary_search_by_key(&addr, |&(a, _)| a).ok()?;
+        let (_, size) = blocks.remove(at);
         if size == self.index.leaf(b) {
-            let max = self
-                .free
-                .range(self.index.span(b))
-                .map(|(_, &s)| s)
-                .max()
-                .unwrap_or(0);
+            let max = blocks.iter().map(|&(_, s)| s).max().unwrap_or(0);
             self.index.set(b, max);
         }
         Some(size)
     }
 
+    /// Every free block in address order.
+    fn free_blocks(&self) -> impl DoubleEndedIterator<Item = (u64, u64)> + '_ {
+        self.free.iter().flatten().copied()
+    }
+
     /// First fit through the index; the plain walk if the index and list ever disagree.
     fn first_fit(&self, size: u64) -> Option<(u64, u64)> {
         let highest = self.direction == AllocDirection::TopDown;
-        let fits = |(&a, &s): (&u64, &u64)| (s >= size).then_some((a, s));
+        let fits = |(a, s): (u64, u64)| (s >= size).then_some((a, s));
         let found = self.index.find(size, highest).and_then(|b| {
-            let mut blocks = self.free.range(self.index.span(b));
+            let blocks = self.free[b].iter().copied();
             if highest {
                 blocks.rev().find_map(fits)
             } else {
-                blocks.find_map(fits)
+                blocks.into_iter().find_map(fits)
             }
         });
         debug_assert!(
@@ -190,9 +203,9 @@ impl BankManager {
         );
         found.or_else(|| {
             if highest {
-                self.free.iter().rev().find_map(fits)
+                self.free_blocks().rev().find_map(fits)
             } else {
-                self.free.iter().find_map(fits)
+                self.free_blocks().find_map(fits)
             }
         })
     }
@@ -226,10 +239,9 @@ impl BankManager {
         let addrs = if largest == 0 {
             Vec::new()
         } else {
-            self.free
-                .iter()
-                .filter(|(_, &s)| s == largest)
-                .map(|(&a, _)| a)
+            self.free_blocks()
+                .filter(|&(_, s)| s == largest)
+                .map(|(a, _)| a)
                 .collect()
         };
         (largest, addrs)
@@ -267,14 +279,33 @@ impl BankManager {
 
     /// Frees the block that starts at `addr`; returns it, or None if nothing is allocated there.
     pub fn deallocate(&mut self, addr: u64) -> Option<AllocatedBlock> {
-        let block = self.allocated.remove(&addr)?;
+        self.deallocate_if(addr, |_| true)
+    }
+
+    /// Frees the block at `addr` if `owned` accepts it (one lookup for check and removal).
+    pub fn deallocate_if(
+        &mut self,
+        addr: u64,
+        owned: impl FnOnce(&AllocatedBlock) -> bool,
+    ) -> Option<AllocatedBlock> {
+        let block = match self.allocated.entry(addr) {
+            Entry::Occupied(e) if owned(e.get()) => e.remove(),
+            _ => return None,
+        };
         self.allocated_bytes -= block.size;
         let mut start = addr;
         let mut size = block.size;
-        if let Some((&prev_addr, &prev_size)) = self.free.range(..addr).next_back() {
-            if prev_addr + prev_size == addr {
-                self.free_remove(prev_addr);
-                start = prev_addr;
+        // Blocks tile the range, so a free block just below ends where the allocated block
+        // before this one (or the base) leaves off: found without searching the free lists.
+        let below = self
+            .allocated
+            .range(..addr)
+            .next_back()
+            .map_or(self.base, |(&a, b)| a + b.size);
+        if below < addr {
+            if let Some(prev_size) = self.free_remove(below) {
+                debug_assert_eq!(below + prev_size, addr, "free list out of step");
+                start = below;
                 size += prev_size;
             }
         }
@@ -316,9 +347,8 @@ impl BankManager {
     /// Every block, free or allocated, in address order, linked as a list.
     pub fn block_table(&self) -> Vec<BlockRow> {
         let mut rows: Vec<(u64, u64, Option<u64>)> = self
-            .free
-            .iter()
-            .map(|(&a, &s)| (a, s, None))
+            .free_blocks()
+            .map(|(a, s)| (a, s, None))
             .chain(
                 self.allocated
                     .iter()
@@ -368,13 +398,17 @@ impl BankManager {
                 cursor, self.top
             ));
         }
-        for b in 0..self.index.leaves {
-            let max = self
-                .free
-                .range(self.index.span(b))
-                .map(|(_, &s)| s)
-                .max()
-                .unwrap_or(0);
+        for (b, blocks) in self.free.iter().enumerate() {
+            if let Some(&(a, _)) = blocks
+                .iter()
+                .find(|&&(a, _)| !self.index.span(b).contains(&a))
+            {
+                return Err(format!("free block {a:#x} filed under bucket {b}"));
+            }
+            if blocks.windows(2).any(|w| w[0].0 >= w[1].0) {
+                return Err(format!("free bucket {b} out of address order"));
+            }
+            let max = blocks.iter().map(|&(_, s)| s).max().unwrap_or(0);
             if self.index.leaf(b) != max {
                 return Err(format!(
                     "free index bucket {b}: {} recorded, {max} present",

@@ -459,17 +459,15 @@ impl Allocator {
 
     pub fn deallocate(&mut self, alloc: &Allocation) -> Result<()> {
         let manager = &mut self.managers[alloc.buffer_type as usize];
-        match manager.block_at(alloc.address) {
-            Some(b) if b.buffer_id == alloc.id => {
-                manager.deallocate(alloc.address);
-            }
-            _ => {
-                return Err(ChipError::DoubleFree {
-                    chip: self.chip,
-                    buffer_type: alloc.buffer_type,
-                    address: alloc.address,
-                })
-            }
+        if manager
+            .deallocate_if(alloc.address, |b| b.buffer_id == alloc.id)
+            .is_none()
+        {
+            return Err(ChipError::DoubleFree {
+                chip: self.chip,
+                buffer_type: alloc.buffer_type,
+                address: alloc.address,
+            });
         }
         self.generation += 1;
         self.publish(AllocatorEventKind::Deallocate, alloc);

@@ -221,21 +221,26 @@ impl ChipShared {
                 }
             }
         }
+        // Ranges whose chunks hold nothing are done without the other locks, so the host's
+        // allocations do not wait for them. Safe unlocked: every queue has passed the range's
+        // Discard, so a chunk written there from now on belongs to a later owner.
+        last.retain(|&(space, address, size)| {
+            let (lo, hi) = chunk_span(address, size);
+            self.memory.holds_in(space, lo, hi)
+        });
         if last.is_empty() {
             return;
         }
-        // All three locks are held until the chunks are gone (traces, allocator, pending: the
-        // order used everywhere), so nothing allocated, freed or captured meanwhile can lose
-        // data.
+        // All three locks are held until a range's chunks are gone (traces, allocator,
+        // pending: the order used everywhere), so nothing allocated, freed or captured
+        // meanwhile can lose data. They are taken per range, not per batch: the host then
+        // waits for one range's work at most, not a thousand.
         let traces = self.traces.lock();
         let alloc = self.allocator.lock();
         let pending = self.pending_discards.lock();
         for &(space, address, size) in &last {
             self.discard_one(&traces, &alloc, &pending, space, address, size);
         }
-        drop(pending);
-        drop(alloc);
-        drop(traces);
     }
 
     fn discard_one(
@@ -252,25 +257,18 @@ impl ChipShared {
             MemSpace::L1 => &[BufferType::L1, BufferType::L1Small],
             MemSpace::Host => &[BufferType::SystemMemory],
         };
-        if !self.memory.holds_any(space) {
-            return;
-        }
         let code = space_code(space);
         // Widened to whole chunks, so buffers smaller than a chunk (most L1 shares) give their
         // memory back too. Kept: live buffers, ranges freed whose own Discard is still queued
         // (work before it may read them), and live traces' intermediates (a replay on another
         // queue may be using them).
-        let lo = address / CHUNK_SIZE * CHUNK_SIZE;
-        let hi = address
-            .saturating_add(size)
-            .div_ceil(CHUNK_SIZE)
-            .saturating_mul(CHUNK_SIZE);
+        let (lo, hi) = chunk_span(address, size);
         let mut keep: Vec<(u64, u64)> = types
             .iter()
             .flat_map(|t| {
                 alloc
-                    .overlapping(*t, lo, hi - lo)
-                    .into_iter()
+                    .manager(*t)
+                    .overlapping(lo, hi - lo)
                     .map(|(a, b)| (a, a + b.size))
             })
             .chain(pending.overlapping(code, lo, hi))
@@ -301,6 +299,16 @@ impl ChipShared {
         }
         discard(cursor, hi);
     }
+}
+
+/// [address, address + size) widened to whole chunks.
+fn chunk_span(address: u64, size: u64) -> (u64, u64) {
+    let lo = address / CHUNK_SIZE * CHUNK_SIZE;
+    let hi = address
+        .saturating_add(size)
+        .div_ceil(CHUNK_SIZE)
+        .saturating_mul(CHUNK_SIZE);
+    (lo, hi)
 }
 
 /// One emulated chip. Open with [`Chip::open`]; share as `Arc<Chip>` (tensors hold one).
