@@ -5,7 +5,7 @@
 //! when a freed buffer covers them, so a 32-chip Galaxy (384 GiB of DRAM) costs host memory only
 //! for live data. Unwritten memory reads as zero.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
@@ -19,7 +19,9 @@ pub const CHUNK_SIZE: u64 = 16 * 1024;
 
 #[derive(Default)]
 struct Bank {
-    chunks: HashMap<u64, Chunk>,
+    /// By chunk index. FxHash: every fabric write and kernel read looks a chunk up, and
+    /// SipHash's DoS resistance buys nothing for addresses (it was ~4% of a small collective).
+    chunks: FxHashMap<u64, Chunk>,
 }
 
 /// Chunks held per space (DRAM, L1, host) and per bank, kept beside the banks' locks:
