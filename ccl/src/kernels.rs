@@ -194,7 +194,11 @@ impl<'a> Run<'a> {
 
     /// True if this collective's steps run together with the rest of the line (see `together`).
     fn together(&self) -> bool {
-        together::wanted(self.k.input.buffer_size() as usize, self.k.line.chips.len())
+        together::wanted(
+            self.k.input.buffer_size() as usize,
+            self.k.line.chips.len(),
+            self.k.defers(),
+        )
     }
 
     /// Runs this chip's `steps` on `work`: together with the rest of the line on one thread
@@ -314,8 +318,12 @@ impl Kernel for CollectiveKernel {
 
     /// A small all_reduce hands its part to the line's runner and never waits at launch.
     fn hands_off(&self) -> bool {
-        self.kind == CollectiveKind::AllReduce
-            && together::wanted(self.input.buffer_size() as usize, self.line.chips.len())
+        self.defers()
+            && together::wanted(
+                self.input.buffer_size() as usize,
+                self.line.chips.len(),
+                true,
+            )
     }
 
     fn cost(&self) -> KernelCost {
@@ -324,6 +332,12 @@ impl Kernel for CollectiveKernel {
 }
 
 impl CollectiveKernel {
+    /// True if the kernel's steps write all its output, so a launch that runs together may
+    /// return before the line has run (only the fused all_reduce, so far).
+    fn defers(&self) -> bool {
+        self.kind == CollectiveKind::AllReduce
+    }
+
     /// Runs (`may_defer`: or starts) this chip's part of the collective.
     fn start(
         &self,

@@ -123,9 +123,10 @@
 //!   19%, `DeviceMemory::write` 12% (bank lock, SipHash chunk lookup), the step bookkeeping
 //!   10%, the fabric's transmit / router pass / send path ~12%. Inside a trace replay the
 //!   queue's next record still waits for the line (a sleep and a wake per chip), as it must.
-//!   With no switch left, one thread doing the line's work wins far further up: collectives
-//!   now run together up to 256 KiB of input per chip (128 KiB past 8 chips; the A/B figures
-//!   are at `together::wanted`). The runner reads slots and inputs in place through the
+//!   With no switch left, one thread doing the line's work wins far further up: an all_reduce
+//!   now runs together up to 256 KiB of input per chip (128 KiB past 8 chips; the A/B figures
+//!   are at `together::wanted`). all_gather and reduce_scatter write their output after the
+//!   steps on each chip's thread, so their launches still wait and they keep the old rule. The runner reads slots and inputs in place through the
 //!   fabric (`Fabric::read_local_with`), like a chip's own kernel, instead of copying them.
 //!
 //! Large collectives (16 MiB bf16 all_reduce on a T3K ring; `ccl_one` example under perf).

@@ -67,10 +67,19 @@ fn step_runner() -> StepRunner {
 const TOGETHER_MAX_INPUT: usize = 256 << 10;
 /// The same on lines longer than 8 chips, where one thread's share outgrows its cache sooner.
 const TOGETHER_MAX_INPUT_LONG: usize = 128 << 10;
+/// Collectives whose launch still waits for the line (all_gather, reduce_scatter: their
+/// output is written after the steps, on the chip's thread) pay a sleep and a wake per chip
+/// together, so they keep the rule measured before launches could defer: input up to 6 KiB
+/// per chip of the line (36 KiB on 8 chips and 256 KiB on 32 about even then; all_gather
+/// on line-2 at 128 KiB per chip: 48-68 us on own threads, 73-104 us together).
+const WAITING_BYTES_PER_CHIP: usize = 6 << 10;
 
-/// True if a collective with `input_bytes` per chip on a line of `n` should run together.
-pub(crate) fn wanted(input_bytes: usize, n: usize) -> bool {
-    let most = if n <= 8 {
+/// True if a collective with `input_bytes` per chip on a line of `n` should run together;
+/// `defers`: its launch hands its part over and returns (`meet_deferred`).
+pub(crate) fn wanted(input_bytes: usize, n: usize, defers: bool) -> bool {
+    let most = if !defers {
+        n * WAITING_BYTES_PER_CHIP
+    } else if n <= 8 {
         TOGETHER_MAX_INPUT
     } else {
         TOGETHER_MAX_INPUT_LONG
