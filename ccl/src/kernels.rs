@@ -17,6 +17,7 @@ use crate::{CclLine, Topology};
 
 mod lists;
 mod pages;
+mod pair;
 mod steps;
 mod together;
 
@@ -221,6 +222,7 @@ impl<'a> Run<'a> {
                 chips: &self.k.line.chips,
                 pos: self.k.pos,
                 timeout: self.timeout,
+                pair: together::pairs(self.k.input.buffer_size() as usize, self.k.line.chips.len()),
             };
             let part = together::Part {
                 ep: Endpoint {

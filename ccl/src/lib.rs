@@ -126,7 +126,10 @@
 //!   With no switch left, one thread doing the line's work wins far further up: an all_reduce
 //!   now runs together up to 256 KiB of input per chip (128 KiB past 8 chips; the A/B figures
 //!   are at `together::wanted`). all_gather and reduce_scatter write their output after the
-//!   steps on each chip's thread, so their launches still wait and they keep the old rule. The runner reads slots and inputs in place through the
+//!   steps on each chip's thread, so their launches still wait and they keep the old rule.
+//!   From 64 KiB per chip the line runs on two threads (`kernels/pair.rs`): the meeting's and
+//!   a pool thread, each taking whichever part has a step ready (a part is locked while one
+//!   runs it), so the second core works too, still with no switch per step. The runner reads slots and inputs in place through the
 //!   fabric (`Fabric::read_local_with`), like a chip's own kernel, instead of copying them.
 //!
 //! Large collectives (16 MiB bf16 all_reduce on a T3K ring; `ccl_one` example under perf).

@@ -234,6 +234,20 @@ fn galaxy_rows_recover_from_every_fault() {
     matrix("galaxy", FabricConfig::Fabric1D, Some(1));
 }
 
+/// A mid-sized all_reduce (256 tiles over 8 chips) runs together on two threads, the
+/// meeting's and a pool thread (ccl's `pair`): a fault still fails every chip naming the link,
+/// no thread is left waiting, and the next run is right.
+#[test]
+fn t3k_ring_mid_all_reduce_on_two_runners_recovers_from_every_fault() {
+    matrix_of(
+        "t3k",
+        FabricConfig::Fabric1DRing,
+        None,
+        256,
+        &[Op::AllReduce],
+    );
+}
+
 /// A large all_reduce runs on each chip's own thread and moves in several pieces per chunk
 /// (1,024 tiles over 8 chips: 2 pieces each): a fault mid-stream still fails every chip
 /// naming the link, and the next run is right.

@@ -62,11 +62,29 @@ fn step_runner() -> StepRunner {
 /// thread), beats n threads on a few cores until the work outgrows the switches those
 /// threads cost per step and the second core they add. Measured on a 2-core host, all_reduce
 /// with `TTMESH_CCL_RUNNER` forced each way (together / own threads, us): line-2 256 KiB
-/// 130 / 157 and 1 MiB 748 / 555; line-4 256 KiB 266 / 336, 1 MiB even; t3k 256 KiB 669 /
-/// 989 and 512 KiB 1738 / 1290; galaxy 128 KiB 3480 / 5569 and 256 KiB 11.8 / 9.1 ms.
+/// 130 / 157 and 1 MiB 748 / 555; line-4 256 KiB 266 / 336, 1 MiB even.
 const TOGETHER_MAX_INPUT: usize = 256 << 10;
-/// The same on lines longer than 8 chips, where one thread's share outgrows its cache sooner.
-const TOGETHER_MAX_INPUT_LONG: usize = 128 << 10;
+/// The same when two threads run the line (`pairs`), on 8 chips: t3k 512 KiB 0.94-1.06 /
+/// 1.30-1.33 ms, 1 MiB 2.6-2.8 / 2.8-3.1 ms, 4 MiB even, 16 MiB 83-105 / 75-78 ms.
+const TOGETHER_MAX_INPUT_PAIRED: usize = 1 << 20;
+/// And past 8 chips, where the threads' share outgrows their caches sooner: galaxy 256 KiB
+/// 4.4-4.7 / 6.0-6.3 ms, 512 KiB and 1 MiB even (one thread alone: 128 KiB 3.5 / 5.6 ms,
+/// 256 KiB 11.8 / 9.1 ms, so half as far).
+const TOGETHER_MAX_INPUT_LONG: usize = 256 << 10;
+
+/// Input bytes per chip from which a line that runs together runs on two threads
+/// (`pair.rs`): below it a pool thread's wake-up costs more than the second core gives. On
+/// lines of 2 or 4 the two threads mostly wait on each other's pieces, moving each piece
+/// from one core's cache to the other's. A/B on a 2-core host, all_reduce (us, one thread /
+/// two): t3k 64 KiB 210-216 / 142-147, 256 KiB 765-772 / 360-376; galaxy 128 KiB 4.06-4.14
+/// / 2.23-3.03 ms; line-2 256 KiB 122-128 / 179-185; line-4 256 KiB 255-256 / 364-379.
+const PAIR_MIN_INPUT: usize = 64 << 10;
+const PAIR_MIN_CHIPS: usize = 8;
+
+/// True if a line of `n` that runs together should run on two threads (`pair.rs`).
+pub(crate) fn pairs(input_bytes: usize, n: usize) -> bool {
+    n >= PAIR_MIN_CHIPS && input_bytes >= PAIR_MIN_INPUT && super::pair::available()
+}
 /// Collectives whose launch still waits for the line (all_gather, reduce_scatter: their
 /// output is written after the steps, on the chip's thread) pay a sleep and a wake per chip
 /// together, so they keep the rule measured before launches could defer: input up to 6 KiB
@@ -79,10 +97,16 @@ const WAITING_BYTES_PER_CHIP: usize = 6 << 10;
 pub(crate) fn wanted(input_bytes: usize, n: usize, defers: bool) -> bool {
     let most = if !defers {
         n * WAITING_BYTES_PER_CHIP
-    } else if n <= 8 {
-        TOGETHER_MAX_INPUT
+    } else if n > 8 {
+        if pairs(TOGETHER_MAX_INPUT_LONG, n) {
+            TOGETHER_MAX_INPUT_LONG
+        } else {
+            TOGETHER_MAX_INPUT_LONG / 2
+        }
+    } else if pairs(TOGETHER_MAX_INPUT_PAIRED, n) {
+        TOGETHER_MAX_INPUT_PAIRED
     } else {
-        TOGETHER_MAX_INPUT_LONG
+        TOGETHER_MAX_INPUT
     };
     match step_runner() {
         StepRunner::BySize => input_bytes <= most,
@@ -121,7 +145,7 @@ struct Meeting {
     state: Mutex<State>,
     cv: Condvar,
     /// Steps the runner has done: a waiter's timeout counts from the last progress.
-    progress: AtomicU64,
+    progress: Arc<AtomicU64>,
 }
 
 /// Open meetings by (fabric, collective). The Weak keeps the fabric's allocation, so its
@@ -152,6 +176,8 @@ pub(crate) struct Collective<'a> {
     pub chips: &'a [u32],
     pub pos: usize,
     pub timeout: Duration,
+    /// Run the line on two threads (`pair`): worth a pool thread's wake-up from mid sizes up.
+    pub pair: bool,
 }
 
 fn fault(chip: u32, name: &str, e: FabricError) -> ChipError {
@@ -223,6 +249,7 @@ impl Deferred for Handle {
             chips: &self.chips,
             pos: self.pos,
             timeout: self.timeout,
+            pair: false,
         };
         let part = wait(&c, &self.meeting, self.id)?;
         super::pages::put_work(part.work);
@@ -264,7 +291,7 @@ fn arrive(c: &Collective, part: Part) -> Result<Arrival, ChipError> {
                         done_at: None,
                     }),
                     cv: Condvar::new(),
-                    progress: AtomicU64::new(0),
+                    progress: Arc::new(AtomicU64::new(0)),
                 });
                 reg.insert(id, (Arc::downgrade(c.fabric), m.clone()));
                 m
@@ -412,10 +439,25 @@ fn abandon(mut st: MutexGuard<'_, State>, m: &Arc<Meeting>, id: (usize, u64)) {
 /// failure the fabric is aborted with its cause, and every chip reports it.
 fn run_all(
     c: &Collective,
-    mut parts: Vec<Part>,
-    progress: &AtomicU64,
+    parts: Vec<Part>,
+    progress: &Arc<AtomicU64>,
 ) -> Vec<Result<Part, ChipError>> {
-    match drive(c, &mut parts, progress) {
+    let (parts, ran) = if c.pair {
+        let progress = progress.clone();
+        super::pair::drive(c.fabric, c.chips, c.name, c.timeout, parts, progress)
+    } else {
+        let mut parts = parts;
+        let ran = drive(c, &mut parts, progress);
+        (parts, ran)
+    };
+    let flushed = ran.and_then(|()| {
+        parts.iter().enumerate().try_for_each(|(p, part)| {
+            part.ep
+                .flush(c.timeout)
+                .map_err(|e| (p, StepError::Fabric(e)))
+        })
+    });
+    match flushed {
         Ok(()) => parts.into_iter().map(Ok).collect(),
         Err((at, e)) => {
             let chip = c.chips[at];
@@ -510,11 +552,6 @@ fn drive(
                 }),
             ));
         }
-    }
-    for (p, part) in parts.iter().enumerate() {
-        part.ep
-            .flush(c.timeout)
-            .map_err(|e| (p, StepError::Fabric(e)))?;
     }
     Ok(())
 }
