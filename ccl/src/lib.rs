@@ -124,8 +124,8 @@
 //!   10%, the fabric's transmit / router pass / send path ~12%. Inside a trace replay the
 //!   queue's next record still waits for the line (a sleep and a wake per chip), as it must.
 //!   With no switch left, one thread doing the line's work wins far further up: an all_reduce
-//!   now runs together up to 256 KiB of input per chip (128 KiB past 8 chips; the A/B figures
-//!   are at `together::wanted`). all_gather and reduce_scatter write their output after the
+//!   now runs together up to 256 KiB of input per chip (1 MiB on 8 chips with two threads,
+//!   below; the A/B figures are at `together::wanted`). all_gather and reduce_scatter write their output after the
 //!   steps on each chip's thread, so their launches still wait and they keep the old rule.
 //!   From 64 KiB per chip the line runs on two threads (`kernels/pair.rs`): the meeting's and
 //!   a pool thread, each taking whichever part has a step ready (a part is locked while one
