@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use ttmesh_fabric::{Fabric, FabricError};
 
-use super::steps::{Local, Side, StepError};
-use super::together::Part;
+use super::steps::{Local, StepError};
+use super::together::{receiver, slot_count, Part};
 
 /// The pool job has not started; it runs; it is over (or will never start).
 const IDLE: u8 = 0;
@@ -61,12 +61,7 @@ pub(crate) fn drive(
     progress: Arc<AtomicU64>,
 ) -> (Vec<Part>, Result<(), (usize, StepError)>) {
     let n = parts.len();
-    let slots = parts
-        .iter()
-        .flat_map(|p| p.steps.iter())
-        .filter_map(|s| s.receives().or(s.sends().map(|(_, slot)| slot)))
-        .max()
-        .map_or(0, |m| m + 1);
+    let slots = slot_count(&parts);
     let total = parts.iter().map(|p| p.steps.len()).sum();
     let shared = Arc::new(Shared {
         cells: parts
@@ -174,10 +169,7 @@ impl Shared {
                 break;
             }
             if let Some((side, slot)) = s.sends() {
-                let q = match side {
-                    Side::Right => (p + 1) % n,
-                    Side::Left => (p + n - 1) % n,
-                };
+                let q = receiver(p, n, side);
                 self.sent[q * self.slots + slot].fetch_add(1, Ordering::AcqRel);
             }
             cell.pc += 1;

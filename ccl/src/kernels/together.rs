@@ -492,18 +492,31 @@ fn run_all(
     }
 }
 
+/// Slots the parts' steps use (a runner counts the pieces sent into each).
+pub(crate) fn slot_count(parts: &[Part]) -> usize {
+    parts
+        .iter()
+        .flat_map(|p| p.steps.iter())
+        .filter_map(|s| s.receives().or(s.sends().map(|(_, slot)| slot)))
+        .max()
+        .map_or(0, |m| m + 1)
+}
+
+/// The line position a step of position `p` (of `n`, a ring's wrap included) sends to.
+pub(crate) fn receiver(p: usize, n: usize, side: Side) -> usize {
+    match side {
+        Side::Right => (p + 1) % n,
+        Side::Left => (p + n - 1) % n,
+    }
+}
+
 fn drive(
     c: &Collective,
     parts: &mut [Part],
     progress: &AtomicU64,
 ) -> Result<(), (usize, StepError)> {
     let n = parts.len();
-    let slots = parts
-        .iter()
-        .flat_map(|p| p.steps.iter())
-        .filter_map(|s| s.receives().or(s.sends().map(|(_, slot)| slot)))
-        .max()
-        .map_or(0, |m| m + 1);
+    let slots = slot_count(parts);
     // sent[p * slots + s]: pieces sent into position p's slot s and not yet received.
     let mut sent = vec![0usize; n * slots];
     let mut pc = vec![0usize; n];
@@ -524,11 +537,7 @@ fn drive(
                     .step(s, &mut part.work, c.fabric, mem, c.timeout)
                     .map_err(|e| (p, e))?;
                 if let Some((side, slot)) = s.sends() {
-                    let q = match side {
-                        Side::Right => (p + 1) % n,
-                        Side::Left => (p + n - 1) % n,
-                    };
-                    sent[q * slots + slot] += 1;
+                    sent[receiver(p, n, side) * slots + slot] += 1;
                 }
                 pc[p] += 1;
                 moved = true;
