@@ -181,11 +181,7 @@ pub(crate) fn decode_run(dtype: DataType, src: &[u8], dst: &mut [f32]) {
             // The u16 view (when the buffer is aligned, as allocations are) lets the loop
             // vectorize.
             match bytemuck::try_cast_slice::<u8, u16>(src) {
-                Ok(h) => {
-                    for (f, b) in dst.iter_mut().zip(h) {
-                        *f = f32::from_bits((u16::from_le(*b) as u32) << 16);
-                    }
-                }
+                Ok(h) => ttmesh_chip::format::widen_bf16(h, dst),
                 Err(_) => {
                     for (f, b) in dst.iter_mut().zip(src.chunks_exact(2)) {
                         *f = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);

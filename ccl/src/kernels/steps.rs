@@ -244,11 +244,7 @@ fn write_output(
 pub(crate) fn add_le_f32(acc: &mut [f32], bytes: &[u8]) {
     match bytemuck::try_cast_slice::<u8, f32>(bytes) {
         // Aligned (as chunk memory and allocations are): a loop the compiler vectorizes.
-        Ok(v) if cfg!(target_endian = "little") => {
-            for (a, b) in acc.iter_mut().zip(v) {
-                *a += *b;
-            }
-        }
+        Ok(v) if cfg!(target_endian = "little") => ttmesh_chip::format::add_f32(acc, v),
         _ => {
             for (a, b) in acc.iter_mut().zip(bytes.chunks_exact(4)) {
                 *a += f32::from_le_bytes([b[0], b[1], b[2], b[3]]);

@@ -6,14 +6,17 @@
 //! - [`tilize`] / [`untilize`]: logical row-major <-> TILE layout (32x32 tiles of four 16x16 faces).
 //! - [`round_bf16`], [`f32_to_bf16_bits`], [`bf16_bits_to_f32`]: bfloat16 storage.
 //! - [`pack_bfp8_tile`], [`unpack_bfp8_tile`], [`quantize_bfp8`]: bfloat8_b block floating point.
+//! - [`widen_bf16`], [`add_f32`]: whole-slice conversion and sum (AVX2 where the host has it).
 
 mod bfp8;
+mod slices;
 mod tile;
 
 pub use bfp8::{
     pack_bfp8_tile, pack_bfp8_tiles, quantize_bfp8, unpack_bfp8_tile, unpack_bfp8_tiles,
     BFP8_EXPONENT_BYTES, BFP8_TILE_BYTES,
 };
+pub use slices::{add_f32, widen_bf16};
 pub use tile::{padded_hw, tiled_len, tiled_position, tilize, untilize};
 
 /// Rows of one tile.
