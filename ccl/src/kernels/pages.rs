@@ -5,6 +5,7 @@
 //! conversion on the wire, buffers reused per dispatcher thread. Results are bit-identical to
 //! the logical path (same values summed in the same order; padding is zeros and sums to zeros).
 
+use std::cell::RefCell;
 use std::sync::Mutex;
 
 use ttmesh_chip::program::{KernelContext, Launched};
@@ -74,23 +75,44 @@ pub(crate) fn page_elems(spec: &TensorSpec) -> usize {
 const PIECE_BYTES: usize = 256 * 1024;
 
 /// Buffers reused across launches, so a collective allocates (and page-faults) only when it
-/// is larger than those before it. A pool, not one per thread: a small collective's buffers
-/// travel with its part to the thread that runs the line, and come back from there.
+/// is larger than those before it. One per thread first (a dispatcher's, taken and given
+/// back without a lock: 32 chips start and end a collective at the same moment), then a
+/// shared pool: a small collective's buffers travel with its part to the thread that runs
+/// the line, and a host thread that launches a whole line needs one per chip.
 static WORK: Mutex<Vec<Work>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static LOCAL_WORK: RefCell<Option<Work>> = const { RefCell::new(None) };
+}
 
 /// More buffers than chips that run collectives at once are not kept.
 const POOLED_WORK: usize = 64;
 
 fn take_work() -> Work {
+    if let Some(w) = LOCAL_WORK.with(|l| l.borrow_mut().take()) {
+        return w;
+    }
     let mut pool = WORK.lock().unwrap_or_else(|p| p.into_inner());
     pool.pop().unwrap_or_default()
 }
 
-/// Returns buffers to the pool (empty ones, whose part travelled on, are dropped).
+/// Returns buffers (empty ones, whose part travelled on, are dropped).
 pub(crate) fn put_work(w: Work) {
     if w.is_empty() {
         return;
     }
+    let Some(w) = LOCAL_WORK.with(|l| {
+        let mut l = l.borrow_mut();
+        match *l {
+            None => {
+                *l = Some(w);
+                None
+            }
+            Some(_) => Some(w),
+        }
+    }) else {
+        return;
+    };
     let mut pool = WORK.lock().unwrap_or_else(|p| p.into_inner());
     if pool.len() < POOLED_WORK {
         pool.push(w);
