@@ -4,6 +4,7 @@
 mod events;
 mod observer;
 mod queue;
+mod ring;
 mod trace;
 mod transfer;
 mod validate;
