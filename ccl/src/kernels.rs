@@ -30,15 +30,20 @@ pub(crate) fn gather_slot_bytes(spec: &TensorSpec) -> usize {
 }
 
 /// Scratch of the one-kernel all_reduce over `n`: (slots, slot bytes). Slots `0..2n` carry
-/// f32 partial sums of the largest chunk, `2n..3n` the gathered sums.
+/// partial sums of the largest chunk in the input's format; the gather moves blocks straight
+/// between the chips' outputs (its semaphores `2n..3n` have no slot).
 pub(crate) fn all_reduce_scratch(spec: &TensorSpec, n: usize) -> Option<(usize, usize)> {
     pages::fused_all_reduce_fits(spec).then(|| {
         let most = (spec.num_pages() as usize).div_ceil(n) * pages::page_elems(spec);
-        (3 * n, most * 4)
+        (
+            2 * n,
+            most * spec.page_size() as usize / pages::page_elems(spec),
+        )
     })
 }
 
-/// Scratch slot size of a reduce_scatter over `n`: one chunk of f32 partial sums, counting the
+/// Scratch slot size of a reduce_scatter over `n`: one chunk of f32 partial sums (the most a
+/// partial sum takes on the wire: bf16 ones take half), counting the
 /// tile padding the fast path carries.
 pub(crate) fn scatter_slot_bytes(spec: &TensorSpec, n: usize) -> usize {
     let padded = (spec.num_pages() as usize).div_ceil(n) * pages::page_elems(spec);
@@ -376,11 +381,11 @@ impl CollectiveKernel {
                 self.output.volume() as f64 * wire_bytes(self.input.dtype) as f64 * (n - 1.0) / n
             }
             CollectiveKind::ReduceScatter { .. } => {
-                self.input.volume() as f64 * 4.0 * (n - 1.0) / n
+                self.input.volume() as f64 * wire_bytes(self.input.dtype) as f64 * (n - 1.0) / n
             }
             CollectiveKind::AllReduce => {
                 self.input.volume() as f64
-                    * (4.0 + wire_bytes(self.output.dtype) as f64)
+                    * (wire_bytes(self.input.dtype) + wire_bytes(self.output.dtype)) as f64
                     * (n - 1.0)
                     / n
             }
@@ -605,8 +610,14 @@ fn concat<T: Copy>(
     out
 }
 
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+/// Partial sums as they travel: f32 bytes, each rounded to bf16 first for a bf16 tensor, so
+/// this path sums exactly as the page path, which sends bf16 partials (see the crate docs).
+fn partial_bytes(dtype: DataType, v: &[f32]) -> Vec<u8> {
+    let round = |x: f32| match dtype {
+        DataType::BFloat16 => half::bf16::from_f32(x).to_f32(),
+        _ => x,
+    };
+    v.iter().flat_map(|&x| round(x).to_le_bytes()).collect()
 }
 
 fn add_bytes(acc: &mut [f32], bytes: &[u8]) {
@@ -619,6 +630,7 @@ fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipEr
     let k = run.k;
     let n = k.line.chips.len();
     let pos = k.pos;
+    let dtype = k.input.dtype;
     let input = match read_logical(run.ctx, &k.input, addresses[0])? {
         HostData::F32(v) => v,
         HostData::U32(v) => v.into_iter().map(|x| x as f32).collect(),
@@ -645,7 +657,7 @@ fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipEr
         let right = run.ep.right.expect("a ring has a right neighbour");
         for t in 0..n - 1 {
             let send_c = (pos + 2 * n - t - 1) % n;
-            run.send(right, t, &f32_bytes(&chunks[send_c]))?;
+            run.send(right, t, &partial_bytes(dtype, &chunks[send_c]))?;
             run.wait_slot(t)?;
             let recv_c = (pos + 2 * n - t - 2) % n;
             add_bytes(&mut chunks[recv_c], &run.read_slot(t, len)?);
@@ -658,7 +670,7 @@ fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipEr
         if run.ep.left.is_none() {
             if let Some(r) = run.ep.right {
                 for (c, chunk) in chunks.iter().enumerate().take(n).skip(1) {
-                    run.send(r, c, &f32_bytes(chunk))?;
+                    run.send(r, c, &partial_bytes(dtype, chunk))?;
                 }
             }
         } else {
@@ -669,7 +681,7 @@ fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipEr
                 if c == pos {
                     from_left = Some(p);
                 } else if let Some(r) = run.ep.right {
-                    run.send(r, c, &f32_bytes(&p))?;
+                    run.send(r, c, &partial_bytes(dtype, &p))?;
                 }
             }
         }
@@ -678,7 +690,7 @@ fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipEr
         if run.ep.right.is_none() {
             if let Some(l) = run.ep.left {
                 for c in (0..n - 1).rev() {
-                    run.send(l, n + c, &f32_bytes(&chunks[c]))?;
+                    run.send(l, n + c, &partial_bytes(dtype, &chunks[c]))?;
                 }
             }
         } else {
@@ -690,7 +702,7 @@ fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipEr
                 } else if let Some(l) = run.ep.left {
                     let mut p = chunks[c].clone();
                     add_bytes(&mut p, &bytes);
-                    run.send(l, n + c, &f32_bytes(&p))?;
+                    run.send(l, n + c, &partial_bytes(dtype, &p))?;
                 }
             }
         }

@@ -513,7 +513,9 @@ impl Inner {
         let sem = h.kind.carries_sem().then_some(h.arg0);
         match res {
             Ok(()) => {
-                if let Some(s) = sem {
+                // A write may name its semaphore with nothing to add, so that its loss still
+                // fails the waiter (one message of several, the last raising it).
+                if let Some(s) = sem.filter(|_| h.arg1 > 0) {
                     self.sem_add(chip, s, h.arg1 as u64);
                 }
                 done.add(tracker);

@@ -112,7 +112,8 @@ impl FabricSender {
         )
     }
 
-    /// Writes `data`, then adds `by` to `sem_id` once all of it has landed.
+    /// Writes `data`, then adds `by` to `sem_id` once all of it has landed. With `by` 0 the
+    /// write only names the semaphore: if it is lost, a wait on `sem_id` fails naming the link.
     pub fn write_and_inc(
         &self,
         dest_chip: u32,
@@ -272,7 +273,7 @@ impl FabricSender {
                 if !data.is_empty() {
                     mem.write(addr, data).map_err(fail)?;
                 }
-                if let Some((s, by)) = sem {
+                if let Some((s, by)) = sem.filter(|&(_, by)| by > 0) {
                     self.inner.sem_add(self.chip, s, by as u64);
                 }
             }

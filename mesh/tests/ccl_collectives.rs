@@ -362,8 +362,10 @@ fn t3k_as_1x8_view_gathers_back_the_original() {
 }
 
 /// Full-precision data: reductions within a stated tolerance of the f64 sum, and identical run
-/// to run. f32: accumulation error <= n ulps of the sum of magnitudes; bf16: one rounding of
-/// the f32 sum (2^-8 relative) on top.
+/// to run. f32: accumulation error <= n ulps of the sum of magnitudes. bf16: partial sums
+/// travel in bf16, rounded at each of the n-2 hops that add to them (each off by at most 2^-9
+/// of its magnitude, itself at most the sum of magnitudes, below n here), and the result once
+/// more (2^-8 relative to be safe).
 #[test]
 fn reductions_on_full_precision_data_are_close_and_deterministic() {
     let mesh = open("t3k", FabricConfig::Fabric1DRing);
@@ -390,7 +392,10 @@ fn reductions_on_full_precision_data_are_close_and_deterministic() {
         } else {
             0.0
         };
-        let atol = n as f64 * 2f64.powi(-24) * n as f64;
+        let mut atol = n as f64 * 2f64.powi(-24) * n as f64;
+        if dtype == DataType::BFloat16 {
+            atol += (n - 2) as f64 * 2f64.powi(-9) * n as f64;
+        }
         let mut previous: Option<Vec<Vec<f32>>> = None;
         for _ in 0..3 {
             let r = ccl::all_reduce(&t, &CclArgs::default()).unwrap();

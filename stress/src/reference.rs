@@ -2,17 +2,18 @@
 //! index arithmetic (nothing from the device path): which chips form a line, concatenation in
 //! mesh order, sums in f64 rounded once to the dtype, chunks in mesh order.
 //!
-//! Inputs are multiples of 1/4 in [-2, 2): every partial sum of up to 64 of them is exact in
-//! f32 and bf16 whatever the order, so bf16 and f32 results have one right answer, compared
+//! Inputs are multiples of 1/4 in [-1, 1): every partial sum of up to 64 of them is k/4 with
+//! |k| <= 256, exact in f32 and in bf16's 8 significant bits whatever the order (bf16 partial
+//! sums are rounded at every hop), so bf16 and f32 results have one right answer, compared
 //! bit for bit. bfloat8_b shares an exponent per 16 values; its reductions are compared within
 //! one step of that block's mantissa per rounding.
 
 use ttmesh::DataType;
 
-/// Input values of chip `chip` for a case: `n` multiples of 1/4 in [-2, 2).
+/// Input values of chip `chip` for a case: `n` multiples of 1/4 in [-1, 1).
 pub fn input_values(seed: u64, chip: usize, n: usize) -> Vec<f32> {
     let mut r = crate::cases::Rng::new(seed ^ (chip as u64).wrapping_mul(0x9E37_79B9));
-    (0..n).map(|_| (r.below(16) as f32) / 4.0 - 2.0).collect()
+    (0..n).map(|_| (r.below(8) as f32) / 4.0 - 1.0).collect()
 }
 
 /// Mesh indices of every line of a `rows x cols` mesh along `axis` (0: columns, 1: rows,

@@ -158,25 +158,41 @@ pub(crate) fn reduce_steps(
 
 /// The gather steps of line position `pos` (slots `base..base + n`): block `pos` is this
 /// position's; afterwards every block `j` holds position `j`'s. A block received is passed
-/// on piece by piece as its pieces land.
+/// on piece by piece as its pieces land. `direct`: blocks move between the chips' outputs
+/// (`PassOutput`, `AwaitOutput`; slots only name semaphores), else through the slots into
+/// the work's blocks.
 pub(crate) fn gather_steps(
     topology: Topology,
     n: usize,
     pos: usize,
     base: usize,
     pieces: &[usize],
+    direct: bool,
 ) -> Vec<Step> {
     let mut s = Vec::new();
-    let send = |to, c: usize, piece| Step::SendBlock {
-        to,
-        slot: base + c,
-        block: c,
-        piece,
+    let send = |to, c: usize, piece| {
+        let (slot, block) = (base + c, c);
+        match direct {
+            true => Step::PassOutput {
+                to,
+                slot,
+                block,
+                piece,
+            },
+            false => Step::SendBlock {
+                to,
+                slot,
+                block,
+                piece,
+            },
+        }
     };
-    let take = |c: usize, piece| Step::TakeBlock {
-        slot: base + c,
-        block: c,
-        piece,
+    let take = |c: usize, piece| {
+        let (slot, block) = (base + c, c);
+        match direct {
+            true => Step::AwaitOutput { slot },
+            false => Step::TakeBlock { slot, block, piece },
+        }
     };
     if topology == Topology::Ring {
         for t in 0..n - 1 {

@@ -70,8 +70,8 @@ pub(crate) fn page_elems(spec: &TensorSpec) -> usize {
     }
 }
 
-/// Bytes of f32 partial sums per piece (see `lists`): small enough that a piece summed,
-/// sent and written stays in the host's cache.
+/// Bytes of partial sums per piece (see `lists`), in the input's format: small enough that a
+/// piece summed, sent and written stays in the host's cache.
 const PIECE_BYTES: usize = 256 * 1024;
 
 /// Buffers reused across launches, so a collective allocates (and page-faults) only when it
@@ -172,7 +172,7 @@ pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Resu
         read_pages(run.ctx, &k.input, addresses[0], &mut w.blocks[pos][..len])?;
         // One piece per block: without a fused reduction, pieces only add waits.
         let pieces = vec![piece_count(len, w.block_piece); n];
-        let steps = lists::gather_steps(k.topology, n, pos, 0, &pieces);
+        let steps = lists::gather_steps(k.topology, n, pos, 0, &pieces, false);
         run.run_steps(w, steps, k.topology != Topology::Ring, false)?;
         // Output page run (o, b) is input run o of the line position whose order is b.
         let mut from_position = vec![0; n];
@@ -267,6 +267,7 @@ pub(crate) fn reduce_scatter(
     let chunk_elems = k.input.num_pages() as usize / n * page_elems(&k.input);
     with_work(|w| {
         w.shape(&vec![chunk_elems; n], &[], None);
+        w.partials_bf16 = dtype == DataType::BFloat16;
         let input = sized(&mut w.input, k.input.buffer_size() as usize);
         read_pages(run.ctx, &k.input, addresses[0], input)?;
         // The algorithm's chunk j (owned by line position j) is the data's chunk order[j].
@@ -309,9 +310,10 @@ pub(crate) fn fused_all_reduce_fits(spec: &TensorSpec) -> bool {
 }
 
 /// all_reduce as one kernel on pages. The pages split as evenly as the line allows (nothing
-/// outside the kernel sees the chunks, so they need not divide), a reduce_scatter of f32
-/// partials runs on them, and an all_gather moves the sums already encoded in the output's
-/// format (half the bytes of f32 for bf16), behind one handshake for both phases. Every
+/// outside the kernel sees the chunks, so they need not divide), a reduce_scatter runs on them
+/// with partial sums in the input's format, and an all_gather moves the sums, encoded in the
+/// output's format, straight between the chips' outputs, behind one handshake for both
+/// phases. Every
 /// output byte is written by the steps, so when the line runs together a launch may return
 /// as soon as its part is handed over (`Launched::Deferred`).
 pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<Launched, ChipError> {
@@ -328,8 +330,9 @@ pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<Launched, ChipE
     with_work(|w| {
         w.shape(&elems, &out_lens, Some(pos));
         w.out_dtype = Some(k.output.dtype);
+        w.partials_bf16 = k.input.dtype == DataType::BFloat16;
         // Pieces of whole pages: piece boundaries in a chunk and in a block then agree.
-        let piece_pages = (PIECE_BYTES / 4 / pe).max(1);
+        let piece_pages = (PIECE_BYTES / (in_page / pe) / pe).max(1);
         w.chunk_piece = piece_pages * pe;
         w.block_piece = piece_pages * out_page;
         let chunk_start = ranges.iter().map(|&(a, _)| a * in_page).collect();
@@ -351,7 +354,14 @@ pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<Launched, ChipE
         });
         let mut steps = lists::fused_reduce_steps(k.topology, n, pos, 0, &pieces);
         steps.push(Step::Encode { chunk: pos });
-        steps.extend(lists::gather_steps(k.topology, n, pos, 2 * n, &pieces));
+        steps.extend(lists::gather_steps(
+            k.topology,
+            n,
+            pos,
+            2 * n,
+            &pieces,
+            true,
+        ));
         run.run_steps(w, steps, k.topology != Topology::Ring, true)
     })
 }

@@ -25,14 +25,15 @@ pub(crate) enum Side {
 /// offset in its chunk, block and slot.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Step {
-    /// Sends a piece of chunk `chunk`'s f32 partial sums into the neighbour's slot.
+    /// Sends a piece of chunk `chunk`'s partial sums into the neighbour's slot (as bf16,
+    /// rounded, when the work's partials are bf16; else as f32).
     SendPartial {
         to: Side,
         slot: usize,
         chunk: usize,
         piece: usize,
     },
-    /// Waits for a piece in the slot and adds its f32 partial sums into chunk `chunk`.
+    /// Waits for a piece in the slot and adds its partial sums into chunk `chunk`'s f32.
     AddPartial {
         slot: usize,
         chunk: usize,
@@ -63,13 +64,28 @@ pub(crate) enum Step {
         block: usize,
         piece: usize,
     },
+    /// Copies a piece of block `block` from this chip's output pages into the neighbour's
+    /// output pages at the same place (every chip's output sits at one address, as tt-metal's
+    /// all_gather writes straight into the receiver's output) and raises the neighbour's
+    /// semaphore for `slot`. No slot and no copy out of one: the fused all_reduce's gather.
+    PassOutput {
+        to: Side,
+        slot: usize,
+        block: usize,
+        piece: usize,
+    },
+    /// Waits until the neighbour has written the next piece of a block into this chip's
+    /// output (its `PassOutput` raising slot `slot`'s semaphore).
+    AwaitOutput { slot: usize },
 }
 
 impl Step {
     /// The slot this step waits for, if it receives.
     pub(crate) fn receives(&self) -> Option<usize> {
         match *self {
-            Step::AddPartial { slot, .. } | Step::TakeBlock { slot, .. } => Some(slot),
+            Step::AddPartial { slot, .. }
+            | Step::TakeBlock { slot, .. }
+            | Step::AwaitOutput { slot, .. } => Some(slot),
             Step::Reduce { from, .. } => from,
             _ => None,
         }
@@ -78,9 +94,9 @@ impl Step {
     /// The neighbour and slot this step writes into, if it sends.
     pub(crate) fn sends(&self) -> Option<(Side, usize)> {
         match *self {
-            Step::SendPartial { to, slot, .. } | Step::SendBlock { to, slot, .. } => {
-                Some((to, slot))
-            }
+            Step::SendPartial { to, slot, .. }
+            | Step::SendBlock { to, slot, .. }
+            | Step::PassOutput { to, slot, .. } => Some((to, slot)),
             Step::Reduce { to, .. } => to,
             _ => None,
         }
@@ -113,6 +129,38 @@ pub(crate) struct FusedIo {
     pub output_pages: (TensorPages, usize, Vec<usize>),
 }
 
+/// A contiguous range of chip memory: bank, address, bytes.
+pub(crate) type Run = (u32, u64, usize);
+
+impl FusedIo {
+    /// Bytes `a..e` (whole pages) of output block `block` as runs of chip memory, pages that
+    /// lie back to back in one bank joined (an interleaved tensor's pages of one bank do), so
+    /// a piece of 64 tiles over 12 DRAM banks moves as 12 writes, not 64.
+    fn output_runs(&self, block: usize, a: usize, e: usize, runs: &mut Vec<Run>) {
+        let (pages, page_bytes, first) = &self.output_pages;
+        let (start, end) = (first[block] + a, first[block] + e);
+        debug_assert!(start.is_multiple_of(*page_bytes) && end.is_multiple_of(*page_bytes));
+        runs.clear();
+        runs.extend((start / page_bytes..end / page_bytes).map(|p| {
+            let (bank, addr) = pages.location(p as u64);
+            (bank, addr, *page_bytes)
+        }));
+        runs.sort_unstable();
+        let mut kept = 0;
+        for i in 1..runs.len() {
+            let (bank, addr, len) = runs[i];
+            let last = &mut runs[kept];
+            if last.0 == bank && last.1 + last.2 as u64 == addr {
+                last.2 += len;
+            } else {
+                kept += 1;
+                runs[kept] = runs[i];
+            }
+        }
+        runs.truncate((kept + 1).min(runs.len()));
+    }
+}
+
 /// One chip's data while its steps run. Buffers only grow, and are reused across launches.
 #[derive(Default)]
 pub(crate) struct Work {
@@ -121,6 +169,13 @@ pub(crate) struct Work {
     pub blocks: Vec<Vec<u8>>,
     pub block_lens: Vec<usize>,
     pub recv: Vec<f32>,
+    /// Partial sums travel in bf16 (a bf16 tensor's reduction, rounded at every hop as
+    /// tt-metal's is), else in f32; `partials16` holds a bf16 piece on its way.
+    pub partials_bf16: bool,
+    pub partials16: Vec<u16>,
+    /// Bytes on their way from this chip's memory to a neighbour's (`PassOutput`), and where.
+    pub staged: Vec<u8>,
+    pub runs: Vec<Run>,
     /// Raw input pages (read before the steps, on the chip's own thread).
     pub input: Vec<u8>,
     pub out_dtype: Option<DataType>,
@@ -161,6 +216,7 @@ impl Work {
         self.block_lens.extend_from_slice(block_lens);
         self.chunk_piece = usize::MAX;
         self.block_piece = usize::MAX;
+        self.partials_bf16 = false;
         self.fused = None;
     }
 
@@ -181,6 +237,26 @@ pub(crate) fn sized<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
     &mut v[..len]
 }
 
+/// Calls `f(bank, addr, bytes)` for each page-bounded span of the input's bytes
+/// `start..start + len` (in page order).
+fn input_spans(
+    io: &FusedIo,
+    start: usize,
+    len: usize,
+    mut f: impl FnMut(u32, u64, usize) -> Result<(), StepError>,
+) -> Result<(), StepError> {
+    let (pages, page_bytes) = &io.input_pages;
+    let mut at = start;
+    while at < start + len {
+        let (p, in_page) = (at / page_bytes, at % page_bytes);
+        let n = (page_bytes - in_page).min(start + len - at);
+        let (bank, addr) = pages.location(p as u64);
+        f(bank, addr + in_page as u64, n)?;
+        at += n;
+    }
+    Ok(())
+}
+
 /// Decodes chip `me`'s input bytes from `start` (in page order) into `out` as f32, in place
 /// from the input's pages.
 fn read_input(
@@ -190,22 +266,31 @@ fn read_input(
     start: usize,
     out: &mut [f32],
 ) -> Result<(), StepError> {
-    let len = out.len() * io.in_elem;
-    let (pages, page_bytes) = &io.input_pages;
-    let elem = io.in_elem;
+    let (elem, len) = (io.in_elem, out.len() * io.in_elem);
+    let space = io.input_pages.0.map.space;
     let mut decode = Elements::new(elem, |at, bytes: &[u8]| {
         super::pages::decode_run(io.in_dtype, bytes, &mut out[at..at + bytes.len() / elem])
     });
-    let mut at = start;
-    while at < start + len {
-        let (p, in_page) = (at / page_bytes, at % page_bytes);
-        let n = (page_bytes - in_page).min(start + len - at);
-        let (bank, addr) = pages.location(p as u64);
-        let addr = addr + in_page as u64;
-        mem.read_with(me, pages.map.space, bank, addr, n, |_, b| decode.feed(b))?;
-        at += n;
-    }
-    Ok(())
+    input_spans(io, start, len, |bank, addr, n| {
+        mem.read_with(me, space, bank, addr, n, |_, b| decode.feed(b))
+    })
+}
+
+/// Copies chip `me`'s input bytes from `start` (in page order) into `out` as they are.
+fn copy_input(
+    io: &FusedIo,
+    mem: Local,
+    me: u32,
+    start: usize,
+    out: &mut [u8],
+) -> Result<(), StepError> {
+    let space = io.input_pages.0.map.space;
+    let mut off = 0;
+    input_spans(io, start, out.len(), |bank, addr, n| {
+        mem.read(me, space, bank, addr, &mut out[off..off + n])?;
+        off += n;
+        Ok(())
+    })
 }
 
 /// Writes bytes `a..e` of block `block` into chip `me`'s output pages, when the fused
@@ -248,6 +333,32 @@ pub(crate) fn add_le_f32(acc: &mut [f32], bytes: &[u8]) {
         _ => {
             for (a, b) in acc.iter_mut().zip(bytes.chunks_exact(4)) {
                 *a += f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+    }
+}
+
+/// Adds little-endian bf16 bytes (whole elements) into bf16 sums `acc`, each rounded once.
+fn add_le_bf16(acc: &mut [u16], bytes: &[u8]) {
+    match bytemuck::try_cast_slice::<u8, u16>(bytes) {
+        Ok(v) if cfg!(target_endian = "little") => ttmesh_chip::format::add_bf16(acc, v),
+        _ => {
+            for (a, b) in acc.iter_mut().zip(bytes.chunks_exact(2)) {
+                let wide = |h: u16| f32::from_bits((h as u32) << 16);
+                let sum = wide(*a) + wide(u16::from_le_bytes([b[0], b[1]]));
+                *a = half::bf16::from_f32(sum).to_bits();
+            }
+        }
+    }
+}
+
+/// Adds little-endian bf16 bytes (whole elements) into f32 sums `acc`.
+fn add_le_bf16_to_f32(acc: &mut [f32], bytes: &[u8]) {
+    match bytemuck::try_cast_slice::<u8, u16>(bytes) {
+        Ok(v) if cfg!(target_endian = "little") => ttmesh_chip::format::add_bf16_to_f32(acc, v),
+        _ => {
+            for (a, b) in acc.iter_mut().zip(bytes.chunks_exact(2)) {
+                *a += f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
             }
         }
     }
@@ -325,6 +436,23 @@ impl Local<'_> {
                 .map_err(StepError::Chip),
             Local::Fabric(fabric) => fabric
                 .read_local_with(me, noc(me, space, bank, addr)?, len, &mut f)
+                .map_err(StepError::Fabric),
+        }
+    }
+
+    /// Copies chip `me`'s bytes at `addr` into `out`.
+    fn read(
+        self,
+        me: u32,
+        space: MemSpace,
+        bank: u32,
+        addr: u64,
+        out: &mut [u8],
+    ) -> Result<(), StepError> {
+        match self {
+            Local::Memory(m) => m.read(space, bank, addr, out).map_err(StepError::Chip),
+            Local::Fabric(f) => f
+                .read_local(me, noc(me, space, bank, addr)?, out)
                 .map_err(StepError::Fabric),
         }
     }
@@ -416,33 +544,46 @@ impl Endpoint {
         out: &mut [u8],
     ) -> Result<(), StepError> {
         let (bank, addr) = self.slots.location(slot as u64);
-        let addr = addr + offset as u64;
-        match mem {
-            Local::Memory(m) => m
-                .read(MemSpace::Dram, bank, addr, out)
-                .map_err(StepError::Chip),
-            Local::Fabric(f) => f
-                .read_local(self.me, NocAddr::dram(bank, addr), out)
-                .map_err(StepError::Fabric),
-        }
+        mem.read(self.me, MemSpace::Dram, bank, addr + offset as u64, out)
     }
 
-    /// Adds the f32 partial sums at byte `offset` of this chip's slot into `acc`, read in
-    /// place from the chip's memory.
-    fn add_slot(
+    /// Hands `elems` partial sums of `elem` bytes at byte `offset` of this chip's slot to
+    /// `f(first_element, bytes)` in runs of whole elements, in place from the chip's memory.
+    fn read_partials(
         &self,
         mem: Local,
         slot: usize,
         offset: usize,
-        acc: &mut [f32],
+        (elem, elems): (usize, usize),
+        f: impl FnMut(usize, &[u8]),
     ) -> Result<(), StepError> {
         let (bank, addr) = self.slots.location(slot as u64);
-        let len = acc.len() * 4;
-        let mut partials = Elements::new(4, |at, bytes: &[u8]| add_le_f32(&mut acc[at..], bytes));
+        let mut runs = Elements::new(elem, f);
         let addr = addr + offset as u64;
-        mem.read_with(self.me, MemSpace::Dram, bank, addr, len, |_, b| {
-            partials.feed(b)
+        mem.read_with(self.me, MemSpace::Dram, bank, addr, elems * elem, |_, b| {
+            runs.feed(b)
         })
+    }
+
+    /// Adds the partial sums (bf16 if `bf16`, else f32) of elements `a..` of this chip's slot
+    /// into the f32 sums `acc`.
+    fn add_slot(
+        &self,
+        mem: Local,
+        slot: usize,
+        a: usize,
+        bf16: bool,
+        acc: &mut [f32],
+    ) -> Result<(), StepError> {
+        let n = acc.len();
+        match bf16 {
+            true => self.read_partials(mem, slot, a * 2, (2, n), |at, b| {
+                add_le_bf16_to_f32(&mut acc[at..], b)
+            }),
+            false => self.read_partials(mem, slot, a * 4, (4, n), |at, b| {
+                add_le_f32(&mut acc[at..], b)
+            }),
+        }
     }
 
     /// Does one step; a receiving step first waits (bounded by `timeout`) for its slot.
@@ -469,13 +610,21 @@ impl Endpoint {
                 piece,
             } => {
                 let (a, e) = f32_piece(w, chunk, piece);
-                let data = bytemuck::cast_slice(&w.chunks[chunk][a..e]);
-                self.send(self.neighbour(to), slot, a * 4, data)
-                    .map_err(StepError::Fabric)
+                let to = self.neighbour(to);
+                let sums = &w.chunks[chunk][a..e];
+                let sent = match w.partials_bf16 {
+                    true => {
+                        let bf16 = sized(&mut w.partials16, e - a);
+                        ttmesh_chip::format::narrow_bf16(sums, bf16);
+                        self.send(to, slot, a * 2, bytemuck::cast_slice(bf16))
+                    }
+                    false => self.send(to, slot, a * 4, bytemuck::cast_slice(sums)),
+                };
+                sent.map_err(StepError::Fabric)
             }
             Step::AddPartial { slot, chunk, piece } => {
                 let (a, e) = f32_piece(w, chunk, piece);
-                self.add_slot(mem, slot, a * 4, &mut w.chunks[chunk][a..e])
+                self.add_slot(mem, slot, a, w.partials_bf16, &mut w.chunks[chunk][a..e])
             }
             Step::Reduce {
                 from,
@@ -488,19 +637,40 @@ impl Endpoint {
                     chunks,
                     recv,
                     fused,
+                    partials_bf16,
+                    partials16,
                     ..
                 } = w;
                 let io = fused
                     .as_ref()
                     .expect("a collective with Reduce steps sets its fused input");
+                let start = io.chunk_start[chunk] + a * io.in_elem;
+                if let (Some((side, slot)), true) = (to, *partials_bf16) {
+                    // A bf16 partial sum on its way: the input's bytes as they are, plus what
+                    // arrived, rounded once; never widened to f32 in memory.
+                    let sums = sized(partials16, e - a);
+                    copy_input(io, mem, self.me, start, bytemuck::cast_slice_mut(sums))?;
+                    if let Some(from) = from {
+                        self.read_partials(mem, from, a * 2, (2, e - a), |at, b| {
+                            add_le_bf16(&mut sums[at..], b)
+                        })?;
+                    }
+                    return self
+                        .send(
+                            self.neighbour(side),
+                            slot,
+                            a * 2,
+                            bytemuck::cast_slice(sums),
+                        )
+                        .map_err(StepError::Fabric);
+                }
                 let sums: &mut [f32] = match to {
                     Some(_) => sized(recv, e - a),
                     None => &mut chunks[chunk][a..e],
                 };
-                let start = io.chunk_start[chunk] + a * io.in_elem;
                 read_input(io, mem, self.me, start, sums)?;
                 if let Some(slot) = from {
-                    self.add_slot(mem, slot, a * 4, sums)?;
+                    self.add_slot(mem, slot, a, *partials_bf16, sums)?;
                 }
                 match to {
                     Some((side, slot)) => self
@@ -526,9 +696,42 @@ impl Endpoint {
             }
             Step::TakeBlock { slot, block, piece } => {
                 let (a, e) = piece_range(w.block_lens[block], w.block_piece, piece);
-                self.read_slot(mem, slot, a, &mut w.blocks[block][a..e])?;
-                write_output(w, mem, self.me, block, a, e)
+                self.read_slot(mem, slot, a, &mut w.blocks[block][a..e])
             }
+            Step::PassOutput {
+                to,
+                slot,
+                block,
+                piece,
+            } => {
+                let (a, e) = piece_range(w.block_lens[block], w.block_piece, piece);
+                let Work {
+                    fused,
+                    staged,
+                    runs,
+                    ..
+                } = w;
+                let io = fused
+                    .as_ref()
+                    .expect("a collective with PassOutput steps sets its fused output");
+                io.output_runs(block, a, e, runs);
+                let space = io.output_pages.0.map.space;
+                let (dest, sender) = (self.neighbour(to), &self.senders[slot % self.senders.len()]);
+                for (i, &(bank, addr, len)) in runs.iter().enumerate() {
+                    let data = sized(staged, len);
+                    mem.read(self.me, space, bank, addr, data)?;
+                    // Every write names the semaphore, so a lost one fails the wait; only the
+                    // last raises it, once the piece has landed (order holds per link).
+                    let by = u32::from(i + 1 == runs.len());
+                    let at = noc(self.me, space, bank, addr)?;
+                    sender
+                        .write_and_inc(dest, at, data, SEM_SLOT_BASE + slot as u32, by)
+                        .map_err(StepError::Fabric)?;
+                }
+                Ok(())
+            }
+            // The piece is already in the output: the wait was all.
+            Step::AwaitOutput { .. } => Ok(()),
             Step::Encode { chunk } => {
                 let dtype = w
                     .out_dtype

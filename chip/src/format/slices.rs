@@ -23,6 +23,93 @@ pub fn add_f32(acc: &mut [f32], add: &[f32]) {
     add_f32_any(acc, add)
 }
 
+/// `acc[i] = bf16(acc[i] + add[i])`: two bf16 values added in f32 and rounded to nearest
+/// even, as a reduction that keeps its partial sums in bf16 does at every hop.
+pub fn add_bf16(acc: &mut [u16], add: &[u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: as above.
+        return unsafe { add_bf16_avx2(acc, add) };
+    }
+    add_bf16_any(acc, add)
+}
+
+/// `acc[i] += add[i]` widened from bf16 (a bf16 partial sum joining an f32 sum).
+pub fn add_bf16_to_f32(acc: &mut [f32], add: &[u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: as above.
+        return unsafe { add_bf16_to_f32_avx2(acc, add) };
+    }
+    add_bf16_to_f32_any(acc, add)
+}
+
+/// `dst[i] = bf16(src[i])`, rounded to nearest even (NaN stays NaN), bit for bit
+/// `half::bf16::from_f32`.
+pub fn narrow_bf16(src: &[f32], dst: &mut [u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: as above.
+        return unsafe { narrow_bf16_avx2(src, dst) };
+    }
+    narrow_bf16_any(src, dst)
+}
+
+/// bf16 bits of `x`, rounded to nearest even; a NaN keeps its top bits and is made quiet.
+/// Branch-free, so the loops around it vectorize.
+#[inline(always)]
+fn round_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    let nan = (b & 0x7FFF_FFFF) > 0x7F80_0000;
+    let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16;
+    let quiet = (b >> 16) | 0x0040;
+    (if nan { quiet } else { rounded }) as u16
+}
+
+#[inline(always)]
+fn wide(b: u16) -> f32 {
+    f32::from_bits((u16::from_le(b) as u32) << 16)
+}
+
+#[inline(always)]
+fn add_bf16_any(acc: &mut [u16], add: &[u16]) {
+    for (a, b) in acc.iter_mut().zip(add) {
+        *a = round_bf16(wide(*a) + wide(*b)).to_le();
+    }
+}
+
+#[inline(always)]
+fn add_bf16_to_f32_any(acc: &mut [f32], add: &[u16]) {
+    for (a, b) in acc.iter_mut().zip(add) {
+        *a += wide(*b);
+    }
+}
+
+#[inline(always)]
+fn narrow_bf16_any(src: &[f32], dst: &mut [u16]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = round_bf16(*s).to_le();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn add_bf16_avx2(acc: &mut [u16], add: &[u16]) {
+    add_bf16_any(acc, add)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn add_bf16_to_f32_avx2(acc: &mut [f32], add: &[u16]) {
+    add_bf16_to_f32_any(acc, add)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn narrow_bf16_avx2(src: &[f32], dst: &mut [u16]) {
+    narrow_bf16_any(src, dst)
+}
+
 #[inline(always)]
 fn widen_bf16_any(src: &[u16], dst: &mut [f32]) {
     for (f, b) in dst.iter_mut().zip(src) {
@@ -68,5 +155,64 @@ mod tests {
         let want: Vec<f32> = acc.iter().zip(&finite).map(|(a, b)| a + b).collect();
         add_f32(&mut acc, &finite);
         assert_eq!(acc, want);
+    }
+
+    /// Bits that cover every class: zeros, subnormals, normals near each rounding tie,
+    /// infinities, quiet and signalling NaNs of both signs, and the largest finite values.
+    fn awkward_f32() -> Vec<f32> {
+        let mut bits: Vec<u32> = (0..4000u32)
+            .map(|i| i.wrapping_mul(2654435761) ^ (i << 7))
+            .collect();
+        bits.extend([
+            0,
+            0x8000_0000,
+            1,
+            0x8000,
+            0x7FFF,
+            0x1_8000,
+            0x3F80_8000,
+            0x3F81_8000,
+            0x3F80_7FFF,
+            0x7F7F_FFFF,
+            0xFF7F_FFFF,
+            0x7F7F_8000,
+            0x7F80_0000,
+            0xFF80_0000,
+            0x7FC0_0000,
+            0x7F80_0001,
+            0xFF80_0001,
+            0xFFFF_FFFF,
+            0x7FFF_FFFF,
+        ]);
+        bits.into_iter().map(f32::from_bits).collect()
+    }
+
+    #[test]
+    fn narrowing_is_half_bit_for_bit() {
+        let src = awkward_f32();
+        let mut got = vec![0u16; src.len()];
+        narrow_bf16(&src, &mut got);
+        for (x, g) in src.iter().zip(&got) {
+            let want = half::bf16::from_f32(*x).to_bits();
+            assert_eq!(*g, want, "{:#010x}", x.to_bits());
+        }
+    }
+
+    #[test]
+    fn bf16_sums_round_like_half_and_widen_exactly() {
+        let xs: Vec<u16> = awkward_f32()
+            .iter()
+            .map(|x| (x.to_bits() >> 16) as u16)
+            .collect();
+        let ys: Vec<u16> = xs.iter().rev().copied().collect();
+        let mut acc = xs.clone();
+        add_bf16(&mut acc, &ys);
+        let mut wide_acc: Vec<f32> = xs.iter().map(|&x| wide(x)).collect();
+        add_bf16_to_f32(&mut wide_acc, &ys);
+        for i in 0..xs.len() {
+            let sum = wide(xs[i]) + wide(ys[i]);
+            assert_eq!(acc[i], half::bf16::from_f32(sum).to_bits(), "element {i}");
+            assert_eq!(wide_acc[i].to_bits(), sum.to_bits(), "element {i}");
+        }
     }
 }

@@ -24,13 +24,14 @@ impl Rng {
     }
 }
 
-/// Values k/16 in [-2, 2): sums of up to 64 of them are exact in f32 whatever the order, so a
-/// reduction has one right answer (rounded once to the dtype).
+/// Values k/16 in [-1/2, 1/2): every partial sum of up to 32 of them is k/16 with |k| <= 256,
+/// exact in bf16 (8 significant bits) as in f32 whatever the order, so a reduction has one
+/// right answer however often its partial sums are rounded on the way.
 pub fn exact(shape: &[usize], dtype: DataType, seed: u64) -> HostTensor {
     let mut r = Rng::new(seed);
     let n: usize = shape.iter().product();
     let v = (0..n)
-        .map(|_| (r.next() % 64) as f32 / 16.0 - 2.0)
+        .map(|_| (r.next() % 16) as f32 / 16.0 - 0.5)
         .collect();
     HostTensor::from_f32(shape.to_vec(), dtype, v).unwrap()
 }
@@ -131,29 +132,32 @@ pub fn sum_f64(parts: &[&[f32]]) -> Vec<f64> {
 
 /// The documented reduction order of a reduce_scatter's chunk `owner` (ttmesh_ccl docs): on a
 /// ring, start at chip owner+1 and add forward, ending with the owner; on a line, sum from the
-/// left end up to the owner, from the right end down to owner+1, then left + right. f32 adds.
-pub fn ordered_sum(parts: &[&[f32]], owner: usize, ring: bool) -> Vec<f32> {
+/// left end up to the owner, from the right end down to owner+1, then left + right. f32 adds;
+/// a partial sum that crosses a link travels in the tensor's format, so for bf16 it is rounded
+/// to bf16 at every send (what arrives at the owner is added in f32 and rounded by the caller).
+pub fn ordered_sum(parts: &[&[f32]], owner: usize, ring: bool, dtype: DataType) -> Vec<f32> {
     let n = parts.len();
     let len = parts[0].len();
+    let sent = |v: f32| round_to(dtype, v);
     (0..len)
         .map(|e| {
             if ring {
                 let mut s = parts[(owner + 1) % n][e];
                 for k in 2..=n {
-                    s += parts[(owner + k) % n][e];
+                    s = sent(s) + parts[(owner + k) % n][e];
                 }
                 s
             } else {
                 let mut left = parts[0][e];
                 for p in parts.iter().take(owner + 1).skip(1) {
-                    left += p[e];
+                    left = sent(left) + p[e];
                 }
                 if owner + 1 < n {
                     let mut right = parts[n - 1][e];
                     for p in parts[owner + 1..n - 1].iter().rev() {
-                        right += p[e];
+                        right = sent(right) + p[e];
                     }
-                    left + right
+                    left + sent(right)
                 } else {
                     left
                 }
@@ -263,7 +267,7 @@ pub fn reference(
                         .map(|d| chunk_ref(d, shape, dim, n, rank(i)))
                         .collect();
                     let refs: Vec<&[f32]> = chunks.iter().map(|v| v.as_slice()).collect();
-                    ordered_sum(&refs, pos, ring)
+                    ordered_sum(&refs, pos, ring, dtype)
                         .into_iter()
                         .map(|v| round_to(dtype, v))
                         .collect()
