@@ -13,7 +13,7 @@ use ttmesh_chip::tensor::{DataType, Layout, TensorSpec};
 use ttmesh_chip::ChipError;
 
 use super::lists;
-use super::steps::{piece_count, sized, FusedIo, Step, Work};
+use super::steps::{piece_count, sized, FusedIo, Work};
 use super::Run;
 use crate::Topology;
 
@@ -243,11 +243,16 @@ fn decode_chunk(
 /// Encodes f32 sums as `dtype` bytes (bf16 rounds to nearest even; others are cast).
 pub(crate) fn encode(dtype: DataType, sum: &[f32], out: &mut [u8]) {
     match dtype {
-        DataType::BFloat16 => {
-            for (o, f) in out.chunks_exact_mut(2).zip(sum) {
-                o.copy_from_slice(&half::bf16::from_f32(*f).to_bits().to_le_bytes());
+        DataType::BFloat16 => match bytemuck::try_cast_slice_mut::<u8, u16>(out) {
+            Ok(bits) if cfg!(target_endian = "little") => {
+                ttmesh_chip::format::narrow_bf16(sum, bits)
             }
-        }
+            _ => {
+                for (o, f) in out.chunks_exact_mut(2).zip(sum) {
+                    o.copy_from_slice(&half::bf16::from_f32(*f).to_bits().to_le_bytes());
+                }
+            }
+        },
         _ => out.copy_from_slice(f32_bytes(sum)),
     }
 }
@@ -353,7 +358,6 @@ pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<Launched, ChipE
             ),
         });
         let mut steps = lists::fused_reduce_steps(k.topology, n, pos, 0, &pieces);
-        steps.push(Step::Encode { chunk: pos });
         steps.extend(lists::gather_steps(
             k.topology,
             n,
@@ -362,6 +366,7 @@ pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<Launched, ChipE
             &pieces,
             true,
         ));
+        let steps = lists::encode_when_summed(steps, pos);
         run.run_steps(w, steps, k.topology != Topology::Ring, true)
     })
 }

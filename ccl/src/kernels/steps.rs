@@ -49,8 +49,10 @@ pub(crate) enum Step {
         piece: usize,
         to: Option<(Side, usize)>,
     },
-    /// Encodes chunk `chunk`'s sums in the output format as block `chunk`.
-    Encode { chunk: usize },
+    /// Encodes a piece of chunk `chunk`'s sums in the output format as block `chunk`'s (and
+    /// writes it to the output, for the fused all_reduce), once the piece's sum is complete:
+    /// it is still in the host's cache.
+    Encode { chunk: usize, piece: usize },
     /// Sends a piece of block `block` into the neighbour's slot.
     SendBlock {
         to: Side,
@@ -732,18 +734,15 @@ impl Endpoint {
             }
             // The piece is already in the output: the wait was all.
             Step::AwaitOutput { .. } => Ok(()),
-            Step::Encode { chunk } => {
+            Step::Encode { chunk, piece } => {
                 let dtype = w
                     .out_dtype
                     .expect("an encoding collective sets its output format");
-                let len = w.block_lens[chunk];
+                let (a, e) = f32_piece(w, chunk, piece);
+                let (ba, be) = piece_range(w.block_lens[chunk], w.block_piece, piece);
                 let Work { chunks, blocks, .. } = w;
-                super::pages::encode(
-                    dtype,
-                    &chunks[chunk][..w.chunk_lens[chunk]],
-                    &mut blocks[chunk][..len],
-                );
-                write_output(w, mem, self.me, chunk, 0, len)
+                super::pages::encode(dtype, &chunks[chunk][a..e], &mut blocks[chunk][ba..be]);
+                write_output(w, mem, self.me, chunk, ba, be)
             }
         }
     }
