@@ -340,9 +340,16 @@ impl Kernel for CollectiveKernel {
 
 impl CollectiveKernel {
     /// True if the kernel's steps write all its output, so a launch that runs together may
-    /// return before the line has run (only the fused all_reduce, so far).
+    /// return before the line has run: the fused all_reduce and the page reduce_scatter.
     fn defers(&self) -> bool {
-        self.kind == CollectiveKind::AllReduce
+        let n = self.line.chips.len();
+        match self.kind {
+            CollectiveKind::AllReduce => true,
+            CollectiveKind::ReduceScatter { dim } => {
+                pages::page_split(&self.input, dim, self.input.shape[dim] / n).is_some()
+            }
+            CollectiveKind::AllGather { .. } => false,
+        }
     }
 
     /// Runs (`may_defer`: or starts) this chip's part of the collective.
@@ -463,7 +470,7 @@ impl CollectiveKernel {
             }
             CollectiveKind::ReduceScatter { dim } => {
                 match pages::page_split(&self.input, dim, self.input.shape[dim] / n) {
-                    Some(split) => pages::reduce_scatter(&run, split, addresses),
+                    Some(split) => return pages::reduce_scatter(&run, split, addresses),
                     None => reduce_scatter(&run, dim, addresses),
                 }
             }

@@ -176,6 +176,33 @@
 //! hop; running the whole line's pieces on one worker per core (as the small-collective
 //! runner does with one) would keep both cores busy and the pieces in cache.
 //!
+//! Then, formats and passes (`ccl_one`, old and new binaries alternated on the same host):
+//!
+//! - Partial sums travel in the tensor's format: a bf16 hop is the input's bytes as they
+//!   are plus what arrived, added in f32 and rounded once (`chip::format::add_bf16`, AVX2),
+//!   never widened into memory. Reduce traffic per hop: input 2 + slot 2 + neighbour 2 bytes
+//!   per element, was 2 + 4 + 4.
+//! - The all_reduce's gather moves each piece from this chip's output straight into the
+//!   neighbour's (`Step::PassOutput`), in one write per DRAM bank run of pages; it was
+//!   neighbour slot, then a copy out into the work, then the output: 4 passes per byte
+//!   instead of 12. Every write names the slot's semaphore and only the last adds to it, so a
+//!   lost write still fails the wait.
+//! - The own chunk is encoded piece by piece right after its last add, while in cache.
+//! - reduce_scatter on pages runs the same fused steps (chunks are page runs per slice
+//!   above the scattered dim, read in place) and writes its output in steps, so a small one
+//!   defers like the all_reduce.
+//!
+//! all_reduce t3k 16 MiB: 50-54 -> 30-36 ms; 1 MiB 2.6 -> 1.6-1.7 ms; galaxy 36 KiB 920-934 ->
+//! 775-781 us. reduce_scatter t3k 16 MiB 34-44 -> 29-30 ms, 1 MiB 2.3-2.5 -> 1.4-1.5 ms. perf
+//! on the 16 MiB all_reduce now: memcpy 24%, the bf16 add 12% (its loads: the slot's bytes
+//! come from memory), `DeviceMemory::write` 11% (its lock release waits for the copy's
+//! stores), 1.7 of 2 CPUs busy: the passes are memory-bound. Tried and dropped: the same
+//! output-to-output gather for all_gather. On line-2 it was faster (16 MiB: 3.9-4.9 vs
+//! 4.3-5.8 ms) but on the T3K ring slower (16 MiB: 28-41 vs 18.5-23 ms, with pieces of 256 KiB,
+//! 1 MiB or whole blocks): the slot path's large messages go to memory in a few big copies
+//! per chunk, the per-bank runs in many packet-sized ones. Sending this piece's gather right
+//! after its encode (instead of in gather order) measured slower on line-2.
+//!
 //! Locks per packet: the slot's mutex (uncontended: one producer, one consumer), per
 //! delivered write the bank's RwLock and one hash lookup per 16 KiB chunk, per semaphore
 //! increment the chip's semaphore-table mutex and a condvar notify.

@@ -143,13 +143,19 @@ fn matrix(mesh: &MeshDevice, axis: Option<usize>, topology: Option<Topology>) {
             } else {
                 vec![2, 1, 16, 48]
             };
-            // Scatter: dim `dim` splits into n chunks (tile-aligned on dims 2 and 3 when even).
+            // Scatter: dim `dim` splits into n chunks (tile-aligned on dims 2 and 3 when even);
+            // on dims 1 and 3 with two slices above it, so each chunk is two runs of pages.
             let mut s = vec![1, 1, 32, 32];
             s[dim] = if dim >= 2 && dtype == DataType::Float32 {
                 32 * n
             } else {
                 8 * n
             };
+            match dim {
+                1 => s[0] = 2,
+                3 => s[2] = 64,
+                _ => {}
+            }
             let mut ar = vec![1, 1, 32, 32 * n.max(2)];
             if dim % 2 == 1 {
                 ar = vec![2, n, 16, 32];

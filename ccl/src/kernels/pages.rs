@@ -13,7 +13,7 @@ use ttmesh_chip::tensor::{DataType, Layout, TensorSpec};
 use ttmesh_chip::ChipError;
 
 use super::lists;
-use super::steps::{piece_count, sized, FusedIo, Work};
+use super::steps::{piece_count, FusedIo, Work};
 use super::Run;
 use crate::Topology;
 
@@ -215,31 +215,6 @@ pub(crate) fn decode_run(dtype: DataType, src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// Input pages of data chunk `d` (of n along the split) decoded to f32, in page order.
-fn decode_chunk(
-    dtype: DataType,
-    pages: &[u8],
-    split: PageSplit,
-    n: usize,
-    d: usize,
-    page_bytes: usize,
-    out: &mut [f32],
-) {
-    let cs = split.extent / n;
-    let run = cs * split.inner * page_bytes;
-    let elem = if dtype == DataType::BFloat16 { 2 } else { 4 };
-    let mut o_at = 0;
-    for o in 0..split.outer {
-        let start = (o * split.extent + d * cs) * split.inner * page_bytes;
-        decode_run(
-            dtype,
-            &pages[start..start + run],
-            &mut out[o_at..o_at + run / elem],
-        );
-        o_at += run / elem;
-    }
-}
-
 /// Encodes f32 sums as `dtype` bytes (bf16 rounds to nearest even; others are cast).
 pub(crate) fn encode(dtype: DataType, sum: &[f32], out: &mut [u8]) {
     match dtype {
@@ -257,43 +232,58 @@ pub(crate) fn encode(dtype: DataType, sum: &[f32], out: &mut [u8]) {
     }
 }
 
-/// reduce_scatter on pages: chunks are page runs decoded once to f32, partial sums travel as
-/// f32 bytes (cast, not converted), the result is encoded once into the output's pages.
+/// reduce_scatter on pages: the fused reduction of `all_reduce` on chunks that are a run of
+/// pages in each slice above the scattered dim, read in place from the input; this chip's
+/// chunk is encoded piece by piece into the output's pages (same page order as the chunk).
+/// The steps write the whole output, so a launch may defer.
 pub(crate) fn reduce_scatter(
     run: &Run,
     split: PageSplit,
     addresses: &[u32],
-) -> Result<(), ChipError> {
+) -> Result<Launched, ChipError> {
     let k = run.k;
     let n = k.line.chips.len();
     let pos = k.pos;
-    let dtype = k.input.dtype;
     let page_bytes = k.input.page_size() as usize;
-    let chunk_elems = k.input.num_pages() as usize / n * page_elems(&k.input);
+    let pe = page_elems(&k.input);
+    let chunk_pages = k.input.num_pages() as usize / n;
+    let chunk_elems = chunk_pages * pe;
+    let out_page = k.output.page_size() as usize;
     with_work(|w| {
-        w.shape(&vec![chunk_elems; n], &[], None);
-        w.partials_bf16 = dtype == DataType::BFloat16;
-        let input = sized(&mut w.input, k.input.buffer_size() as usize);
-        read_pages(run.ctx, &k.input, addresses[0], input)?;
-        // The algorithm's chunk j (owned by line position j) is the data's chunk order[j].
-        for (j, &d) in k.order.iter().enumerate() {
-            decode_chunk(
-                dtype,
-                input,
-                split,
-                n,
-                d,
+        w.shape(
+            &vec![chunk_elems; n],
+            &vec![chunk_pages * out_page; n],
+            Some(pos),
+        );
+        w.out_dtype = Some(k.output.dtype);
+        w.partials_bf16 = k.input.dtype == DataType::BFloat16;
+        let piece_pages = (PIECE_BYTES / (page_bytes / pe) / pe).max(1);
+        w.chunk_piece = piece_pages * pe;
+        w.block_piece = piece_pages * out_page;
+        // The algorithm's chunk j (owned by line position j) is the data's chunk order[j]:
+        // in each of the `outer` slices, its `cs * inner` pages.
+        let cs = split.extent / n;
+        let run_bytes = cs * split.inner * page_bytes;
+        w.fused = Some(FusedIo {
+            in_dtype: k.input.dtype,
+            in_elem: page_bytes / pe,
+            chunk_start: k.order.iter().map(|&d| d * run_bytes).collect(),
+            chunk_run: run_bytes,
+            chunk_stride: split.extent * split.inner * page_bytes,
+            input_pages: (
+                k.input.page_map(run.ctx.arch, addresses[0] as u64)?,
                 page_bytes,
-                &mut w.chunks[j][..chunk_elems],
-            );
-        }
+            ),
+            output_pages: (
+                k.output.page_map(run.ctx.arch, addresses[2] as u64)?,
+                out_page,
+                vec![0; n],
+            ),
+        });
         let pieces = vec![piece_count(chunk_elems, w.chunk_piece); n];
-        let steps = lists::reduce_steps(k.topology, n, pos, 0, &pieces);
-        run.run_steps(w, steps, k.topology != Topology::Ring, false)?;
-        // Encode the owned chunk into the output's pages (same page order as the chunk).
-        let out = sized(&mut w.input, k.output.buffer_size() as usize);
-        encode(k.output.dtype, &w.chunks[pos][..chunk_elems], out);
-        write_pages(run.ctx, &k.output, addresses[2], 0, out)
+        let steps = lists::fused_reduce_steps(k.topology, n, pos, 0, &pieces);
+        let steps = lists::encode_when_summed(steps, pos);
+        run.run_steps(w, steps, k.topology != Topology::Ring, true)
     })
 }
 
@@ -350,6 +340,8 @@ pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<Launched, ChipE
             in_dtype: k.input.dtype,
             in_elem: in_page / pe,
             chunk_start,
+            chunk_run: usize::MAX,
+            chunk_stride: 0,
             input_pages: (input_pages, in_page),
             output_pages: (
                 k.output.page_map(run.ctx.arch, addresses[2] as u64)?,

@@ -25,14 +25,6 @@ pub(crate) enum Side {
 /// offset in its chunk, block and slot.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Step {
-    /// Sends a piece of chunk `chunk`'s partial sums into the neighbour's slot (as bf16,
-    /// rounded, when the work's partials are bf16; else as f32).
-    SendPartial {
-        to: Side,
-        slot: usize,
-        chunk: usize,
-        piece: usize,
-    },
     /// Waits for a piece in the slot and adds its partial sums into chunk `chunk`'s f32.
     AddPartial {
         slot: usize,
@@ -96,9 +88,9 @@ impl Step {
     /// The neighbour and slot this step writes into, if it sends.
     pub(crate) fn sends(&self) -> Option<(Side, usize)> {
         match *self {
-            Step::SendPartial { to, slot, .. }
-            | Step::SendBlock { to, slot, .. }
-            | Step::PassOutput { to, slot, .. } => Some((to, slot)),
+            Step::SendBlock { to, slot, .. } | Step::PassOutput { to, slot, .. } => {
+                Some((to, slot))
+            }
             Step::Reduce { to, .. } => to,
             _ => None,
         }
@@ -116,15 +108,20 @@ pub(crate) fn piece_count(len: usize, size: usize) -> usize {
     len.div_ceil(size.max(1))
 }
 
-/// Where a fused all_reduce reads its input and writes its output. The input is in page
-/// order: chunk `j` starts at byte `chunk_start[j]`; it is read in place from the tensor's
-/// pages, and the output written piece by piece as blocks arrive, by the chip's own thread or
-/// by the line's runner through the fabric (`Fabric::read_local_with`, `write_local`).
+/// Where a fused reduction (all_reduce, page reduce_scatter) reads its input and writes its
+/// output. Chunk `j`'s byte `b` is the input's byte `chunk_start[j] + (b / chunk_run) *
+/// chunk_stride + b % chunk_run` in page order (an all_reduce's chunks are one run each; a
+/// reduce_scatter's chunk is a run of pages in each slice above the scattered dim). The input
+/// is read in place from the tensor's pages, and the output written piece by piece, by the
+/// chip's own thread or by the line's runner through the fabric (`Fabric::read_local_with`,
+/// `write_local`).
 #[derive(Clone)]
 pub(crate) struct FusedIo {
     pub in_dtype: DataType,
     pub in_elem: usize,
     pub chunk_start: Vec<usize>,
+    pub chunk_run: usize,
+    pub chunk_stride: usize,
     /// The input's pages and page size.
     pub input_pages: (TensorPages, usize),
     /// The output's pages and page size, and block `j`'s first byte.
@@ -178,8 +175,6 @@ pub(crate) struct Work {
     /// Bytes on their way from this chip's memory to a neighbour's (`PassOutput`), and where.
     pub staged: Vec<u8>,
     pub runs: Vec<Run>,
-    /// Raw input pages (read before the steps, on the chip's own thread).
-    pub input: Vec<u8>,
     pub out_dtype: Option<DataType>,
     /// Piece sizes: elements of a chunk, bytes of a block (`usize::MAX`: one piece).
     pub chunk_piece: usize,
@@ -224,7 +219,7 @@ impl Work {
 
     /// True if the work holds no buffers (its part travelled to the line's runner).
     pub(crate) fn is_empty(&self) -> bool {
-        self.chunks.is_empty() && self.blocks.is_empty() && self.input.is_empty()
+        self.chunks.is_empty() && self.blocks.is_empty()
     }
 
     pub(crate) fn block(&self, j: usize) -> &[u8] {
@@ -239,33 +234,37 @@ pub(crate) fn sized<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
     &mut v[..len]
 }
 
-/// Calls `f(bank, addr, bytes)` for each page-bounded span of the input's bytes
-/// `start..start + len` (in page order).
+/// Calls `f(bank, addr, bytes)` for each contiguous span of chunk `chunk`'s input bytes
+/// `start..start + len` (spans end at page and run boundaries).
 fn input_spans(
     io: &FusedIo,
-    start: usize,
+    (chunk, start): (usize, usize),
     len: usize,
     mut f: impl FnMut(u32, u64, usize) -> Result<(), StepError>,
 ) -> Result<(), StepError> {
     let (pages, page_bytes) = &io.input_pages;
-    let mut at = start;
-    while at < start + len {
+    let mut b = start;
+    while b < start + len {
+        let in_run = b % io.chunk_run;
+        let at = io.chunk_start[chunk] + (b / io.chunk_run) * io.chunk_stride + in_run;
         let (p, in_page) = (at / page_bytes, at % page_bytes);
-        let n = (page_bytes - in_page).min(start + len - at);
+        let n = (page_bytes - in_page)
+            .min(start + len - b)
+            .min(io.chunk_run - in_run);
         let (bank, addr) = pages.location(p as u64);
         f(bank, addr + in_page as u64, n)?;
-        at += n;
+        b += n;
     }
     Ok(())
 }
 
-/// Decodes chip `me`'s input bytes from `start` (in page order) into `out` as f32, in place
-/// from the input's pages.
+/// Decodes chip `me`'s input bytes of chunk `at.0` from byte `at.1` into `out` as f32, in
+/// place from the input's pages.
 fn read_input(
     io: &FusedIo,
     mem: Local,
     me: u32,
-    start: usize,
+    start: (usize, usize),
     out: &mut [f32],
 ) -> Result<(), StepError> {
     let (elem, len) = (io.in_elem, out.len() * io.in_elem);
@@ -278,12 +277,12 @@ fn read_input(
     })
 }
 
-/// Copies chip `me`'s input bytes from `start` (in page order) into `out` as they are.
+/// Copies chip `me`'s input bytes of chunk `at.0` from byte `at.1` into `out` as they are.
 fn copy_input(
     io: &FusedIo,
     mem: Local,
     me: u32,
-    start: usize,
+    start: (usize, usize),
     out: &mut [u8],
 ) -> Result<(), StepError> {
     let space = io.input_pages.0.map.space;
@@ -605,25 +604,6 @@ impl Endpoint {
         let f32_piece =
             |w: &Work, chunk, piece| piece_range(w.chunk_lens[chunk], w.chunk_piece, piece);
         match s {
-            Step::SendPartial {
-                to,
-                slot,
-                chunk,
-                piece,
-            } => {
-                let (a, e) = f32_piece(w, chunk, piece);
-                let to = self.neighbour(to);
-                let sums = &w.chunks[chunk][a..e];
-                let sent = match w.partials_bf16 {
-                    true => {
-                        let bf16 = sized(&mut w.partials16, e - a);
-                        ttmesh_chip::format::narrow_bf16(sums, bf16);
-                        self.send(to, slot, a * 2, bytemuck::cast_slice(bf16))
-                    }
-                    false => self.send(to, slot, a * 4, bytemuck::cast_slice(sums)),
-                };
-                sent.map_err(StepError::Fabric)
-            }
             Step::AddPartial { slot, chunk, piece } => {
                 let (a, e) = f32_piece(w, chunk, piece);
                 self.add_slot(mem, slot, a, w.partials_bf16, &mut w.chunks[chunk][a..e])
@@ -646,7 +626,7 @@ impl Endpoint {
                 let io = fused
                     .as_ref()
                     .expect("a collective with Reduce steps sets its fused input");
-                let start = io.chunk_start[chunk] + a * io.in_elem;
+                let start = (chunk, a * io.in_elem);
                 if let (Some((side, slot)), true) = (to, *partials_bf16) {
                     // A bf16 partial sum on its way: the input's bytes as they are, plus what
                     // arrived, rounded once; never widened to f32 in memory.
