@@ -90,9 +90,11 @@ pub(crate) fn fused_reduce_steps(
 }
 
 /// Puts an `Encode` of each piece of chunk `own` right after the last step that adds into it,
-/// so the sum is encoded while it is still in the host's cache. (Moving this position's sends
-/// of the piece up behind it as well, to start the gather early, measured slower on line-2.)
-pub(crate) fn encode_when_summed(steps: Vec<Step>, own: usize) -> Vec<Step> {
+/// so the sum is encoded while it is still in the host's cache. With `bf16_out` (bf16
+/// partials and output), a last add that is a `Reduce` becomes a `ReduceOut` instead, which
+/// writes the rounded sum straight to the output. (Moving this position's sends of the piece
+/// up behind it as well, to start the gather early, measured slower on line-2.)
+pub(crate) fn encode_when_summed(steps: Vec<Step>, own: usize, bf16_out: bool) -> Vec<Step> {
     let adds_to = |s: &Step| match *s {
         Step::Reduce {
             chunk, piece, to, ..
@@ -111,12 +113,23 @@ pub(crate) fn encode_when_summed(steps: Vec<Step>, own: usize) -> Vec<Step> {
     }
     let mut out = Vec::with_capacity(steps.len() + last.len());
     for (i, &s) in steps.iter().enumerate() {
-        out.push(s);
-        if let Some(q) = adds_to(&s).filter(|&q| last[q] == i) {
-            out.push(Step::Encode {
+        let Some(q) = adds_to(&s).filter(|&q| last[q] == i) else {
+            out.push(s);
+            continue;
+        };
+        match s {
+            Step::Reduce { from, .. } if bf16_out => out.push(Step::ReduceOut {
+                from,
                 chunk: own,
                 piece: q,
-            });
+            }),
+            _ => out.extend([
+                s,
+                Step::Encode {
+                    chunk: own,
+                    piece: q,
+                },
+            ]),
         }
     }
     out

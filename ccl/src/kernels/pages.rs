@@ -282,7 +282,8 @@ pub(crate) fn reduce_scatter(
         });
         let pieces = vec![piece_count(chunk_elems, w.chunk_piece); n];
         let steps = lists::fused_reduce_steps(k.topology, n, pos, 0, &pieces);
-        let steps = lists::encode_when_summed(steps, pos);
+        let bf16_out = k.input.dtype == DataType::BFloat16 && k.output.dtype == DataType::BFloat16;
+        let steps = lists::encode_when_summed(steps, pos, bf16_out);
         run.run_steps(w, steps, k.topology != Topology::Ring, true)
     })
 }
@@ -358,7 +359,8 @@ pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<Launched, ChipE
             &pieces,
             true,
         ));
-        let steps = lists::encode_when_summed(steps, pos);
+        let bf16_out = k.input.dtype == DataType::BFloat16 && k.output.dtype == DataType::BFloat16;
+        let steps = lists::encode_when_summed(steps, pos, bf16_out);
         run.run_steps(w, steps, k.topology != Topology::Ring, true)
     })
 }

@@ -41,6 +41,14 @@ pub(crate) enum Step {
         piece: usize,
         to: Option<(Side, usize)>,
     },
+    /// The last add of a piece of chunk `chunk` when partial sums and output are bf16: this
+    /// chip's input plus the partial sums in slot `from` (or the input alone), rounded once
+    /// and written straight into the output (bit for bit an f32 add, then `Encode`).
+    ReduceOut {
+        from: Option<usize>,
+        chunk: usize,
+        piece: usize,
+    },
     /// Encodes a piece of chunk `chunk`'s sums in the output format as block `chunk`'s (and
     /// writes it to the output, for the fused all_reduce), once the piece's sum is complete:
     /// it is still in the host's cache.
@@ -80,7 +88,7 @@ impl Step {
             Step::AddPartial { slot, .. }
             | Step::TakeBlock { slot, .. }
             | Step::AwaitOutput { slot, .. } => Some(slot),
-            Step::Reduce { from, .. } => from,
+            Step::Reduce { from, .. } | Step::ReduceOut { from, .. } => from,
             _ => None,
         }
     }
@@ -294,24 +302,15 @@ fn copy_input(
     })
 }
 
-/// Writes bytes `a..e` of block `block` into chip `me`'s output pages, when the fused
-/// all_reduce writes its output in steps; otherwise nothing.
+/// Writes `data` as block `block`'s bytes from `a` into chip `me`'s output pages.
 fn write_output(
-    w: &Work,
+    io: &FusedIo,
     mem: Local,
     me: u32,
-    block: usize,
-    a: usize,
-    e: usize,
+    (block, a): (usize, usize),
+    data: &[u8],
 ) -> Result<(), StepError> {
-    let Some(FusedIo {
-        output_pages: (pages, page_bytes, first),
-        ..
-    }) = &w.fused
-    else {
-        return Ok(());
-    };
-    let data = &w.blocks[block][a..e];
+    let (pages, page_bytes, first) = &io.output_pages;
     let mut at = first[block] + a;
     let mut off = 0;
     while off < data.len() {
@@ -325,6 +324,8 @@ fn write_output(
     }
     Ok(())
 }
+
+const FUSED: &str = "a fused reduction sets where its input and output are";
 
 /// Adds little-endian f32 bytes (whole elements) into `acc`, element by element.
 pub(crate) fn add_le_f32(acc: &mut [f32], bytes: &[u8]) {
@@ -623,9 +624,7 @@ impl Endpoint {
                     partials16,
                     ..
                 } = w;
-                let io = fused
-                    .as_ref()
-                    .expect("a collective with Reduce steps sets its fused input");
+                let io = fused.as_ref().expect(FUSED);
                 let start = (chunk, a * io.in_elem);
                 if let (Some((side, slot)), true) = (to, *partials_bf16) {
                     // A bf16 partial sum on its way: the input's bytes as they are, plus what
@@ -720,9 +719,38 @@ impl Endpoint {
                     .expect("an encoding collective sets its output format");
                 let (a, e) = f32_piece(w, chunk, piece);
                 let (ba, be) = piece_range(w.block_lens[chunk], w.block_piece, piece);
-                let Work { chunks, blocks, .. } = w;
-                super::pages::encode(dtype, &chunks[chunk][a..e], &mut blocks[chunk][ba..be]);
-                write_output(w, mem, self.me, chunk, ba, be)
+                let Work {
+                    chunks,
+                    blocks,
+                    fused,
+                    ..
+                } = w;
+                let io = fused.as_ref().expect(FUSED);
+                let bytes = &mut blocks[chunk][ba..be];
+                super::pages::encode(dtype, &chunks[chunk][a..e], bytes);
+                write_output(io, mem, self.me, (chunk, ba), bytes)
+            }
+            Step::ReduceOut { from, chunk, piece } => {
+                let (a, e) = f32_piece(w, chunk, piece);
+                let (ba, _) = piece_range(w.block_lens[chunk], w.block_piece, piece);
+                let Work {
+                    fused, partials16, ..
+                } = w;
+                let io = fused.as_ref().expect(FUSED);
+                let sums = sized(partials16, e - a);
+                copy_input(
+                    io,
+                    mem,
+                    self.me,
+                    (chunk, a * 2),
+                    bytemuck::cast_slice_mut(sums),
+                )?;
+                if let Some(from) = from {
+                    self.read_partials(mem, from, a * 2, (2, e - a), |at, b| {
+                        add_le_bf16(&mut sums[at..], b)
+                    })?;
+                }
+                write_output(io, mem, self.me, (chunk, ba), bytemuck::cast_slice(sums))
             }
         }
     }
