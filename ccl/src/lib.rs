@@ -187,13 +187,19 @@
 //!   neighbour slot, then a copy out into the work, then the output: 4 passes per byte
 //!   instead of 12. Every write names the slot's semaphore and only the last adds to it, so a
 //!   lost write still fails the wait.
-//! - The own chunk is encoded piece by piece right after its last add, while in cache.
+//! - The own chunk is encoded piece by piece right after its last add, while in cache; for
+//!   a bf16 output that last add is itself in bf16 and writes the output (`ReduceOut`), so
+//!   the own chunk is never widened to f32 in memory (a line's middle position, joining two
+//!   partial sums, keeps the f32 path).
 //! - reduce_scatter on pages runs the same fused steps (chunks are page runs per slice
 //!   above the scattered dim, read in place) and writes its output in steps, so a small one
 //!   defers like the all_reduce.
 //!
-//! all_reduce t3k 16 MiB: 50-54 -> 30-36 ms; 1 MiB 2.6 -> 1.6-1.7 ms; galaxy 36 KiB 920-934 ->
-//! 775-781 us. reduce_scatter t3k 16 MiB 34-44 -> 29-30 ms, 1 MiB 2.3-2.5 -> 1.4-1.5 ms. perf
+//! all_reduce t3k 16 MiB: 50-54 -> 30-36 ms; 1 MiB 2.6 -> 1.6-1.7 ms (1.8-2.0 in `bench
+//! ccl`'s sequence); line-4 1 MiB ~1.0 -> 0.8-0.95 ms; galaxy 36 KiB 920-934 -> 775-781 us.
+//! line-2 1 MiB went 492-528 -> 314-365 us, then back to 394-418 with `ReduceOut`: its two
+//! dispatchers now reach the gather's wait sooner and switch more (10.5 vs 7.3 per
+//! collective; longer spins make it worse), a scheduling effect left open. reduce_scatter t3k 16 MiB 34-44 -> 29-30 ms, 1 MiB 2.3-2.5 -> 1.4-1.5 ms. perf
 //! on the 16 MiB all_reduce now: memcpy 24%, the bf16 add 12% (its loads: the slot's bytes
 //! come from memory), `DeviceMemory::write` 11% (its lock release waits for the copy's
 //! stores), 1.7 of 2 CPUs busy: the passes are memory-bound. Tried and dropped: the same
