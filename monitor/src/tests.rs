@@ -44,9 +44,14 @@ fn valid_bytes() -> Vec<u8> {
 
 #[test]
 fn publish_then_read_back_exact_values() {
-    let p = Publisher::create(&info(), 8, 4).unwrap();
+    // A name of its own: the tests run in parallel, and another test's publisher could take
+    // the default name the moment this one drops it (the check below that it is gone).
+    let me = std::process::id();
+    let base = format!("ttmesh-{me}-exact");
+    let own = crate::shm::own_start_time();
+    let p = Publisher::create_as(&info(), 8, 4, me, own, Some(&base)).unwrap();
     let name = p.name().to_string();
-    assert!(name.starts_with(&format!("ttmesh-{}", std::process::id())));
+    assert!(name.starts_with(&format!("ttmesh-{me}")));
     let c5 = p.chip(5).unwrap();
     c5.set_identity(17, (1, 3));
     let dram = MemoryCounters {

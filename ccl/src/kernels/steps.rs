@@ -266,8 +266,8 @@ fn input_spans(
     Ok(())
 }
 
-/// Decodes chip `me`'s input bytes of chunk `at.0` from byte `at.1` into `out` as f32, in
-/// place from the input's pages.
+/// Decodes chip `me`'s input bytes of chunk `start.0` from byte `start.1` into `out` as f32,
+/// in place from the input's pages.
 fn read_input(
     io: &FusedIo,
     mem: Local,
@@ -285,7 +285,8 @@ fn read_input(
     })
 }
 
-/// Copies chip `me`'s input bytes of chunk `at.0` from byte `at.1` into `out` as they are.
+/// Copies chip `me`'s input bytes of chunk `start.0` from byte `start.1` into `out` as they
+/// are.
 fn copy_input(
     io: &FusedIo,
     mem: Local,
