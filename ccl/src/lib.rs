@@ -128,8 +128,10 @@
 //!   queue's next record still waits for the line (a sleep and a wake per chip), as it must.
 //!   With no switch left, one thread doing the line's work wins far further up: an all_reduce
 //!   now runs together up to 256 KiB of input per chip (1 MiB on 8 chips with two threads,
-//!   below; the A/B figures are at `together::wanted`). all_gather and reduce_scatter write their output after the
-//!   steps on each chip's thread, so their launches still wait and they keep the old rule.
+//!   below; after the data path got leaner, also 2 MiB on 2 chips and 1 MiB on 32; the A/B
+//!   figures are at `together::wanted`). all_gather writes its output after the steps on
+//!   each chip's thread, so its launches still wait and it keeps the old rule (the page
+//!   reduce_scatter now writes its output in steps and defers like the all_reduce).
 //!   From 64 KiB per chip the line runs on two threads (`kernels/pair.rs`): the meeting's and
 //!   a pool thread, each taking whichever part has a step ready (a part is locked while one
 //!   runs it), so the second core works too, still with no switch per step. The widening

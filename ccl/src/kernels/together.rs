@@ -62,15 +62,22 @@ fn step_runner() -> StepRunner {
 /// thread), beats n threads on a few cores until the work outgrows the switches those
 /// threads cost per step and the second core they add. Measured on a 2-core host, all_reduce
 /// with `TTMESH_CCL_RUNNER` forced each way (together / own threads, us): line-2 256 KiB
-/// 130 / 157 and 1 MiB 748 / 555; line-4 256 KiB 266 / 336, 1 MiB even.
+/// 130 / 157 and 1 MiB 748 / 555; line-4 256 KiB 266 / 336, 1 MiB even. Re-measured with
+/// bf16 partials and the output-to-output gather: line-4 256 KiB 224-228 / 212-231, 1 MiB
+/// 1094-1113 / 828-840.
 const TOGETHER_MAX_INPUT: usize = 256 << 10;
+/// On a line of 2, where the leaner data path tipped it (bf16 partials, the gather straight
+/// into the other chip's output): line-2 512 KiB 157-167 / 233-299 us, 1 MiB 326-337 /
+/// 382-398, 2 MiB 784-820 / 816-1089, 4 MiB 2.72-2.87 / 2.20-2.36 ms.
+const TOGETHER_MAX_INPUT_TWO: usize = 2 << 20;
 /// The same when two threads run the line (`pairs`), on 8 chips: t3k 512 KiB 0.94-1.06 /
 /// 1.30-1.33 ms, 1 MiB 2.6-2.8 / 2.8-3.1 ms, 4 MiB even, 16 MiB 83-105 / 75-78 ms.
 const TOGETHER_MAX_INPUT_PAIRED: usize = 1 << 20;
-/// And past 8 chips, where the threads' share outgrows their caches sooner: galaxy 256 KiB
-/// 4.4-4.7 / 6.0-6.3 ms, 512 KiB and 1 MiB even (one thread alone: 128 KiB 3.5 / 5.6 ms,
-/// 256 KiB 11.8 / 9.1 ms, so half as far).
-const TOGETHER_MAX_INPUT_LONG: usize = 256 << 10;
+/// And past 8 chips: galaxy 256 KiB 4.4-4.7 / 6.0-6.3 ms, 512 KiB and 1 MiB even then (one
+/// thread alone: 128 KiB 3.5 / 5.6 ms, 256 KiB 11.8 / 9.1 ms, so half as far). Re-measured
+/// with the leaner data path: 256 KiB 3.2-3.4 / 5.7-6.9 ms, 512 KiB 6.2-7.8 / 7.8-7.9 ms,
+/// 1 MiB 12.1-12.9 / 13.6-14.4 ms.
+const TOGETHER_MAX_INPUT_LONG: usize = 1 << 20;
 
 /// Input bytes per chip from which a line that runs together runs on two threads
 /// (`pair.rs`): below it a pool thread's wake-up costs more than the second core gives. On
@@ -105,6 +112,8 @@ pub(crate) fn wanted(input_bytes: usize, n: usize, defers: bool) -> bool {
         }
     } else if pairs(TOGETHER_MAX_INPUT_PAIRED, n) {
         TOGETHER_MAX_INPUT_PAIRED
+    } else if n == 2 {
+        TOGETHER_MAX_INPUT_TWO
     } else {
         TOGETHER_MAX_INPUT
     };
