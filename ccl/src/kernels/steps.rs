@@ -20,9 +20,9 @@ pub(crate) enum Side {
 }
 
 /// One thing a chip does in a collective, on one piece of a chunk or block (see `lists`).
-/// Slots are scratch rows, guarded by semaphore `SEM_SLOT_BASE + slot`; chunk `j` (f32
-/// partial sums) and block `j` (bytes) belong to line position `j`; a piece sits at the same
-/// offset in its chunk, block and slot.
+/// Slots are scratch rows, guarded by semaphore `SEM_SLOT_BASE + slot`; chunk `j` (sums, f32
+/// while held; partial sums in the input's format on the wire) and block `j` (bytes) belong to
+/// line position `j`; a piece sits at the same place in its chunk, block and slot.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Step {
     /// Waits for a piece in the slot and adds its partial sums into chunk `chunk`'s f32.
@@ -31,10 +31,11 @@ pub(crate) enum Step {
         chunk: usize,
         piece: usize,
     },
-    /// Adds a piece of this chip's input (chunk `chunk`, decoded to f32) to the partial sums
-    /// in slot `from` (waiting for them), or takes the input alone; sends the sums into the
-    /// neighbour's slot (`to`), or keeps them as the chunk's. Fuses decode, receive, add and
-    /// send, so the piece is read from memory once and written once.
+    /// Adds a piece of this chip's input (chunk `chunk`) to the partial sums in slot `from`
+    /// (waiting for them), or takes the input alone; sends the sums into the neighbour's slot
+    /// (`to`: bf16 partials are added and rounded in bf16, never widened in memory), or keeps
+    /// them in f32 as the chunk's. Fuses decode, receive, add and send, so the piece is read
+    /// from memory once and written once.
     Reduce {
         from: Option<usize>,
         chunk: usize,
@@ -49,9 +50,9 @@ pub(crate) enum Step {
         chunk: usize,
         piece: usize,
     },
-    /// Encodes a piece of chunk `chunk`'s sums in the output format as block `chunk`'s (and
-    /// writes it to the output, for the fused all_reduce), once the piece's sum is complete:
-    /// it is still in the host's cache.
+    /// Encodes a piece of chunk `chunk`'s sums in the output format as block `chunk`'s and
+    /// writes it to the output, once the piece's sum is complete: it is still in the host's
+    /// cache.
     Encode { chunk: usize, piece: usize },
     /// Sends a piece of block `block` into the neighbour's slot.
     SendBlock {
