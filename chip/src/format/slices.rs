@@ -60,7 +60,8 @@ pub fn narrow_bf16(src: &[f32], dst: &mut [u16]) {
 #[inline(always)]
 fn round_bf16(x: f32) -> u16 {
     let b = x.to_bits();
-    let nan = (b & 0x7FFF_FFFF) > 0x7F80_0000;
+    // One unordered compare where the vector loops would otherwise mask and compare bits.
+    let nan = x.is_nan();
     let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16;
     let quiet = (b >> 16) | 0x0040;
     (if nan { quiet } else { rounded }) as u16
