@@ -93,6 +93,10 @@ pub(crate) struct CollectiveKernel {
     fabric: Weak<Fabric>,
     /// The same on every chip's kernel of one collective: where they meet (see `together`).
     meet_key: u64,
+    /// The steps write all of the output, so a launch that runs together may return before
+    /// the line has run: the fused all_reduce and the page reduce_scatter. Decided once here,
+    /// not at every launch (`hands_off` is asked on the dispatch path).
+    defers: bool,
 }
 
 impl CollectiveKernel {
@@ -112,8 +116,17 @@ impl CollectiveKernel {
         let meet_key = ttmesh_chip::program::program_key(&(
             kind, &line, &order, topology, num_links, &input, &output, &scratch,
         ));
+        let n = line.chips.len();
+        let defers = match kind {
+            CollectiveKind::AllReduce => true,
+            CollectiveKind::ReduceScatter { dim } => {
+                pages::page_split(&input, dim, input.shape[dim] / n).is_some()
+            }
+            CollectiveKind::AllGather { .. } => false,
+        };
         CollectiveKernel {
             meet_key,
+            defers,
             kind,
             pos,
             line,
@@ -203,7 +216,7 @@ impl<'a> Run<'a> {
         together::wanted(
             self.k.input.buffer_size() as usize,
             self.k.line.chips.len(),
-            self.k.defers(),
+            self.k.defers,
         )
     }
 
@@ -323,9 +336,10 @@ impl Kernel for CollectiveKernel {
         self.start(ctx, addresses, true)
     }
 
-    /// A small all_reduce hands its part to the line's runner and never waits at launch.
+    /// A small all_reduce (or page reduce_scatter) hands its part to the line's runner and
+    /// never waits at launch.
     fn hands_off(&self) -> bool {
-        self.defers()
+        self.defers
             && together::wanted(
                 self.input.buffer_size() as usize,
                 self.line.chips.len(),
@@ -339,19 +353,6 @@ impl Kernel for CollectiveKernel {
 }
 
 impl CollectiveKernel {
-    /// True if the kernel's steps write all its output, so a launch that runs together may
-    /// return before the line has run: the fused all_reduce and the page reduce_scatter.
-    fn defers(&self) -> bool {
-        let n = self.line.chips.len();
-        match self.kind {
-            CollectiveKind::AllReduce => true,
-            CollectiveKind::ReduceScatter { dim } => {
-                pages::page_split(&self.input, dim, self.input.shape[dim] / n).is_some()
-            }
-            CollectiveKind::AllGather { .. } => false,
-        }
-    }
-
     /// Runs (`may_defer`: or starts) this chip's part of the collective.
     fn start(
         &self,

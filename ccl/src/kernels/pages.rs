@@ -13,7 +13,7 @@ use ttmesh_chip::tensor::{DataType, Layout, TensorSpec};
 use ttmesh_chip::ChipError;
 
 use super::lists;
-use super::steps::{piece_count, FusedIo, Work};
+use super::steps::{piece_count, FusedIo, Step, Work};
 use super::Run;
 use crate::Topology;
 
@@ -232,6 +232,68 @@ pub(crate) fn encode(dtype: DataType, sum: &[f32], out: &mut [u8]) {
     }
 }
 
+/// Where a fused reduction's chunk `j` lies in the input (`FusedIo`: first byte, run, stride)
+/// and where block `j` begins in the output, in page order.
+struct Placement {
+    chunk_start: Vec<usize>,
+    chunk_run: usize,
+    chunk_stride: usize,
+    out_first: Vec<usize>,
+}
+
+/// Sets `w` up for a fused reduction whose chunk `j` holds `chunk_pages[j]` input pages (and
+/// its block as many output pages): this chip's chunk and block held in the work, partial
+/// sums in the input's format, pieces of whole pages so piece boundaries in a chunk and in a
+/// block agree. Returns each chunk's piece count.
+fn fuse(
+    run: &Run,
+    addresses: &[u32],
+    w: &mut Work,
+    chunk_pages: &[usize],
+    at: Placement,
+) -> Result<Vec<usize>, ChipError> {
+    let k = run.k;
+    let in_page = k.input.page_size() as usize;
+    let out_page = k.output.page_size() as usize;
+    let pe = page_elems(&k.input);
+    let elems: Vec<usize> = chunk_pages.iter().map(|&p| p * pe).collect();
+    let out_lens: Vec<usize> = chunk_pages.iter().map(|&p| p * out_page).collect();
+    w.shape(&elems, &out_lens, Some(k.pos));
+    w.out_dtype = Some(k.output.dtype);
+    let piece_pages = (PIECE_BYTES / (in_page / pe) / pe).max(1);
+    w.chunk_piece = piece_pages * pe;
+    w.block_piece = piece_pages * out_page;
+    w.fused = Some(FusedIo {
+        in_dtype: k.input.dtype,
+        in_elem: in_page / pe,
+        chunk_start: at.chunk_start,
+        chunk_run: at.chunk_run,
+        chunk_stride: at.chunk_stride,
+        input_pages: (
+            k.input.page_map(run.ctx.arch, addresses[0] as u64)?,
+            in_page,
+        ),
+        output_pages: (
+            k.output.page_map(run.ctx.arch, addresses[2] as u64)?,
+            out_page,
+            at.out_first,
+        ),
+    });
+    Ok(elems
+        .iter()
+        .map(|&l| piece_count(l, w.chunk_piece))
+        .collect())
+}
+
+/// Finishes a fused reduction's step list (this chip's chunk encoded as its pieces are
+/// summed) and runs it; the steps write the whole output, so the launch may defer.
+fn run_fused(run: &Run, w: &mut Work, steps: Vec<Step>) -> Result<Launched, ChipError> {
+    let k = run.k;
+    let bf16_out = k.input.dtype == DataType::BFloat16 && k.output.dtype == DataType::BFloat16;
+    let steps = lists::encode_when_summed(steps, k.pos, bf16_out);
+    run.run_steps(w, steps, k.topology != Topology::Ring, true)
+}
+
 /// reduce_scatter on pages: the fused reduction of `all_reduce` on chunks that are a run of
 /// pages in each slice above the scattered dim, read in place from the input; this chip's
 /// chunk is encoded piece by piece into the output's pages (same page order as the chunk).
@@ -243,48 +305,22 @@ pub(crate) fn reduce_scatter(
 ) -> Result<Launched, ChipError> {
     let k = run.k;
     let n = k.line.chips.len();
-    let pos = k.pos;
     let page_bytes = k.input.page_size() as usize;
-    let pe = page_elems(&k.input);
-    let chunk_pages = k.input.num_pages() as usize / n;
-    let chunk_elems = chunk_pages * pe;
-    let out_page = k.output.page_size() as usize;
+    // The algorithm's chunk j (owned by line position j) is the data's chunk order[j]: in
+    // each of the `outer` slices, its `cs * inner` pages.
+    let cs = split.extent / n;
+    let run_bytes = cs * split.inner * page_bytes;
+    let at = Placement {
+        chunk_start: k.order.iter().map(|&d| d * run_bytes).collect(),
+        chunk_run: run_bytes,
+        chunk_stride: split.extent * split.inner * page_bytes,
+        out_first: vec![0; n],
+    };
+    let chunk_pages = vec![k.input.num_pages() as usize / n; n];
     with_work(|w| {
-        w.shape(
-            &vec![chunk_elems; n],
-            &vec![chunk_pages * out_page; n],
-            Some(pos),
-        );
-        w.out_dtype = Some(k.output.dtype);
-        w.partials_bf16 = k.input.dtype == DataType::BFloat16;
-        let piece_pages = (PIECE_BYTES / (page_bytes / pe) / pe).max(1);
-        w.chunk_piece = piece_pages * pe;
-        w.block_piece = piece_pages * out_page;
-        // The algorithm's chunk j (owned by line position j) is the data's chunk order[j]:
-        // in each of the `outer` slices, its `cs * inner` pages.
-        let cs = split.extent / n;
-        let run_bytes = cs * split.inner * page_bytes;
-        w.fused = Some(FusedIo {
-            in_dtype: k.input.dtype,
-            in_elem: page_bytes / pe,
-            chunk_start: k.order.iter().map(|&d| d * run_bytes).collect(),
-            chunk_run: run_bytes,
-            chunk_stride: split.extent * split.inner * page_bytes,
-            input_pages: (
-                k.input.page_map(run.ctx.arch, addresses[0] as u64)?,
-                page_bytes,
-            ),
-            output_pages: (
-                k.output.page_map(run.ctx.arch, addresses[2] as u64)?,
-                out_page,
-                vec![0; n],
-            ),
-        });
-        let pieces = vec![piece_count(chunk_elems, w.chunk_piece); n];
-        let steps = lists::fused_reduce_steps(k.topology, n, pos, 0, &pieces);
-        let bf16_out = k.input.dtype == DataType::BFloat16 && k.output.dtype == DataType::BFloat16;
-        let steps = lists::encode_when_summed(steps, pos, bf16_out);
-        run.run_steps(w, steps, k.topology != Topology::Ring, true)
+        let pieces = fuse(run, addresses, w, &chunk_pages, at)?;
+        let steps = lists::fused_reduce_steps(k.topology, n, k.pos, 0, &pieces);
+        run_fused(run, w, steps)
     })
 }
 
@@ -309,58 +345,32 @@ pub(crate) fn fused_all_reduce_fits(spec: &TensorSpec) -> bool {
 /// outside the kernel sees the chunks, so they need not divide), a reduce_scatter runs on them
 /// with partial sums in the input's format, and an all_gather moves the sums, encoded in the
 /// output's format, straight between the chips' outputs, behind one handshake for both
-/// phases. Every
-/// output byte is written by the steps, so when the line runs together a launch may return
-/// as soon as its part is handed over (`Launched::Deferred`).
+/// phases. Every output byte is written by the steps, so when the line runs together a launch
+/// may return as soon as its part is handed over (`Launched::Deferred`).
 pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<Launched, ChipError> {
     let k = run.k;
     let n = k.line.chips.len();
-    let pos = k.pos;
     let pages = k.input.num_pages() as usize;
-    let in_page = k.input.page_size() as usize;
-    let out_page = k.output.page_size() as usize;
-    let pe = page_elems(&k.input);
+    let (in_page, out_page) = (k.input.page_size() as usize, k.output.page_size() as usize);
     let ranges: Vec<(usize, usize)> = (0..n).map(|j| chunk_pages(pages, n, j)).collect();
-    let elems: Vec<usize> = ranges.iter().map(|(a, e)| (e - a) * pe).collect();
-    let out_lens: Vec<usize> = ranges.iter().map(|(a, e)| (e - a) * out_page).collect();
+    let at = Placement {
+        chunk_start: ranges.iter().map(|&(a, _)| a * in_page).collect(),
+        chunk_run: usize::MAX,
+        chunk_stride: 0,
+        out_first: ranges.iter().map(|&(a, _)| a * out_page).collect(),
+    };
+    let counts: Vec<usize> = ranges.iter().map(|(a, e)| e - a).collect();
     with_work(|w| {
-        w.shape(&elems, &out_lens, Some(pos));
-        w.out_dtype = Some(k.output.dtype);
-        w.partials_bf16 = k.input.dtype == DataType::BFloat16;
-        // Pieces of whole pages: piece boundaries in a chunk and in a block then agree.
-        let piece_pages = (PIECE_BYTES / (in_page / pe) / pe).max(1);
-        w.chunk_piece = piece_pages * pe;
-        w.block_piece = piece_pages * out_page;
-        let chunk_start = ranges.iter().map(|&(a, _)| a * in_page).collect();
-        let pieces: Vec<usize> = elems
-            .iter()
-            .map(|&l| piece_count(l, w.chunk_piece))
-            .collect();
-        let input_pages = k.input.page_map(run.ctx.arch, addresses[0] as u64)?;
-        w.fused = Some(FusedIo {
-            in_dtype: k.input.dtype,
-            in_elem: in_page / pe,
-            chunk_start,
-            chunk_run: usize::MAX,
-            chunk_stride: 0,
-            input_pages: (input_pages, in_page),
-            output_pages: (
-                k.output.page_map(run.ctx.arch, addresses[2] as u64)?,
-                out_page,
-                ranges.iter().map(|&(a, _)| a * out_page).collect(),
-            ),
-        });
-        let mut steps = lists::fused_reduce_steps(k.topology, n, pos, 0, &pieces);
+        let pieces = fuse(run, addresses, w, &counts, at)?;
+        let mut steps = lists::fused_reduce_steps(k.topology, n, k.pos, 0, &pieces);
         steps.extend(lists::gather_steps(
             k.topology,
             n,
-            pos,
+            k.pos,
             2 * n,
             &pieces,
             true,
         ));
-        let bf16_out = k.input.dtype == DataType::BFloat16 && k.output.dtype == DataType::BFloat16;
-        let steps = lists::encode_when_summed(steps, pos, bf16_out);
-        run.run_steps(w, steps, k.topology != Topology::Ring, true)
+        run_fused(run, w, steps)
     })
 }

@@ -141,6 +141,12 @@ pub(crate) struct FusedIo {
 pub(crate) type Run = (u32, u64, usize);
 
 impl FusedIo {
+    /// Partial sums travel in the input's format: in bf16 for a bf16 tensor (rounded at every
+    /// hop, as tt-metal's are), else in f32.
+    pub(crate) fn partials_bf16(&self) -> bool {
+        self.in_dtype == DataType::BFloat16
+    }
+
     /// Bytes `a..e` (whole pages) of output block `block` as runs of chip memory, pages that
     /// lie back to back in one bank joined (an interleaved tensor's pages of one bank do), so
     /// a piece of 64 tiles over 12 DRAM banks moves as 12 writes, not 64.
@@ -177,9 +183,7 @@ pub(crate) struct Work {
     pub blocks: Vec<Vec<u8>>,
     pub block_lens: Vec<usize>,
     pub recv: Vec<f32>,
-    /// Partial sums travel in bf16 (a bf16 tensor's reduction, rounded at every hop as
-    /// tt-metal's is), else in f32; `partials16` holds a bf16 piece on its way.
-    pub partials_bf16: bool,
+    /// A bf16 piece of partial sums on its way (see `FusedIo::partials_bf16`).
     pub partials16: Vec<u16>,
     /// Bytes on their way from this chip's memory to a neighbour's (`PassOutput`), and where.
     pub staged: Vec<u8>,
@@ -222,7 +226,6 @@ impl Work {
         self.block_lens.extend_from_slice(block_lens);
         self.chunk_piece = usize::MAX;
         self.block_piece = usize::MAX;
-        self.partials_bf16 = false;
         self.fused = None;
     }
 
@@ -329,43 +332,35 @@ fn write_output(
 
 const FUSED: &str = "a fused reduction sets where its input and output are";
 
-/// Adds little-endian f32 bytes (whole elements) into `acc`, element by element.
-pub(crate) fn add_le_f32(acc: &mut [f32], bytes: &[u8]) {
-    match bytemuck::try_cast_slice::<u8, f32>(bytes) {
-        // Aligned (as chunk memory and allocations are): a loop the compiler vectorizes.
-        Ok(v) if cfg!(target_endian = "little") => ttmesh_chip::format::add_f32(acc, v),
-        _ => {
-            for (a, b) in acc.iter_mut().zip(bytes.chunks_exact(4)) {
-                *a += f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            }
+/// Hands `f` little-endian bytes of whole `T` elements as `&[T]`: in place when aligned (as
+/// chunk memory and allocations are), else copied into an aligned buffer, so the same
+/// arithmetic runs either way. The page paths that call this run on little-endian hosts only.
+fn as_elems<T: bytemuck::Pod>(bytes: &[u8], f: impl FnOnce(&[T])) {
+    match bytemuck::try_cast_slice::<u8, T>(bytes) {
+        Ok(v) => f(v),
+        Err(_) => {
+            let copy: Vec<T> = bytes
+                .chunks_exact(std::mem::size_of::<T>())
+                .map(bytemuck::pod_read_unaligned)
+                .collect();
+            f(&copy)
         }
     }
+}
+
+/// Adds little-endian f32 bytes (whole elements) into `acc`, element by element.
+pub(crate) fn add_le_f32(acc: &mut [f32], bytes: &[u8]) {
+    as_elems(bytes, |v| ttmesh_chip::format::add_f32(acc, v))
 }
 
 /// Adds little-endian bf16 bytes (whole elements) into bf16 sums `acc`, each rounded once.
 fn add_le_bf16(acc: &mut [u16], bytes: &[u8]) {
-    match bytemuck::try_cast_slice::<u8, u16>(bytes) {
-        Ok(v) if cfg!(target_endian = "little") => ttmesh_chip::format::add_bf16(acc, v),
-        _ => {
-            for (a, b) in acc.iter_mut().zip(bytes.chunks_exact(2)) {
-                let wide = |h: u16| f32::from_bits((h as u32) << 16);
-                let sum = wide(*a) + wide(u16::from_le_bytes([b[0], b[1]]));
-                *a = half::bf16::from_f32(sum).to_bits();
-            }
-        }
-    }
+    as_elems(bytes, |v| ttmesh_chip::format::add_bf16(acc, v))
 }
 
 /// Adds little-endian bf16 bytes (whole elements) into f32 sums `acc`.
 fn add_le_bf16_to_f32(acc: &mut [f32], bytes: &[u8]) {
-    match bytemuck::try_cast_slice::<u8, u16>(bytes) {
-        Ok(v) if cfg!(target_endian = "little") => ttmesh_chip::format::add_bf16_to_f32(acc, v),
-        _ => {
-            for (a, b) in acc.iter_mut().zip(bytes.chunks_exact(2)) {
-                *a += f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
-            }
-        }
-    }
+    as_elems(bytes, |v| ttmesh_chip::format::add_bf16_to_f32(acc, v))
 }
 
 /// Turns byte pieces that arrive in order (`DeviceMemory::read_in_place`) into runs of whole
@@ -609,7 +604,8 @@ impl Endpoint {
         match s {
             Step::AddPartial { slot, chunk, piece } => {
                 let (a, e) = f32_piece(w, chunk, piece);
-                self.add_slot(mem, slot, a, w.partials_bf16, &mut w.chunks[chunk][a..e])
+                let bf16 = w.fused.as_ref().expect(FUSED).partials_bf16();
+                self.add_slot(mem, slot, a, bf16, &mut w.chunks[chunk][a..e])
             }
             Step::Reduce {
                 from,
@@ -622,13 +618,12 @@ impl Endpoint {
                     chunks,
                     recv,
                     fused,
-                    partials_bf16,
                     partials16,
                     ..
                 } = w;
                 let io = fused.as_ref().expect(FUSED);
                 let start = (chunk, a * io.in_elem);
-                if let (Some((side, slot)), true) = (to, *partials_bf16) {
+                if let (Some((side, slot)), true) = (to, io.partials_bf16()) {
                     // A bf16 partial sum on its way: the input's bytes as they are, plus what
                     // arrived, rounded once; never widened to f32 in memory.
                     let sums = sized(partials16, e - a);
@@ -653,7 +648,7 @@ impl Endpoint {
                 };
                 read_input(io, mem, self.me, start, sums)?;
                 if let Some(slot) = from {
-                    self.add_slot(mem, slot, a, *partials_bf16, sums)?;
+                    self.add_slot(mem, slot, a, io.partials_bf16(), sums)?;
                 }
                 match to {
                     Some((side, slot)) => self

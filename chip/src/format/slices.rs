@@ -2,57 +2,76 @@
 //! collectives' reduction): compiled for AVX2 where the host has it, since the baseline build
 //! (SSE2) handles four floats per instruction and these loops run over every received piece.
 
-/// `dst[i] = bf16 bits src[i]` widened to f32 (exact: the bits move up 16 places).
-pub fn widen_bf16(src: &[u16], dst: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2 (checked just above), the target_feature function's
-        // only precondition.
-        return unsafe { widen_bf16_avx2(src, dst) };
-    }
-    widen_bf16_any(src, dst)
+/// Defines `pub fn $name(a, b)` whose loop `$body` is compiled twice from the same source:
+/// for AVX2, taken when the host has it, and for the baseline; so both give the same bits.
+macro_rules! slice_kernel {
+    ($(#[$doc:meta])* $name:ident($a:ident: $ta:ty, $b:ident: $tb:ty) $body:block) => {
+        $(#[$doc])*
+        pub fn $name($a: $ta, $b: $tb) {
+            #[inline(always)]
+            fn any($a: $ta, $b: $tb) $body
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2")]
+            unsafe fn avx2($a: $ta, $b: $tb) {
+                any($a, $b)
+            }
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2 (checked just above), the target_feature
+                // function's only precondition.
+                return unsafe { avx2($a, $b) };
+            }
+            any($a, $b)
+        }
+    };
 }
 
-/// `acc[i] += add[i]`, element by element (the order of a sum is the caller's: one add each).
-pub fn add_f32(acc: &mut [f32], add: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: as above.
-        return unsafe { add_f32_avx2(acc, add) };
+slice_kernel! {
+    /// `dst[i] = bf16 bits src[i]` widened to f32 (exact: the bits move up 16 places).
+    widen_bf16(src: &[u16], dst: &mut [f32]) {
+        for (f, b) in dst.iter_mut().zip(src) {
+            *f = wide(*b);
+        }
     }
-    add_f32_any(acc, add)
 }
 
-/// `acc[i] = bf16(acc[i] + add[i])`: two bf16 values added in f32 and rounded to nearest
-/// even, as a reduction that keeps its partial sums in bf16 does at every hop.
-pub fn add_bf16(acc: &mut [u16], add: &[u16]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: as above.
-        return unsafe { add_bf16_avx2(acc, add) };
+slice_kernel! {
+    /// `acc[i] += add[i]`, element by element (the order of a sum is the caller's: one add
+    /// each).
+    add_f32(acc: &mut [f32], add: &[f32]) {
+        for (a, b) in acc.iter_mut().zip(add) {
+            *a += *b;
+        }
     }
-    add_bf16_any(acc, add)
 }
 
-/// `acc[i] += add[i]` widened from bf16 (a bf16 partial sum joining an f32 sum).
-pub fn add_bf16_to_f32(acc: &mut [f32], add: &[u16]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: as above.
-        return unsafe { add_bf16_to_f32_avx2(acc, add) };
+slice_kernel! {
+    /// `acc[i] = bf16(acc[i] + add[i])`: two bf16 values added in f32 and rounded to nearest
+    /// even, as a reduction that keeps its partial sums in bf16 does at every hop.
+    add_bf16(acc: &mut [u16], add: &[u16]) {
+        for (a, b) in acc.iter_mut().zip(add) {
+            *a = round_bf16(wide(*a) + wide(*b)).to_le();
+        }
     }
-    add_bf16_to_f32_any(acc, add)
 }
 
-/// `dst[i] = bf16(src[i])`, rounded to nearest even (NaN stays NaN), bit for bit
-/// `half::bf16::from_f32`.
-pub fn narrow_bf16(src: &[f32], dst: &mut [u16]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: as above.
-        return unsafe { narrow_bf16_avx2(src, dst) };
+slice_kernel! {
+    /// `acc[i] += add[i]` widened from bf16 (a bf16 partial sum joining an f32 sum).
+    add_bf16_to_f32(acc: &mut [f32], add: &[u16]) {
+        for (a, b) in acc.iter_mut().zip(add) {
+            *a += wide(*b);
+        }
     }
-    narrow_bf16_any(src, dst)
+}
+
+slice_kernel! {
+    /// `dst[i] = bf16(src[i])`, rounded to nearest even (NaN stays NaN), bit for bit
+    /// `half::bf16::from_f32`.
+    narrow_bf16(src: &[f32], dst: &mut [u16]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = round_bf16(*s).to_le();
+        }
+    }
 }
 
 /// bf16 bits of `x`, rounded to nearest even; a NaN keeps its top bits and is made quiet.
@@ -67,74 +86,10 @@ fn round_bf16(x: f32) -> u16 {
     (if nan { quiet } else { rounded }) as u16
 }
 
+/// The f32 a little-endian bf16 holds.
 #[inline(always)]
 fn wide(b: u16) -> f32 {
     f32::from_bits((u16::from_le(b) as u32) << 16)
-}
-
-#[inline(always)]
-fn add_bf16_any(acc: &mut [u16], add: &[u16]) {
-    for (a, b) in acc.iter_mut().zip(add) {
-        *a = round_bf16(wide(*a) + wide(*b)).to_le();
-    }
-}
-
-#[inline(always)]
-fn add_bf16_to_f32_any(acc: &mut [f32], add: &[u16]) {
-    for (a, b) in acc.iter_mut().zip(add) {
-        *a += wide(*b);
-    }
-}
-
-#[inline(always)]
-fn narrow_bf16_any(src: &[f32], dst: &mut [u16]) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        *d = round_bf16(*s).to_le();
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn add_bf16_avx2(acc: &mut [u16], add: &[u16]) {
-    add_bf16_any(acc, add)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn add_bf16_to_f32_avx2(acc: &mut [f32], add: &[u16]) {
-    add_bf16_to_f32_any(acc, add)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn narrow_bf16_avx2(src: &[f32], dst: &mut [u16]) {
-    narrow_bf16_any(src, dst)
-}
-
-#[inline(always)]
-fn widen_bf16_any(src: &[u16], dst: &mut [f32]) {
-    for (f, b) in dst.iter_mut().zip(src) {
-        *f = f32::from_bits((u16::from_le(*b) as u32) << 16);
-    }
-}
-
-#[inline(always)]
-fn add_f32_any(acc: &mut [f32], add: &[f32]) {
-    for (a, b) in acc.iter_mut().zip(add) {
-        *a += *b;
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn widen_bf16_avx2(src: &[u16], dst: &mut [f32]) {
-    widen_bf16_any(src, dst)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn add_f32_avx2(acc: &mut [f32], add: &[f32]) {
-    add_f32_any(acc, add)
 }
 
 #[cfg(test)]
