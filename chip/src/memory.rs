@@ -237,14 +237,15 @@ impl DeviceMemory {
     pub fn write(&self, space: MemSpace, bank: u32, addr: u64, data: &[u8]) -> Result<()> {
         let lock = self.bank(space, bank, addr, data.len() as u64)?;
         self.touch(space, addr + data.len() as u64);
-        let mut b = lock.write();
         let mut off = 0usize;
         while off < data.len() {
             let a = addr + off as u64;
             let chunk = a / CHUNK_SIZE;
             let in_chunk = (a % CHUNK_SIZE) as usize;
             let n = (CHUNK_SIZE as usize - in_chunk).min(data.len() - off);
-            b.chunks
+            // Locked per chunk (see `read_in_place`).
+            lock.write()
+                .chunks
                 .entry(chunk)
                 .or_insert_with(|| {
                     self.resident.add(space, bank, chunk, 1);
@@ -326,7 +327,8 @@ impl DeviceMemory {
     /// Calls `f(offset, bytes)` for consecutive pieces of the `len` bytes at `addr` of one bank,
     /// in place (no copy; unwritten memory is given as zeros): the large reads that only
     /// consume bytes (a reduction adding a received slot) need no bounce buffer. Holds the
-    /// bank's read lock throughout, so `f` must not write this chip's memory.
+    /// bank's read lock while `f` has a chunk's bytes, so `f` must not write this chip's
+    /// memory.
     pub fn read_in_place(
         &self,
         space: MemSpace,
@@ -337,12 +339,15 @@ impl DeviceMemory {
     ) -> Result<()> {
         static ZEROS: [u8; CHUNK_SIZE as usize] = [0; CHUNK_SIZE as usize];
         let lock = self.bank(space, bank, addr, len as u64)?;
-        let b = lock.read();
         let mut off = 0usize;
         while off < len {
             let a = addr + off as u64;
             let in_chunk = (a % CHUNK_SIZE) as usize;
             let n = (CHUNK_SIZE as usize - in_chunk).min(len - off);
+            // Locked per chunk, not for the whole read: a neighbour's thread delivering into
+            // this bank meanwhile waits for one chunk at most, not a whole piece (a parked
+            // writer on a 2-core host costs two context switches).
+            let b = lock.read();
             let have = match b.chunks.get(&(a / CHUNK_SIZE)) {
                 Some(c) => {
                     let have = c.valid.saturating_sub(in_chunk).min(n);
@@ -490,6 +495,42 @@ mod tests {
         assert!(m.holds_in(MemSpace::Dram, 5 * mib, 6 * mib));
         m.discard(MemSpace::Dram, 1, 5 * mib, mib);
         assert!(!m.holds_in(MemSpace::Dram, 0, 16 * mib));
+    }
+
+    /// A neighbour's write into a bank lands while this chip's thread is inside a long
+    /// in-place read of the same bank: the read holds the bank's lock one chunk at a time.
+    #[test]
+    fn a_long_read_does_not_hold_off_writes_until_it_ends() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let m = Arc::new(DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20));
+        let c = CHUNK_SIZE as usize;
+        m.write(MemSpace::Dram, 0, 0, &vec![1u8; 4 * c]).unwrap();
+        let written = Arc::new(AtomicBool::new(false));
+        let mut writer = None;
+        let mut seen_at_end = false;
+        m.read_in_place(MemSpace::Dram, 0, 0, 4 * c, |off, _| {
+            if off == 0 {
+                // Another thread writes a new chunk; it finds the bank locked and waits.
+                let (m2, w) = (m.clone(), written.clone());
+                writer = Some(std::thread::spawn(move || {
+                    m2.write(MemSpace::Dram, 0, 8 * CHUNK_SIZE, &[7; 64])
+                        .unwrap();
+                    w.store(true, Ordering::SeqCst);
+                }));
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+            if off == 3 * c {
+                seen_at_end = written.load(Ordering::SeqCst);
+            }
+        })
+        .unwrap();
+        writer.unwrap().join().unwrap();
+        assert!(seen_at_end, "the write waited for the whole read");
+        let mut back = [0u8; 64];
+        m.read(MemSpace::Dram, 0, 8 * CHUNK_SIZE, &mut back)
+            .unwrap();
+        assert_eq!(back, [7; 64]);
     }
 
     #[test]
