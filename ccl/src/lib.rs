@@ -127,9 +127,9 @@
 //!   10%, the fabric's transmit / router pass / send path ~12%. Inside a trace replay the
 //!   queue's next record still waits for the line (a sleep and a wake per chip), as it must.
 //!   With no switch left, one thread doing the line's work wins far further up: an all_reduce
-//!   now runs together up to 256 KiB of input per chip (1 MiB on 8 chips with two threads,
-//!   below; after the data path got leaner, also 2 MiB on 2 chips and 1 MiB on 32; the A/B
-//!   figures are at `together::wanted`). all_gather writes its output after the steps on
+//!   now runs together up to 256 KiB of input per chip (768 KiB on 8 chips with two threads,
+//!   below; 1 MiB on 2 chips and on 32; the A/B figures, re-measured after each change to the
+//!   data path, are at `together::wanted`). all_gather writes its output after the steps on
 //!   each chip's thread, so its launches still wait and it keeps the old rule (the page
 //!   reduce_scatter now writes its output in steps and defers like the all_reduce).
 //!   From 64 KiB per chip the line runs on two threads (`kernels/pair.rs`): the meeting's and
@@ -161,7 +161,10 @@
 //!   output as they land. Per wire byte: one write into the neighbour's memory and one read
 //!   there (two host passes); ~140 MiB of traffic per chip.
 //! - Pieces are separate messages and semaphore increments, so the ring pipelines: a chip
-//!   adds piece 0 while piece 1 is on the wire (`kernels/lists.rs`).
+//!   adds piece 0 while piece 1 is on the wire (`kernels/lists.rs`). Later measured: from 4
+//!   chips on, each piece's wait costs more than the pipelining gives (the chips' threads
+//!   already outnumber the cores), so chunks there move in at most two pieces, one from 16
+//!   chips (`pages::piece_bytes`): t3k 16 MiB 32.7 -> 28.9 ms, galaxy 16 MiB 142 -> 126 ms.
 //! - Memory reused from the pool is not zeroed up front: a chunk's valid-bytes mark reads
 //!   the rest as zero, and transfers write front to back.
 //! - Formats: partial sums stayed f32 on the wire then (twice a bf16 input's bytes), rounded
@@ -201,7 +204,8 @@
 //! ccl`'s sequence); line-4 1 MiB ~1.0 -> 0.8-0.95 ms; galaxy 36 KiB 920-934 -> 775-781 us.
 //! line-2 1 MiB went 492-528 -> 314-365 us, then back to 394-418 with `ReduceOut`: its two
 //! dispatchers now reach the gather's wait sooner and switch more (10.5 vs 7.3 per
-//! collective; longer spins make it worse), a scheduling effect left open. reduce_scatter t3k 16 MiB 34-44 -> 29-30 ms, 1 MiB 2.3-2.5 -> 1.4-1.5 ms. perf
+//! collective; longer spins make it worse). The cause, found later: the two threads parked
+//! on each other's bank locks (below). reduce_scatter t3k 16 MiB 34-44 -> 29-30 ms, 1 MiB 2.3-2.5 -> 1.4-1.5 ms. perf
 //! on the 16 MiB all_reduce now: memcpy 24%, the bf16 add 12% (its loads: the slot's bytes
 //! come from memory), `DeviceMemory::write` 11% (its lock release waits for the copy's
 //! stores), 1.7 of 2 CPUs busy: the passes are memory-bound. Tried and dropped: the same
@@ -213,7 +217,13 @@
 //!
 //! Locks per packet: the slot's mutex (uncontended: one producer, one consumer), per
 //! delivered write the bank's RwLock and one hash lookup per 16 KiB chunk, per semaphore
-//! increment the chip's semaphore-table mutex and a condvar notify.
+//! increment the chip's semaphore-table mutex and a condvar notify. The bank lock was held
+//! for a whole call: a chip's thread adding a 256 KiB slot in place held its bank for the
+//! whole piece, so the neighbour's thread delivering into that bank parked, two context
+//! switches each on a 2-core host (perf, line-2 1 MiB on own threads: 12% of CPU in the lock's
+//! park and wake paths, 1.2 of 2 CPUs busy). Chip memory now takes the lock per chunk:
+//! line-2 on own threads 1 MiB 378-386 -> 301-319 us, 2 MiB 792 -> 561 us, 16 MiB 9.7-11.1
+//! -> 7.6-8.1 ms; one-thread runs unchanged.
 
 #![forbid(unsafe_code)]
 

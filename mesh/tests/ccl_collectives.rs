@@ -514,7 +514,8 @@ fn all_reduce_in_many_pieces() {
     ] {
         let mesh = open(topo, fabric);
         for dtype in [DataType::BFloat16, DataType::Float32] {
-            // 864 tiles: 108 per chip of 8 (two pieces of at most 64 pages), 432 per chip of 2.
+            // 864 tiles: 108 per chip of 8 (f32: two pieces of at most 64 pages; bf16: one),
+            // 432 per chip of 2 (bf16: four pieces of 128 pages).
             let c = Case::new(Op::AllReduce, &[1, 1, 864, 1024], 3, dtype, None);
             check(&mesh, &c, 11);
         }

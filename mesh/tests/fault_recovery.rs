@@ -249,15 +249,15 @@ fn t3k_ring_mid_all_reduce_on_two_runners_recovers_from_every_fault() {
 }
 
 /// A large all_reduce runs on each chip's own thread and moves in several pieces per chunk
-/// (1,024 tiles over 8 chips: 2 pieces each): a fault mid-stream still fails every chip
-/// naming the link, and the next run is right.
+/// (2,048 bf16 tiles over 8 chips: 512 KiB chunks, 2 pieces each): a fault mid-stream still
+/// fails every chip naming the link, and the next run is right.
 #[test]
 fn t3k_ring_large_all_reduce_recovers_from_every_fault() {
     matrix_of(
         "t3k",
         FabricConfig::Fabric1DRing,
         None,
-        4096,
+        8192,
         &[Op::AllReduce],
     );
 }

@@ -70,9 +70,27 @@ pub(crate) fn page_elems(spec: &TensorSpec) -> usize {
     }
 }
 
-/// Bytes of partial sums per piece (see `lists`), in the input's format: small enough that a
-/// piece summed, sent and written stays in the host's cache.
+/// Bytes of partial sums per piece (see `lists`), in the input's format, at least: small
+/// enough that a piece summed, sent and written stays in the host's cache.
 const PIECE_BYTES: usize = 256 * 1024;
+
+/// Bytes per piece of a fused reduction on a line of `n` chips whose largest chunk has
+/// `largest` bytes (every chip of the line computes the same). Pieces pipeline the ring: a
+/// chip adds piece 0 while piece 1 is on the wire. That keeps both cores of a small host busy
+/// on a line of 2, but from 4 chips on the chips' own threads already outnumber the cores,
+/// and each piece adds a semaphore wait that often sleeps: there, at most two pieces per
+/// chunk, and one from 16 chips. A/B on a 2-core host, all_reduce on own threads (medians,
+/// ms; 256 KiB pieces / capped): line-4 8 MiB 9.2 / 7.9, 16 MiB 18.4 / 16.4; t3k 8 MiB 16.2 /
+/// 15.3, 16 MiB 32.8 / 29.1 (one piece: 29.1 too); galaxy 16 MiB 142 / 126 (one piece).
+/// line-2 gains nothing from the cap (4 MiB 1.22 / 1.31 with four pieces).
+fn piece_bytes(n: usize, largest: usize) -> usize {
+    let most_pieces = match n {
+        0..=3 => return PIECE_BYTES,
+        4..=15 => 2,
+        _ => 1,
+    };
+    PIECE_BYTES.max(largest.div_ceil(most_pieces))
+}
 
 /// Buffers reused across launches, so a collective allocates (and page-faults) only when it
 /// is larger than those before it. One per thread first (a dispatcher's, taken and given
@@ -260,7 +278,8 @@ fn fuse(
     let out_lens: Vec<usize> = chunk_pages.iter().map(|&p| p * out_page).collect();
     w.shape(&elems, &out_lens, Some(k.pos));
     w.out_dtype = Some(k.output.dtype);
-    let piece_pages = (PIECE_BYTES / (in_page / pe) / pe).max(1);
+    let largest = chunk_pages.iter().copied().max().unwrap_or(1) * in_page;
+    let piece_pages = (piece_bytes(k.line.chips.len(), largest) / (in_page / pe) / pe).max(1);
     w.chunk_piece = piece_pages * pe;
     w.block_piece = piece_pages * out_page;
     w.fused = Some(FusedIo {
