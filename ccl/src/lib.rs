@@ -127,12 +127,12 @@
 //!   10%, the fabric's transmit / router pass / send path ~12%. Inside a trace replay the
 //!   queue's next record still waits for the line (a sleep and a wake per chip), as it must.
 //!   With no switch left, one thread doing the line's work wins far further up: an all_reduce
-//!   now runs together up to 256 KiB of input per chip (768 KiB on 8 chips with two threads,
-//!   below; 1 MiB on 2 chips and on 32; the A/B figures, re-measured after each change to the
+//!   now runs together up to 256 KiB of input per chip (with two threads, below: 2 MiB on
+//!   lines of 3 or 4 chips, 768 KiB on 8, 1 MiB on 32; 1 MiB on 2 chips; the A/B figures, re-measured after each change to the
 //!   data path, are at `together::wanted`). all_gather writes its output after the steps on
 //!   each chip's thread, so its launches still wait and it keeps the old rule (the page
 //!   reduce_scatter now writes its output in steps and defers like the all_reduce).
-//!   From 64 KiB per chip the line runs on two threads (`kernels/pair.rs`): the meeting's and
+//!   From 64 KiB per chip a line of 3 or more runs on two threads (`kernels/pair.rs`): the meeting's and
 //!   a pool thread, each taking whichever part has a step ready (a part is locked while one
 //!   runs it), so the second core works too, still with no switch per step. The widening
 //!   and add loops run as AVX2 where the host has it (`ttmesh_chip::format::{widen_bf16,

@@ -83,14 +83,23 @@ const TOGETHER_MAX_INPUT_PAIRED: usize = 768 << 10;
 /// 1 MiB 12.1-12.9 / 13.6-14.4 ms.
 const TOGETHER_MAX_INPUT_LONG: usize = 1 << 20;
 
+/// Lines of 3 or 4 chips on two threads, since chip memory takes its locks per chunk (the
+/// two threads had parked on each other's bank locks before). line-4, medians of 3-5 (us;
+/// two threads / one / own threads): 512 KiB 318 / 413 / 341, 1 MiB 638 / 923 / 833, 2 MiB
+/// 1748 / 2939 / 1936 and 1704 / - / 1829, 3 MiB 2912 / - / 2909, 4 MiB 4044 / - / 3632;
+/// line-3 1 MiB 432 / 475 (one thread).
+const TOGETHER_MAX_INPUT_SHORT_PAIRED: usize = 2 << 20;
+
 /// Input bytes per chip from which a line that runs together runs on two threads
-/// (`pair.rs`): below it a pool thread's wake-up costs more than the second core gives. On
-/// lines of 2 or 4 the two threads mostly wait on each other's pieces, moving each piece
-/// from one core's cache to the other's. A/B on a 2-core host, all_reduce (us, one thread /
-/// two): t3k 64 KiB 210-216 / 142-147, 256 KiB 765-772 / 360-376; galaxy 128 KiB 4.06-4.14
-/// / 2.23-3.03 ms; line-2 256 KiB 122-128 / 179-185; line-4 256 KiB 255-256 / 364-379.
+/// (`pair.rs`): below it a pool thread's wake-up costs more than the second core gives. On a
+/// line of 2 the two threads mostly wait on each other's pieces, moving each piece from one
+/// core's cache to the other's. A/B on a 2-core host, all_reduce (us, one thread / two): t3k
+/// 64 KiB 210-216 / 142-147, 256 KiB 765-772 / 360-376; galaxy 128 KiB 4.06-4.14 /
+/// 2.23-3.03 ms; line-2 256 KiB 122-128 / 179-185 (85 / 141 with memory locked per chunk);
+/// line-4 256 KiB 255-256 / 364-379 then, 218-222 / 175-184 with memory locked per chunk
+/// (64 KiB 82 / 70, 128 KiB 136 / 115; line-3 256 KiB 148 / 128).
 const PAIR_MIN_INPUT: usize = 64 << 10;
-const PAIR_MIN_CHIPS: usize = 8;
+const PAIR_MIN_CHIPS: usize = 3;
 
 /// True if a line of `n` that runs together should run on two threads (`pair.rs`).
 pub(crate) fn pairs(input_bytes: usize, n: usize) -> bool {
@@ -108,18 +117,21 @@ const WAITING_BYTES_PER_CHIP: usize = 6 << 10;
 pub(crate) fn wanted(input_bytes: usize, n: usize, defers: bool) -> bool {
     let most = if !defers {
         n * WAITING_BYTES_PER_CHIP
-    } else if n > 8 {
-        if pairs(TOGETHER_MAX_INPUT_LONG, n) {
-            TOGETHER_MAX_INPUT_LONG
-        } else {
-            TOGETHER_MAX_INPUT_LONG / 2
-        }
-    } else if pairs(TOGETHER_MAX_INPUT_PAIRED, n) {
-        TOGETHER_MAX_INPUT_PAIRED
-    } else if n == 2 {
+    } else if n <= 2 {
         TOGETHER_MAX_INPUT_TWO
+    } else if !pairs(PAIR_MIN_INPUT, n) {
+        // One thread alone: half as far past 8 chips (see `TOGETHER_MAX_INPUT_LONG`).
+        if n > 8 {
+            TOGETHER_MAX_INPUT_LONG / 2
+        } else {
+            TOGETHER_MAX_INPUT
+        }
+    } else if n <= 4 {
+        TOGETHER_MAX_INPUT_SHORT_PAIRED
+    } else if n <= 8 {
+        TOGETHER_MAX_INPUT_PAIRED
     } else {
-        TOGETHER_MAX_INPUT
+        TOGETHER_MAX_INPUT_LONG
     };
     match step_runner() {
         StepRunner::BySize => input_bytes <= most,
