@@ -94,12 +94,19 @@ struct Row {
     time: Duration,
 }
 
+/// How many timed iterations: a count, or as many as fit a time budget (3 to 200).
+#[derive(Clone, Copy)]
+enum Iters {
+    Exactly(usize),
+    Within(Duration),
+}
+
 /// Times one collective of `size` bytes per chip (bf16, DRAM, tile layout) on `mesh`.
 fn time_collective(
     mesh: &MeshDevice,
     op: Op,
     size: usize,
-    iters: usize,
+    iters: Iters,
 ) -> Result<Duration, String> {
     let rows = size / 2 / 1024;
     time_collective_shaped(mesh, op, &[1, 1, rows, 1024], iters)
@@ -111,7 +118,7 @@ fn time_collective_shaped(
     mesh: &MeshDevice,
     op: Op,
     full: &[usize],
-    iters: usize,
+    iters: Iters,
 ) -> Result<Duration, String> {
     let err = |e: ttmesh::MeshError| e.to_string();
     let n = mesh.num_devices();
@@ -155,6 +162,15 @@ fn time_collective_shaped(
         Ok(t.elapsed())
     };
     once()?; // compile + first touch of every buffer
+    let iters = match iters {
+        Iters::Exactly(n) => n,
+        // One timed run sizes the loop: a fixed 10 iterations of a 1 MiB collective (a few
+        // ms in all) were decided by a single stall of the shared host.
+        Iters::Within(budget) => {
+            let probe = once()?.max(Duration::from_micros(1));
+            (budget.as_secs_f64() / probe.as_secs_f64()).clamp(3.0, 200.0) as usize
+        }
+    };
     let mut total = Duration::ZERO;
     for _ in 0..iters {
         total += once()?;
@@ -187,9 +203,9 @@ pub fn time_one(op: &str, topology: &str, size: usize, iters: usize) -> Result<D
     // Below 1 MiB, one 32-row block as the small-size table (and decode) has it: 36864 bytes
     // is 32x576, whose tiles are all full; 1024-wide rows would pad it to 64 KiB.
     let t = if size < 1 << 20 && size.is_multiple_of(32 * 32 * 2) {
-        time_collective_shaped(&mesh, op, &[1, 1, 32, size / 64], iters)
+        time_collective_shaped(&mesh, op, &[1, 1, 32, size / 64], Iters::Exactly(iters))
     } else {
-        time_collective(&mesh, op, size, iters)
+        time_collective(&mesh, op, size, Iters::Exactly(iters))
     };
     let _ = mesh.close();
     t
@@ -245,12 +261,9 @@ fn collectives(quick: bool, m: f64, mpi: &MpiFigures, out: &mut String) -> Vec<R
             continue;
         };
         for &size in sizes {
-            let iters = if size >= 16 * MIB {
-                3
-            } else if quick {
-                5
-            } else {
-                10
+            let iters = match quick {
+                true => Iters::Within(Duration::from_millis(30)),
+                false => Iters::Within(Duration::from_millis(150)),
             };
             for op in [Op::AllReduce, Op::AllGather, Op::ReduceScatter] {
                 match time_collective(&mesh, op, size, iters) {
@@ -279,7 +292,8 @@ fn collectives(quick: bool, m: f64, mpi: &MpiFigures, out: &mut String) -> Vec<R
                             size,
                             time: t,
                         });
-                        let run_once = || time_collective(&mesh, op, size, 1).map(|_| ());
+                        let run_once =
+                            || time_collective(&mesh, op, size, Iters::Exactly(1)).map(|_| ());
                         if let Ok(Some(ns)) = crate::profile::modeled_collective_ns(&mesh, run_once)
                         {
                             modeled.push(crate::profile::ModeledRow {
@@ -428,7 +442,12 @@ fn small_all_reduce(quick: bool, mpi: &MpiFigures, out: &mut String) {
             } else {
                 300
             };
-            match time_collective_shaped(&mesh, Op::AllReduce, &[1, 1, 32, w], iters) {
+            match time_collective_shaped(
+                &mesh,
+                Op::AllReduce,
+                &[1, 1, 32, w],
+                Iters::Exactly(iters),
+            ) {
                 Ok(t) => {
                     let us = t.as_secs_f64() * 1e6;
                     let mpi = mpi.us(n, size);
