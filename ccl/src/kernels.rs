@@ -21,6 +21,12 @@ mod pair;
 mod steps;
 mod together;
 
+/// The host's cores (as the process may use them), read once.
+fn host_cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 pub use together::{set_step_runner, StepRunner};
 
 /// Scratch slot size of an all_gather: one chip's tensor, as pages (fast path) or as wire
@@ -187,7 +193,13 @@ impl<'a> Run<'a> {
 
     fn wait_slot(&self, slot: usize) -> Result<(), ChipError> {
         self.fabric
-            .wait_semaphore(self.ep.me, SEM_SLOT_BASE + slot as u32, 1, self.timeout)
+            .wait_semaphore_spinning(
+                self.ep.me,
+                SEM_SLOT_BASE + slot as u32,
+                1,
+                self.timeout,
+                self.ep.spins,
+            )
             .map_err(|e| self.fail(e))
     }
 
@@ -252,6 +264,7 @@ impl<'a> Run<'a> {
                         .map(|l| self.fabric.sender(self.ep.me).map(|s| s.with_link(l)))
                         .collect::<Result<_, _>>()
                         .map_err(|e| self.fail(e))?,
+                    spins: self.ep.spins,
                 },
                 work: std::mem::take(work),
                 steps,
@@ -302,7 +315,7 @@ impl<'a> Run<'a> {
         }
         let wait = |sem: u32| {
             self.fabric
-                .wait_semaphore(self.ep.me, sem, 1, self.timeout)
+                .wait_semaphore_spinning(self.ep.me, sem, 1, self.timeout, self.ep.spins)
                 .map_err(|e| self.fail(e))
         };
         if writes_right && self.ep.right.is_some() {
@@ -457,6 +470,7 @@ impl CollectiveKernel {
                 right,
                 slots,
                 senders,
+                spins: steps::wait_spins(n),
             },
             fabric,
             timeout: ctx.timeout,

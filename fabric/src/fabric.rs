@@ -355,13 +355,32 @@ impl Fabric {
         at_least: u64,
         timeout: Duration,
     ) -> Result<()> {
+        self.wait_semaphore_spinning(chip, sem, at_least, timeout, sem_spin())
+    }
+
+    /// Checks a semaphore wait makes before it sleeps, unless the caller knows better
+    /// (`TTMESH_SEM_SPIN` sets it; 256 by default).
+    pub fn default_semaphore_spins() -> u32 {
+        sem_spin()
+    }
+
+    /// `wait_semaphore`, checking up to `spins` times (yielding the core every 16th) before
+    /// sleeping: a caller whose peers each have a core of their own may spin longer.
+    pub fn wait_semaphore_spinning(
+        &self,
+        chip: u32,
+        sem: u32,
+        at_least: u64,
+        timeout: Duration,
+        spins: u32,
+    ) -> Result<()> {
         self.check_chip(chip)?;
         let inner = &self.inner;
         let t = &inner.sems[chip as usize];
         // Spin (then yield) before sleeping on the condvar: a collective's increment usually
         // comes from a peer running on the other core within microseconds, and a sleep costs
         // a futex wake and a context switch on the critical path.
-        for i in 0..sem_spin() {
+        for i in 0..spins {
             {
                 let mut g = t.vals.lock();
                 if let Some(v) = g.get_mut(&sem).filter(|v| **v >= at_least) {
