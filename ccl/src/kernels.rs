@@ -265,6 +265,7 @@ impl<'a> Run<'a> {
                         .collect::<Result<_, _>>()
                         .map_err(|e| self.fail(e))?,
                     spins: self.ep.spins,
+                    regions: None,
                 },
                 work: std::mem::take(work),
                 steps,
@@ -471,6 +472,7 @@ impl CollectiveKernel {
                 slots,
                 senders,
                 spins: steps::wait_spins(n),
+                regions: None,
             },
             fabric,
             timeout: ctx.timeout,

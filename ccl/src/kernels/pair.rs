@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ttmesh_fabric::{Fabric, FabricError};
 
 use super::steps::{Local, StepError};
-use super::together::{receiver, slot_count, Part};
+use super::together::{receiver, region_busy, slot_count, Part};
 
 /// The pool job has not started; it runs; it is over (or will never start).
 const IDLE: u8 = 0;
@@ -32,6 +32,11 @@ struct Shared {
     cells: Vec<Mutex<Option<Cell>>>,
     /// sent[p * slots + s]: pieces sent into position p's slot s and not yet received.
     sent: Vec<AtomicUsize>,
+    /// unread[p * slots + s]: pieces written into position p's slot s's memory and not yet
+    /// read (the read done, not just begun: the other thread may be reading it).
+    unread: Vec<AtomicUsize>,
+    /// Slots sharing memory (`together::alias_slots`).
+    regions: Option<usize>,
     slots: usize,
     total: usize,
     done: AtomicUsize,
@@ -58,6 +63,7 @@ pub(crate) fn drive(
     name: &'static str,
     timeout: Duration,
     parts: Vec<Part>,
+    regions: Option<usize>,
     progress: Arc<AtomicU64>,
 ) -> (Vec<Part>, Result<(), (usize, StepError)>) {
     let n = parts.len();
@@ -69,6 +75,10 @@ pub(crate) fn drive(
             .map(|part| Mutex::new(Some(Cell { part, pc: 0 })))
             .collect(),
         sent: (0..n * slots).map(|_| AtomicUsize::new(0)).collect(),
+        unread: (0..if regions.is_some() { n * slots } else { 0 })
+            .map(|_| AtomicUsize::new(0))
+            .collect(),
+        regions,
         slots,
         total,
         done: AtomicUsize::new(0),
@@ -152,6 +162,15 @@ impl Shared {
             if self.stop.load(Ordering::Acquire) {
                 break;
             }
+            if let (Some(r), Some((side, slot))) = (self.regions, s.writes_slot()) {
+                // One writer per chip's slots (`alias_slots`): this part is the only one that
+                // writes the receiver's slots, so the check cannot race another write.
+                let q = receiver(p, n, side) * self.slots;
+                let unread = |s: usize| self.unread[q + s].load(Ordering::Acquire);
+                if region_busy(unread, self.slots, slot, r) {
+                    break;
+                }
+            }
             if let Some(slot) = s.receives() {
                 let count = &self.sent[p * self.slots + slot];
                 let took =
@@ -167,6 +186,15 @@ impl Shared {
             {
                 self.fail(p, e);
                 break;
+            }
+            if self.regions.is_some() {
+                if let Some(slot) = s.reads_slot() {
+                    self.unread[p * self.slots + slot].fetch_sub(1, Ordering::AcqRel);
+                }
+                if let Some((side, slot)) = s.writes_slot() {
+                    let q = receiver(p, n, side);
+                    self.unread[q * self.slots + slot].fetch_add(1, Ordering::AcqRel);
+                }
             }
             if let Some((side, slot)) = s.sends() {
                 let q = receiver(p, n, side);

@@ -94,6 +94,24 @@ impl Step {
         }
     }
 
+    /// The slot whose memory this step reads (`receives`, less a gather's wait, whose piece
+    /// is already in the output).
+    pub(crate) fn reads_slot(&self) -> Option<usize> {
+        match self {
+            Step::AwaitOutput { .. } => None,
+            _ => self.receives(),
+        }
+    }
+
+    /// The neighbour and slot whose memory this step writes (`sends`, less a gather's pass,
+    /// which writes the neighbour's output and only raises the slot's semaphore).
+    pub(crate) fn writes_slot(&self) -> Option<(Side, usize)> {
+        match self {
+            Step::PassOutput { .. } => None,
+            _ => self.sends(),
+        }
+    }
+
     /// The neighbour and slot this step writes into, if it sends.
     pub(crate) fn sends(&self) -> Option<(Side, usize)> {
         match *self {
@@ -503,6 +521,10 @@ pub(crate) struct Endpoint {
     pub senders: Vec<FabricSender>,
     /// Checks a wait makes before sleeping (`wait_spins`).
     pub spins: u32,
+    /// Slots whose memory is shared, `regions` apart (slot `s` lands in slot `s % regions`'s
+    /// memory; its semaphore stays its own). Only a runner that knows when a slot's pieces
+    /// were read sets it (`together::alias_slots`); a chip's own thread never does.
+    pub regions: Option<usize>,
 }
 
 /// Checks a chip's semaphore wait makes before sleeping, on a line of `n` chips. When every
@@ -522,8 +544,14 @@ pub(crate) fn wait_spins(n: usize) -> u32 {
 
 impl Endpoint {
     pub(crate) fn slot_addr(&self, slot: usize) -> NocAddr {
-        let (bank, addr) = self.slots.location(slot as u64);
+        let (bank, addr) = self.slot_location(slot);
         NocAddr::dram(bank, addr)
+    }
+
+    /// The bank and address of slot `slot`'s memory (shared with others under `regions`).
+    fn slot_location(&self, slot: usize) -> (u32, u64) {
+        let memory = self.regions.map_or(slot, |r| slot % r);
+        self.slots.location(memory as u64)
     }
 
     pub(crate) fn neighbour(&self, side: Side) -> u32 {
@@ -559,7 +587,7 @@ impl Endpoint {
         offset: usize,
         out: &mut [u8],
     ) -> Result<(), StepError> {
-        let (bank, addr) = self.slots.location(slot as u64);
+        let (bank, addr) = self.slot_location(slot);
         mem.read(self.me, MemSpace::Dram, bank, addr + offset as u64, out)
     }
 
@@ -573,7 +601,7 @@ impl Endpoint {
         (elem, elems): (usize, usize),
         f: impl FnMut(usize, &[u8]),
     ) -> Result<(), StepError> {
-        let (bank, addr) = self.slots.location(slot as u64);
+        let (bank, addr) = self.slot_location(slot);
         let mut runs = Elements::new(elem, f);
         let addr = addr + offset as u64;
         mem.read_with(self.me, MemSpace::Dram, bank, addr, elems * elem, |_, b| {
