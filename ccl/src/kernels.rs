@@ -15,6 +15,7 @@ use steps::{Endpoint, Local, Step, StepError, Work};
 
 use crate::{CclLine, Topology};
 
+mod elements;
 mod lists;
 mod pages;
 mod pair;

@@ -1,0 +1,105 @@
+//! Received bytes as whole elements: a fabric read hands a slot's bytes over in pieces that
+//! may end inside an element, and the reductions add little-endian f32 or bf16 values from
+//! them in place. Owns no memory and touches no chip.
+
+/// Hands `f` little-endian bytes of whole `T` elements as `&[T]`: in place when aligned (as
+/// chunk memory and allocations are), else copied into an aligned buffer, so the same
+/// arithmetic runs either way. The page paths that call this run on little-endian hosts only.
+fn as_elems<T: bytemuck::Pod>(bytes: &[u8], f: impl FnOnce(&[T])) {
+    match bytemuck::try_cast_slice::<u8, T>(bytes) {
+        Ok(v) => f(v),
+        Err(_) => {
+            let copy: Vec<T> = bytes
+                .chunks_exact(std::mem::size_of::<T>())
+                .map(bytemuck::pod_read_unaligned)
+                .collect();
+            f(&copy)
+        }
+    }
+}
+
+/// Adds little-endian f32 bytes (whole elements) into `acc`, element by element.
+pub(crate) fn add_le_f32(acc: &mut [f32], bytes: &[u8]) {
+    as_elems(bytes, |v| ttmesh_chip::format::add_f32(acc, v))
+}
+
+/// Adds little-endian bf16 bytes (whole elements) into bf16 sums `acc`, each rounded once.
+pub(crate) fn add_le_bf16(acc: &mut [u16], bytes: &[u8]) {
+    as_elems(bytes, |v| ttmesh_chip::format::add_bf16(acc, v))
+}
+
+/// Adds little-endian bf16 bytes (whole elements) into f32 sums `acc`.
+pub(crate) fn add_le_bf16_to_f32(acc: &mut [f32], bytes: &[u8]) {
+    as_elems(bytes, |v| ttmesh_chip::format::add_bf16_to_f32(acc, v))
+}
+
+/// Turns byte pieces that arrive in order (`DeviceMemory::read_in_place`) into runs of whole
+/// `elem`-byte elements for `f(first_element, bytes)`: a piece that ends inside an element
+/// carries its bytes over to the next piece.
+pub(crate) struct Elements<F> {
+    elem: usize,
+    carry: [u8; 4],
+    carried: usize,
+    next: usize,
+    f: F,
+}
+
+impl<F: FnMut(usize, &[u8])> Elements<F> {
+    pub(crate) fn new(elem: usize, f: F) -> Self {
+        debug_assert!((1..=4).contains(&elem));
+        Elements {
+            elem,
+            carry: [0; 4],
+            carried: 0,
+            next: 0,
+            f,
+        }
+    }
+
+    pub(crate) fn feed(&mut self, mut bytes: &[u8]) {
+        if self.carried > 0 {
+            let take = (self.elem - self.carried).min(bytes.len());
+            self.carry[self.carried..self.carried + take].copy_from_slice(&bytes[..take]);
+            self.carried += take;
+            bytes = &bytes[take..];
+            if self.carried < self.elem {
+                return;
+            }
+            (self.f)(self.next, &self.carry[..self.elem]);
+            self.next += 1;
+            self.carried = 0;
+        }
+        let whole = bytes.len() / self.elem * self.elem;
+        if whole > 0 {
+            (self.f)(self.next, &bytes[..whole]);
+            self.next += whole / self.elem;
+        }
+        let rest = &bytes[whole..];
+        self.carry[..rest.len()].copy_from_slice(rest);
+        self.carried = rest.len();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elements_join_pieces_split_anywhere() {
+        let vals: Vec<f32> = (0..40).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        for cuts in [
+            vec![0, 160],
+            vec![0, 1, 2, 3, 7, 64, 65, 160],
+            vec![0, 5, 6, 159, 160],
+        ] {
+            let mut acc = vec![1.0f32; 40];
+            let mut e = Elements::new(4, |at, b: &[u8]| add_le_f32(&mut acc[at..], b));
+            for w in cuts.windows(2) {
+                e.feed(&bytes[w[0]..w[1]]);
+            }
+            let want: Vec<f32> = vals.iter().map(|v| 1.0 + v).collect();
+            assert_eq!(acc, want, "cut at {cuts:?}");
+        }
+    }
+}
