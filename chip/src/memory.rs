@@ -506,19 +506,29 @@ mod tests {
         let m = Arc::new(DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20));
         let c = CHUNK_SIZE as usize;
         m.write(MemSpace::Dram, 0, 0, &vec![1u8; 4 * c]).unwrap();
-        let written = Arc::new(AtomicBool::new(false));
+        let (started, written) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
         let mut writer = None;
         let mut seen_at_end = false;
         m.read_in_place(MemSpace::Dram, 0, 0, 4 * c, |off, _| {
             if off == 0 {
-                // Another thread writes a new chunk; it finds the bank locked and waits.
-                let (m2, w) = (m.clone(), written.clone());
+                // Another thread writes a new chunk; it finds the bank locked and waits. Once it
+                // has started, give it time to reach the lock (a parked writer is let in before
+                // the next read, so the write lands between two chunks of this read).
+                let (m2, s, w) = (m.clone(), started.clone(), written.clone());
                 writer = Some(std::thread::spawn(move || {
+                    s.store(true, Ordering::SeqCst);
                     m2.write(MemSpace::Dram, 0, 8 * CHUNK_SIZE, &[7; 64])
                         .unwrap();
                     w.store(true, Ordering::SeqCst);
                 }));
-                std::thread::sleep(std::time::Duration::from_millis(300));
+                let t = std::time::Instant::now();
+                while !started.load(Ordering::SeqCst) && t.elapsed().as_secs() < 30 {
+                    std::thread::yield_now();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
             }
             if off == 3 * c {
                 seen_at_end = written.load(Ordering::SeqCst);

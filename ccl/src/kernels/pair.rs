@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ttmesh_fabric::{Fabric, FabricError};
 
 use super::steps::{Local, StepError};
-use super::together::{receiver, region_busy, slot_count, Part};
+use super::together::{receiver, region_busy, shared_regions, slot_count, Part};
 
 /// The pool job has not started; it runs; it is over (or will never start).
 const IDLE: u8 = 0;
@@ -63,10 +63,10 @@ pub(crate) fn drive(
     name: &'static str,
     timeout: Duration,
     parts: Vec<Part>,
-    regions: Option<usize>,
     progress: Arc<AtomicU64>,
 ) -> (Vec<Part>, Result<(), (usize, StepError)>) {
     let n = parts.len();
+    let regions = shared_regions(&parts);
     let slots = slot_count(&parts);
     let total = parts.iter().map(|p| p.steps.len()).sum();
     let shared = Arc::new(Shared {

@@ -468,19 +468,14 @@ fn run_all(
     progress: &Arc<AtomicU64>,
 ) -> Vec<Result<Part, ChipError>> {
     let mut parts = parts;
-    let regions = alias_slots(&mut parts);
-    let (mut parts, ran) = if c.pair {
+    alias_slots(&mut parts);
+    let (parts, ran) = if c.pair {
         let progress = progress.clone();
-        super::pair::drive(
-            c.fabric, c.chips, c.name, c.timeout, parts, regions, progress,
-        )
+        super::pair::drive(c.fabric, c.chips, c.name, c.timeout, parts, progress)
     } else {
-        let ran = drive(c, &mut parts, regions, progress);
+        let ran = drive(c, &mut parts, progress);
         (parts, ran)
     };
-    for p in &mut parts {
-        p.ep.regions = None;
-    }
     let flushed = ran.and_then(|()| {
         parts.iter().enumerate().try_for_each(|(p, part)| {
             part.ep
@@ -535,26 +530,30 @@ const SLOT_REGIONS: usize = 4;
 const ALIAS_MIN_SLOT_BYTES: u64 = 192 << 10;
 
 /// Lets the parts' slots share memory (`Endpoint::regions`) when a runner can keep them
-/// apart, and says how many regions. A collective's slots are scratch, one per step, so a
+/// apart (`shared_regions` then says in how many regions). A collective's slots are scratch, one per step, so a
 /// line of n writes ~n slots per chip that no later step reads again: at 256 KiB on 32 chips
 /// that is 8 MiB more memory the host's cache must hold. Sharing is safe when each chip's
 /// slots have one writer (every slot write goes the same way round), and the runner holds a
 /// write back until the slots it would overwrite were read (`region_busy`).
-pub(crate) fn alias_slots(parts: &mut [Part]) -> Option<usize> {
+pub(crate) fn alias_slots(parts: &mut [Part]) {
     let slots = slot_count(parts);
-    let page = parts.first()?.ep.slots.map.page_size;
+    let Some(page) = parts.first().map(|p| p.ep.slots.map.page_size) else {
+        return;
+    };
     let forced = step_runner() == StepRunner::Together;
     // Cheap bound first: most collectives are small and stop here.
     if slots <= SLOT_REGIONS || (!forced && slots as u64 * page < ALIAS_MIN_SLOT_BYTES) {
-        return None;
+        return;
     }
     let mut sides = parts
         .iter()
         .flat_map(|p| p.steps.iter())
         .filter_map(|s| s.writes_slot().map(|(side, _)| side));
-    let first = sides.next()?;
+    let Some(first) = sides.next() else {
+        return;
+    };
     if sides.any(|s| s != first) {
-        return None;
+        return;
     }
     let mut written = vec![false; slots];
     for (_, slot) in parts[0].steps.iter().filter_map(Step::writes_slot) {
@@ -562,12 +561,16 @@ pub(crate) fn alias_slots(parts: &mut [Part]) -> Option<usize> {
     }
     let bytes = written.iter().filter(|&&w| w).count() as u64 * page;
     if !forced && bytes < ALIAS_MIN_SLOT_BYTES {
-        return None;
+        return;
     }
     for p in parts.iter_mut() {
         p.ep.regions = Some(SLOT_REGIONS);
     }
-    Some(SLOT_REGIONS)
+}
+
+/// How many regions the parts' slots share memory in (`alias_slots`), if they do.
+pub(crate) fn shared_regions(parts: &[Part]) -> Option<usize> {
+    parts.first().and_then(|p| p.ep.regions)
 }
 
 /// True if writing into slot `slot` of a chip must wait: another slot sharing its memory
@@ -604,10 +607,10 @@ pub(crate) fn receiver(p: usize, n: usize, side: Side) -> usize {
 fn drive(
     c: &Collective,
     parts: &mut [Part],
-    regions: Option<usize>,
     progress: &AtomicU64,
 ) -> Result<(), (usize, StepError)> {
     let n = parts.len();
+    let regions = shared_regions(parts);
     let slots = slot_count(parts);
     // sent[p * slots + s]: pieces sent into position p's slot s and not yet received.
     let mut sent = vec![0usize; n * slots];
