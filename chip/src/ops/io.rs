@@ -117,7 +117,10 @@ pub(crate) fn read_two_f32(
     b: (&TensorSpec, u32),
 ) -> Result<(Vec<f32>, Vec<f32>)> {
     let fast = tiles(ctx, a.0, a.1)?.is_some() && tiles(ctx, b.0, b.1)?.is_some();
-    if !fast || a.0.volume() + b.0.volume() < PAR_MIN_ELEMS / 16 {
+    // Below a million values both decode here, one after the other: with AVX2 a 512x512 pair
+    // takes ~65 us that way, and handing one to a pool thread measured no faster (64-87 us:
+    // the thread's wake-up). At 1024x1024 the pair wins (matmul 0.86-0.88x sgemm vs 0.82x).
+    if !fast || a.0.volume() + b.0.volume() < PAR_MIN_ELEMS {
         return Ok((read_f32(ctx, a.0, a.1)?, read_f32(ctx, b.0, b.1)?));
     }
     // The buffers come from this (dispatcher) thread's pool: the pool is per thread, and
@@ -294,7 +297,7 @@ fn read_tiles_into(
                 let (bank, addr) = t.pages.location(((b * t.ht + tr) * t.wt + tc) as u64);
                 ctx.memory
                     .read_with(t.space, bank, addr, scratch, |bytes| {
-                        decode_tile(t.dtype, bytes, tile, band, rows, tc, t.w)
+                        decode_tile_fast(t.dtype, bytes, tile, band, rows, tc, t.w)
                     })??;
             }
             Ok(())
@@ -328,25 +331,26 @@ fn decode_tile(
         }
         DataType::UInt32 => return Err(not_float()),
     };
-    // Function items, not pointers: each format's loop is its own inlined copy.
+    // The value size is a const parameter, not a function passed in: a function item passed
+    // as `impl Fn` was called through a shim per 16-value run that was never inlined, so never
+    // compiled for AVX2 either (perf: `Fn::call`, SSE2 code).
     if size == 2 {
-        decode_runs(bytes, band, rows, tc, w, 2, decode_bf16_run);
+        decode_runs::<2>(bytes, band, rows, tc, w);
     } else {
-        decode_runs(bytes, band, rows, tc, w, 4, decode_f32_run);
+        decode_runs::<4>(bytes, band, rows, tc, w);
     }
     Ok(())
 }
 
 #[inline(always)]
-fn decode_runs(
+fn decode_runs<const SIZE: usize>(
     bytes: &[u8],
     band: &mut [f32],
     rows: usize,
     tc: usize,
     w: usize,
-    size: usize,
-    run: impl Fn(&[u8], &mut [f32]),
 ) {
+    let (size, run) = (SIZE, decode_run::<SIZE>);
     if rows == TILE_HEIGHT && (tc + 1) * 32 <= w {
         // A whole tile: two 16-value runs per row, no edge checks.
         for r in 0..TILE_HEIGHT {
@@ -368,6 +372,16 @@ fn decode_runs(
 
 // Face rows are runs of 16 values: fixed-size arrays let the compiler vectorise a run; a
 // partial run (the tensor's right edge) takes the plain loop.
+
+/// One run of values of `SIZE` bytes each (2: bf16, 4: f32).
+#[inline(always)]
+fn decode_run<const SIZE: usize>(src: &[u8], dst: &mut [f32]) {
+    if SIZE == 2 {
+        decode_bf16_run(src, dst)
+    } else {
+        decode_f32_run(src, dst)
+    }
+}
 
 #[inline(always)]
 fn decode_f32_run(src: &[u8], dst: &mut [f32]) {
@@ -398,6 +412,16 @@ fn decode_bf16_run(src: &[u8], dst: &mut [f32]) {
     }
     for (d, x) in dst.iter_mut().zip(src.chunks_exact(2)) {
         *d = f32::from_bits((u16::from_le_bytes([x[0], x[1]]) as u32) << 16);
+    }
+}
+
+/// One run of values of `SIZE` bytes each (2: bf16, 4: f32).
+#[inline(always)]
+fn encode_run<const SIZE: usize>(src: &[f32], dst: &mut [u8]) {
+    if SIZE == 2 {
+        encode_bf16_run(src, dst)
+    } else {
+        encode_f32_run(src, dst)
     }
 }
 
@@ -487,7 +511,7 @@ fn write_tiles_f32(
         |(bytes, tile), (b, tr, band)| {
             let rows = band.len() / t.w;
             for tc in 0..t.wt {
-                encode_tile(t.dtype, band, rows, tc, t.w, tile, bytes)?;
+                encode_tile_fast(t.dtype, band, rows, tc, t.w, tile, bytes)?;
                 let (bank, addr) = t.pages.location(((b * t.ht + tr) * t.wt + tc) as u64);
                 ctx.memory.write(t.space, bank, addr, bytes)?;
             }
@@ -498,6 +522,7 @@ fn write_tiles_f32(
 }
 
 /// Encodes the tile at column `tc` of a band into page bytes; padding is zero.
+#[inline(always)]
 fn encode_tile(
     dtype: DataType,
     band: &[f32],
@@ -528,23 +553,22 @@ fn encode_tile(
         bytes.fill(0); // padding: zero bits are 0.0 in both formats
     }
     if size == 2 {
-        encode_runs(band, bytes, rows, tc, w, 2, encode_bf16_run);
+        encode_runs::<2>(band, bytes, rows, tc, w);
     } else {
-        encode_runs(band, bytes, rows, tc, w, 4, encode_f32_run);
+        encode_runs::<4>(band, bytes, rows, tc, w);
     }
     Ok(())
 }
 
 #[inline(always)]
-fn encode_runs(
+fn encode_runs<const SIZE: usize>(
     band: &[f32],
     bytes: &mut [u8],
     rows: usize,
     tc: usize,
     w: usize,
-    size: usize,
-    run: impl Fn(&[f32], &mut [u8]),
 ) {
+    let (size, run) = (SIZE, encode_run::<SIZE>);
     if rows == TILE_HEIGHT && (tc + 1) * 32 <= w {
         for r in 0..TILE_HEIGHT {
             let (left, right) = band[r * w + tc * 32..][..32].split_at(16);
@@ -603,38 +627,50 @@ impl<'a> TileReader<'a> {
         self.ctx
             .memory
             .read_with(t.space, bank, addr, bytes, |page| {
-                decode_whole_tile(t.dtype, page, unpack, out)
+                decode_tile_fast(t.dtype, page, unpack, out, TILE_HEIGHT, 0, TILE_WIDTH)
             })?
     }
 }
 
-/// [`decode_tile`] of one whole tile into a 32x32 block, compiled for AVX2 where the host has
-/// it: streaming kernels decode every byte of a weight per step, and SSE2 code spends more
-/// time converting than multiplying.
-fn decode_whole_tile(
-    dtype: DataType,
-    page: &[u8],
-    unpack: &mut [f32],
-    out: &mut [f32],
-) -> Result<()> {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2 (checked just above), the target_feature function's
-        // only precondition.
-        return unsafe { decode_whole_tile_avx2(dtype, page, unpack, out) };
-    }
-    decode_tile(dtype, page, unpack, out, TILE_HEIGHT, 0, TILE_WIDTH)
+/// [`decode_tile`] and [`encode_tile`] compiled for AVX2 where the host has it: streaming
+/// kernels decode every byte of a weight per step, and every matmul decodes its operands and
+/// encodes its result; as SSE2 code the conversions (bf16 rounding above all) ran scalar and
+/// cost more than a 512 matmul's sgemm could spare.
+macro_rules! avx2_where_available {
+    ($(#[$doc:meta])* fn $name:ident => $avx2:ident = $generic:ident($($arg:ident: $ty:ty),*)) => {
+        $(#[$doc])*
+        fn $name($($arg: $ty),*) -> Result<()> {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2 (checked just above), the target_feature
+                // function's only precondition.
+                return unsafe { $avx2($($arg),*) };
+            }
+            $generic($($arg),*)
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        unsafe fn $avx2($($arg: $ty),*) -> Result<()> {
+            $generic($($arg),*)
+        }
+    };
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn decode_whole_tile_avx2(
-    dtype: DataType,
-    page: &[u8],
-    unpack: &mut [f32],
-    out: &mut [f32],
-) -> Result<()> {
-    decode_tile(dtype, page, unpack, out, TILE_HEIGHT, 0, TILE_WIDTH)
+avx2_where_available! {
+    /// [`decode_tile`], vectorised where the host allows.
+    fn decode_tile_fast => decode_tile_avx2 = decode_tile(
+        dtype: DataType, bytes: &[u8], tile: &mut [f32], band: &mut [f32], rows: usize,
+        tc: usize, w: usize
+    )
+}
+
+avx2_where_available! {
+    /// [`encode_tile`], vectorised where the host allows.
+    fn encode_tile_fast => encode_tile_avx2 = encode_tile(
+        dtype: DataType, band: &[f32], rows: usize, tc: usize, w: usize, tile: &mut [f32],
+        bytes: &mut [u8]
+    )
 }
 
 #[cfg(test)]
