@@ -118,6 +118,18 @@ struct Chunk {
     valid: usize,
 }
 
+/// Prefetch hints for every cache line of `bytes` (a no-op off x86-64).
+fn prefetch_lines(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch is a hint with no effect on memory; the pointer is in bounds.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
 impl Chunk {
     /// Copies `src` in at `at`, zeroing any gap between the valid bytes and `at` first.
     fn write(&mut self, at: usize, src: &[u8]) {
@@ -293,6 +305,30 @@ impl DeviceMemory {
             off += n;
         }
         Ok(())
+    }
+
+    /// Asks the host's cache to start loading the `len` bytes at `addr` of one bank (a hint:
+    /// nothing is read or checked, unwritten or out-of-range memory is skipped). Streaming
+    /// kernels call it a few pages ahead: their page order jumps between banks, each its own
+    /// allocation, which the hardware prefetchers do not follow.
+    pub fn prefetch(&self, space: MemSpace, bank: u32, addr: u64, len: usize) {
+        let Ok(lock) = self.bank(space, bank, addr, len as u64) else {
+            return;
+        };
+        let b = lock.read();
+        let mut at = addr;
+        while at < addr + len as u64 {
+            let in_chunk = (at % CHUNK_SIZE) as usize;
+            let n = (CHUNK_SIZE as usize - in_chunk).min((addr + len as u64 - at) as usize);
+            if let Some(bytes) = b
+                .chunks
+                .get(&(at / CHUNK_SIZE))
+                .and_then(|c| c.bytes(in_chunk, n))
+            {
+                prefetch_lines(bytes);
+            }
+            at += n as u64;
+        }
     }
 
     /// Calls `f` with the `scratch.len()` bytes at `addr` of one bank: in place when they lie in
@@ -473,6 +509,22 @@ mod tests {
         assert_eq!(next, len);
         assert_eq!(copied, pieces);
         copied
+    }
+
+    #[test]
+    fn prefetch_is_only_a_hint_anywhere() {
+        let m = DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20);
+        m.write(MemSpace::Dram, 0, CHUNK_SIZE - 10, &[7u8; 30])
+            .unwrap();
+        let before = read_both(&m, 0, 3 * CHUNK_SIZE as usize);
+        // Written, partly written, never written, across chunks, beyond the bank, no bank.
+        m.prefetch(MemSpace::Dram, 0, CHUNK_SIZE - 10, 30);
+        m.prefetch(MemSpace::Dram, 0, 0, 3 * CHUNK_SIZE as usize);
+        m.prefetch(MemSpace::Dram, 1, 5 * CHUNK_SIZE, 2048);
+        m.prefetch(MemSpace::Dram, 0, (1 << 24) - 8, 64);
+        m.prefetch(MemSpace::Dram, 9, 0, 64);
+        assert_eq!(read_both(&m, 0, 3 * CHUNK_SIZE as usize), before);
+        assert_eq!(m.resident_bytes(), 2 * CHUNK_SIZE);
     }
 
     #[test]

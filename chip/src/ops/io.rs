@@ -614,6 +614,14 @@ impl<'a> TileReader<'a> {
         (vec![0u8; self.t.page], vec![0f32; TILE_ELEMS])
     }
 
+    /// Starts loading tile (`tr`, `tc`)'s page into the host's cache (a hint; see
+    /// `DeviceMemory::prefetch`).
+    pub(crate) fn prefetch(&self, (tr, tc): (usize, usize)) {
+        let t = &self.t;
+        let (bank, addr) = t.pages.location((tr * t.wt + tc) as u64);
+        self.ctx.memory.prefetch(t.space, bank, addr, t.page);
+    }
+
     /// Decodes tile (`tr`, `tc`) of the first matrix into `out`, row-major 32x32. Values
     /// beyond the logical edge are whatever the page holds: callers use only logical ones.
     pub(crate) fn read(
