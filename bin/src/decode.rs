@@ -45,7 +45,8 @@ pub struct DecodeArgs {
     /// Users decoded together (1 to 32), each with the same prompt.
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
-    /// bf16, f32 or bfp8_b: weights, KV cache and activations on the device.
+    /// bf16 or f32: weights, KV cache and activations on the device. bfp8_b: the projection
+    /// weights and LM head in bfp8_b, the rest (embedding, norms, KV cache, activations) in bf16.
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
     /// Enqueue the decode step's ops one by one instead of replaying a captured trace.

@@ -35,8 +35,28 @@ pub struct DeviceDecodeConfig {
     pub batch: usize,
     /// KV cache length: the longest prompt plus generated tokens.
     pub max_positions: usize,
-    /// Weights, caches and activations: FLOAT32, BFLOAT16 or BFLOAT8_B.
+    /// FLOAT32 or BFLOAT16: everything on the device. BFLOAT8_B: the projection weights and
+    /// the LM head; the rest in BFLOAT16 (see [`DeviceDecodeConfig::activation_dtype`]).
     pub dtype: DataType,
+}
+
+impl DeviceDecodeConfig {
+    /// The projection weights' and the LM head's format: `dtype`.
+    pub fn matrix_dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    /// The format of everything else: the embedding table, norms, RoPE tables, KV cache and
+    /// so the activations (each op's output takes its first operand's format). `dtype`, but
+    /// BFLOAT16 for BFLOAT8_B: a block-float tensor cannot be reshaped or split into heads
+    /// without re-quantizing its blocks (TT-NN refuses; the chip does too), and TT-NN models
+    /// run bfp8 weights with bf16 activations.
+    pub fn activation_dtype(&self) -> DataType {
+        match self.dtype {
+            DataType::BFloat8B => DataType::BFloat16,
+            d => d,
+        }
+    }
 }
 
 struct DeviceBlock {
@@ -250,7 +270,6 @@ impl DeviceLlama {
             }
             WeightSource::ShapesOnly(_) => None,
         };
-        let dtype = decode.dtype;
         let mapper = |placement: Placement| -> Box<dyn MeshMapper> {
             match (placement, parallel.degree, parallel.cluster_axis) {
                 (Placement::Replicated, ..) | (_, 1, _) => Box::new(ReplicateTensorToMesh),
@@ -259,7 +278,7 @@ impl DeviceLlama {
                 (Placement::Sharded(d), _, Some(_)) => Box::new(ShardTensor2dMesh([Some(d), None])),
             }
         };
-        let place = |name: &str, shape: Vec<usize>, placement, values: Values<'_>| {
+        let place = |name: &str, shape: Vec<usize>, placement, dtype, values: Values<'_>| {
             let placed = match w {
                 Some(w) => {
                     let host =
@@ -294,26 +313,31 @@ impl DeviceLlama {
             parallel.heads.padded_head_count() * hd,
             parallel.heads.padded_kv_head_count() * hd,
         );
+        let (matrix, other) = (decode.matrix_dtype(), decode.activation_dtype());
         // `[out, in]` weights go to the device as `[in, out]`: a column-parallel one is split
         // by output columns (dim 1), a row-parallel one by input rows (dim 0).
         let column = |name: &str, w: &dyn Fn(&LlamaWeights) -> &[f32], out: usize, inp: usize| {
-            place(name, vec![inp, out], Placement::Sharded(1), &|m| {
+            place(name, vec![inp, out], Placement::Sharded(1), matrix, &|m| {
                 transpose(w(m), out, inp)
             })
         };
         let row = |name: &str, w: &dyn Fn(&LlamaWeights) -> &[f32], out: usize, inp: usize| {
-            place(name, vec![inp, out], Placement::Sharded(0), &|m| {
+            place(name, vec![inp, out], Placement::Sharded(0), matrix, &|m| {
                 transpose(w(m), out, inp)
             })
         };
         let vector = |name: &str, v: &dyn Fn(&LlamaWeights) -> &[f32]| {
-            place(name, vec![1, h], Placement::Replicated, &|m| v(m).to_vec())
+            place(name, vec![1, h], Placement::Replicated, other, &|m| {
+                v(m).to_vec()
+            })
         };
         let local_kv = parallel.local_kv_heads();
         let cache = |name: &str| {
             let shape = vec![decode.batch, local_kv, decode.max_positions, hd];
             let len = shape.iter().product();
-            place(name, shape, Placement::Replicated, &|_| vec![0.0; len])
+            place(name, shape, Placement::Replicated, other, &|_| {
+                vec![0.0; len]
+            })
         };
         let mut blocks = Vec::with_capacity(c.block_count);
         for i in 0..c.block_count {
@@ -355,6 +379,7 @@ impl DeviceLlama {
                 name,
                 vec![1, 1, decode.max_positions, hd],
                 Placement::Replicated,
+                other,
                 &|_| {
                     let (c, s) = rope_tables(decode.max_positions, hd, c.rope_base);
                     if cos {
@@ -371,11 +396,16 @@ impl DeviceLlama {
                 "token_embd",
                 vec![c.vocab_size, h],
                 Placement::Replicated,
+                other,
                 &|m| m.token_embedding.clone(),
             )?,
-            lm_head: place("lm_head", vec![h, c.vocab_size], lm_head_placement, &|m| {
-                transpose(m.lm_head(), c.vocab_size, h)
-            })?,
+            lm_head: place(
+                "lm_head",
+                vec![h, c.vocab_size],
+                lm_head_placement,
+                matrix,
+                &|m| transpose(m.lm_head(), c.vocab_size, h),
+            )?,
             output_norm: vector("output_norm", &|m| &m.output_norm)?,
             blocks,
             cos: table("rope_cos", true)?,
@@ -464,26 +494,28 @@ impl DeviceLlama {
             p.heads.padded_head_count() * hd,
             p.heads.padded_kv_head_count() * hd,
         );
-        let size = |shape: Vec<usize>, placement| {
-            per_chip_spec("", shape, placement, p.degree, decode.dtype).map(|s| s.buffer_size())
+        let size_in = |dtype, shape: Vec<usize>, placement| {
+            per_chip_spec("", shape, placement, p.degree, dtype).map(|s| s.buffer_size())
         };
+        let size = |shape, placement| size_in(decode.activation_dtype(), shape, placement);
+        let matrix = |shape, placement| size_in(decode.matrix_dtype(), shape, placement);
         let (rep, col, row) = (
             Placement::Replicated,
             Placement::Sharded(1),
             Placement::Sharded(0),
         );
         let block = 2 * size(vec![1, h], rep)?
-            + size(vec![h, q_dim], col)?
-            + 2 * size(vec![h, kv_dim], col)?
-            + size(vec![q_dim, h], row)?
-            + 2 * size(vec![h, f], col)?
-            + size(vec![f, h], row)?;
+            + matrix(vec![h, q_dim], col)?
+            + 2 * matrix(vec![h, kv_dim], col)?
+            + matrix(vec![q_dim, h], row)?
+            + 2 * matrix(vec![h, f], col)?
+            + matrix(vec![f, h], row)?;
         let lm_head = match p.lm_head {
             LmHead::Sharded => col,
             LmHead::Replicated => rep,
         };
         let weights = size(vec![v, h], rep)?
-            + size(vec![h, v], lm_head)?
+            + matrix(vec![h, v], lm_head)?
             + size(vec![1, h], rep)?
             + config.block_count as u64 * block;
         let cache_shape = vec![decode.batch, p.local_kv_heads(), decode.max_positions, hd];
