@@ -65,15 +65,22 @@ pub fn pack_bfp8_tile(tile: &[f32], out: &mut [u8]) -> Result<(), FormatError> {
 pub fn unpack_bfp8_tile(bytes: &[u8], out: &mut [f32]) -> Result<(), FormatError> {
     check_len("unpack_bfp8_tile input bytes", BFP8_TILE_BYTES, bytes.len())?;
     check_len("unpack_bfp8_tile output tile", TILE_ELEMS, out.len())?;
-    let (exps, mants) = bytes.split_at(BFP8_EXPONENT_BYTES);
-    for ((block, &exp), mant) in out
-        .chunks_exact_mut(BLOCK)
-        .zip(exps)
-        .zip(mants.chunks_exact(BLOCK))
-    {
-        unpack_block(exp, mant, block);
+    for (j, block) in out.chunks_exact_mut(BLOCK).enumerate() {
+        let block: &mut [f32; BLOCK] = block.try_into().expect("16-value blocks");
+        unpack_bfp8_block(bytes, j, block);
     }
     Ok(())
+}
+
+/// Unpacks block `j` (0..64: face `j / 16`, face row `j % 16`) of the 1088 bytes of a packed
+/// tile into 16 values: the kernels' page reads put each block straight into its place in a
+/// row-major result, with no tile-order copy between.
+#[inline(always)]
+pub fn unpack_bfp8_block(tile_bytes: &[u8], j: usize, out: &mut [f32; BLOCK]) {
+    let mant: &[u8; BLOCK] = tile_bytes[BFP8_EXPONENT_BYTES + j * BLOCK..][..BLOCK]
+        .try_into()
+        .expect("16 mantissa bytes");
+    unpack_block(tile_bytes[j], mant, out);
 }
 
 /// Packs any number of whole tiles (TILE order, `n * 1024` values) into `n * 1088` bytes,
@@ -160,7 +167,10 @@ fn pow2(e: i32) -> f32 {
 }
 
 /// Decodes one block of 16 mantissa bytes with shared exponent `exp`.
-fn unpack_block(exp: u8, mant: &[u8], out: &mut [f32]) {
+/// Fixed-size arrays so the finite path compiles to a few vector instructions (where the
+/// caller is compiled for AVX2, eight values per instruction).
+#[inline(always)]
+fn unpack_block(exp: u8, mant: &[u8; BLOCK], out: &mut [f32; BLOCK]) {
     let exp = u32::from(exp);
     if exp == NON_FINITE_EXP {
         for (o, &m) in out.iter_mut().zip(mant) {

@@ -321,10 +321,20 @@ fn decode_tile(
         DataType::BFloat16 => 2,
         DataType::Float32 => 4,
         DataType::BFloat8B => {
-            format::unpack_bfp8_tile(&bytes[..BFP8_TILE_BYTES], tile)?;
+            // Each 16-value block is one face row: unpacked straight into its place.
+            let page = &bytes[..BFP8_TILE_BYTES];
+            let block: &mut [f32; FACE_WIDTH] =
+                (&mut tile[..FACE_WIDTH]).try_into().expect("a face row");
             for r in 0..rows {
                 for (fc, col, n) in face_cols(tc, w) {
-                    band[r * w + col..][..n].copy_from_slice(&tile[face_offset(r, fc)..][..n]);
+                    let j = face_offset(r, fc) / FACE_WIDTH;
+                    match <&mut [f32; FACE_WIDTH]>::try_from(&mut band[r * w + col..][..n]) {
+                        Ok(dst) => format::unpack_bfp8_block(page, j, dst),
+                        Err(_) => {
+                            format::unpack_bfp8_block(page, j, block);
+                            band[r * w + col..][..n].copy_from_slice(&block[..n]);
+                        }
+                    }
                 }
             }
             return Ok(());
