@@ -28,7 +28,7 @@ pub use error::{MeshError, Result};
 pub use labels::{LabelledMemory, MemoryRole};
 pub use tensor::{
     allocate_tensor_on_device, copy_host_to_device_tensor, ConcatMesh2dToTensor,
-    ConcatMeshToTensor, MeshComposer, MeshMapper, MeshTensor, ReplicateTensorToMesh,
+    ConcatMeshToTensor, DistinctParts, MeshComposer, MeshMapper, MeshTensor, ReplicateTensorToMesh,
     ShardTensor2dMesh, ShardTensorToMesh,
 };
 pub use trace::{MeshEvent, MeshTraceId, ReplayReport};

@@ -189,6 +189,14 @@ impl Tensor {
 
     /// [`copy_host_to_device_tensor`] as a method (the same name as on a mesh tensor).
     pub fn copy_from_host(&self, host: &HostTensor, cq: CqId) -> Result<()> {
+        let bytes = self.encode_host(host)?;
+        self.copy_encoded_from_host(&bytes, cq)
+    }
+
+    /// `host`'s values as this tensor's page bytes (what [`Tensor::copy_from_host`] writes),
+    /// checked against its shape and dtype. Tensors of one spec (a mesh's chips) take the same
+    /// bytes: a replicated host tensor is encoded once, not once per chip.
+    pub fn encode_host(&self, host: &HostTensor) -> Result<Vec<u8>> {
         let spec = &self.inner.spec;
         if host.shape != spec.shape || host.dtype != spec.dtype {
             return Err(ChipError::ShapeMismatch {
@@ -201,14 +209,27 @@ impl Tensor {
                 ),
             });
         }
+        encode_pages(spec, &host.data)
+    }
+
+    /// Writes page bytes from [`Tensor::encode_host`] (of a tensor with this spec) through
+    /// `cq`.
+    pub fn copy_encoded_from_host(&self, bytes: &[u8], cq: CqId) -> Result<()> {
         let (pages, locs) = self.locations()?;
-        let bytes = encode_pages(spec, &host.data)?;
+        let want = locs.len() * pages.map.page_size as usize;
+        if bytes.len() != want {
+            return Err(ChipError::Data(format!(
+                "{} page bytes for {}, which takes {want}; encode them with this tensor's encode_host",
+                bytes.len(),
+                self.name()
+            )));
+        }
         self.inner.chip.enqueue_write_pages(
             cq,
             pages.map.space,
             pages.map.page_size as u32,
             &locs,
-            &bytes,
+            bytes,
         )
     }
 
