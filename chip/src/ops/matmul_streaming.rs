@@ -15,7 +15,8 @@ use crate::format::{TILE_ELEMS, TILE_WIDTH};
 /// At most this many rows (batch x M) take the streaming path; above it sgemm's blocking wins.
 pub(crate) const STREAMING_MAX_ROWS: usize = 32;
 
-/// Below this many B elements one thread does it all: a rayon hand-off costs more.
+/// Below this many B elements one thread does it all: a rayon hand-off costs more. Above it
+/// too when the chips already fill the host (`device::kernels_may_fan_out`).
 const PAR_MIN_B_ELEMS: usize = 1 << 16;
 
 /// Column tiles per task: a task walks its band of B row by row of tiles, so consecutive reads
@@ -66,18 +67,19 @@ pub(crate) fn matmul_streaming_b(
     };
     let init = || (b_tiles.scratch(), Box::new([0f32; TILE_ELEMS]));
     let firsts = (0..nt_count).step_by(BAND_TILES);
-    let bands: Vec<(usize, Vec<[f32; TILE_WIDTH]>)> = if k * n < PAR_MIN_B_ELEMS {
-        let (mut scratch, mut tile) = init();
-        firsts
-            .map(|first| band(&mut scratch, &mut tile, first))
-            .collect::<Result<_>>()?
-    } else {
-        firsts
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map_init(init, |(scratch, tile), first| band(scratch, tile, first))
-            .collect::<Result<_>>()?
-    };
+    let bands: Vec<(usize, Vec<[f32; TILE_WIDTH]>)> =
+        if k * n < PAR_MIN_B_ELEMS || !crate::device::kernels_may_fan_out() {
+            let (mut scratch, mut tile) = init();
+            firsts
+                .map(|first| band(&mut scratch, &mut tile, first))
+                .collect::<Result<_>>()?
+        } else {
+            firsts
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .map_init(init, |(scratch, tile), first| band(scratch, tile, first))
+                .collect::<Result<_>>()?
+        };
     if rows == 0 {
         return Ok(());
     }
