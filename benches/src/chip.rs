@@ -151,24 +151,27 @@ pub fn bench_matmul(
     sgemm(&a, &b, n, &mut c);
     ops::matmul(&ta, &tb, &cfg)?;
     chip.finish(cq)?;
-    // Each in its steady state (a block of reps after a warm-up), twice over so drift in the
-    // machine's load hits both; medians compared.
+    // Each in its steady state (blocks of BLOCK reps, each after an untimed warm-up), the
+    // two alternating block by block so drift in a shared host's load hits both alike (two
+    // halves were not enough: one run's 512 ratio swung 0.58-0.94 on a busy host); medians
+    // compared.
+    const BLOCK: usize = 8;
     let (mut on_chip, mut bare) = (Vec::new(), Vec::new());
-    for _ in 0..2 {
-        for _ in 0..reps.div_ceil(2) {
+    for _ in 0..reps.div_ceil(BLOCK).max(2) {
+        ops::matmul(&ta, &tb, &cfg)?;
+        chip.finish(cq)?;
+        for _ in 0..BLOCK {
             let t = Instant::now();
             ops::matmul(&ta, &tb, &cfg)?;
             chip.finish(cq)?;
             on_chip.push(t.elapsed());
         }
         sgemm(&a, &b, n, &mut c);
-        for _ in 0..reps.div_ceil(2) {
+        for _ in 0..BLOCK {
             let t = Instant::now();
             sgemm(&a, &b, n, &mut c);
             bare.push(t.elapsed());
         }
-        ops::matmul(&ta, &tb, &cfg)?;
-        chip.finish(cq)?;
     }
     let flops = 2.0 * (n as f64).powi(3);
     Ok((
