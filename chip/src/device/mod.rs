@@ -33,6 +33,7 @@ use crate::error::{ChipError, RecordFault, Result};
 use crate::memory::{DeviceMemory, CHUNK_SIZE};
 use crate::program::{Program, ProgramCache};
 use queue::{CqState, QueueHandle};
+use trace::{Capture, TraceTable};
 
 /// Chips open in this process (each has its own dispatcher threads).
 static OPEN_CHIPS: AtomicUsize = AtomicUsize::new(0);
@@ -49,7 +50,6 @@ pub(crate) fn kernels_may_fan_out() -> bool {
     let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     OPEN_CHIPS.load(Ordering::Relaxed) < cores
 }
-use trace::{Capture, TraceTable};
 
 /// Everything a user chooses when opening a chip.
 #[derive(Clone, Debug)]
