@@ -5,7 +5,9 @@
 
 use crate::allocator::MemSpace;
 use crate::error::{ChipError, Result};
-use crate::format::{self, tiled_position, BFP8_TILE_BYTES, TILE_ELEMS, TILE_HEIGHT, TILE_WIDTH};
+use crate::format::{
+    self, tiled_position, BFP8_TILE_BYTES, FACE_WIDTH, TILE_ELEMS, TILE_HEIGHT, TILE_WIDTH,
+};
 use crate::program::KernelContext;
 use crate::tensor::{DataType, HostData, Layout, TensorPages, TensorSpec};
 
@@ -131,7 +133,9 @@ impl TileRows {
     }
 
     /// Reads rows `start..start + count` of matrix `slice` into `out` (`count * width` values,
-    /// row-major). The caller keeps the rows within the matrix.
+    /// row-major). The caller keeps the rows within the matrix. Each page is read in place and
+    /// only the face rows asked for are decoded: a rotary embedding's one row of a cos table
+    /// costs 32 values per tile, not the tile's 1024 and an untilize.
     pub(crate) fn read_rows(
         &self,
         ctx: &KernelContext,
@@ -143,20 +147,31 @@ impl TileRows {
     ) -> Result<()> {
         debug_assert!(start + count <= self.rows && out.len() == count * self.width);
         let end = start + count;
+        let page = self.dtype.tile_bytes() as usize;
         let mut tile_row = start / TILE_HEIGHT;
         while tile_row * TILE_HEIGHT < end {
             let first = (tile_row * TILE_HEIGHT).max(start);
             let last = ((tile_row + 1) * TILE_HEIGHT).min(end);
             for tc in 0..self.tile_cols {
-                self.read_tile(ctx, (slice, tile_row, tc), s)?;
-                let (c0, n) = (
-                    tc * TILE_WIDTH,
-                    TILE_WIDTH.min(self.width - tc * TILE_WIDTH),
-                );
-                for r in first..last {
-                    let src = &s.rows[(r % TILE_HEIGHT) * TILE_WIDTH..][..n];
-                    out[(r - start) * self.width + c0..][..n].copy_from_slice(src);
-                }
+                let (bank, addr) = self.location(slice, tile_row, tc);
+                ctx.memory
+                    .read_with(self.space, bank, addr, &mut s.bytes[..page], |bytes| {
+                        for r in first..last {
+                            // A tile row is two 16-value face rows, contiguous in face order.
+                            for half in 0..2 {
+                                let col = tc * TILE_WIDTH + half * FACE_WIDTH;
+                                if col >= self.width {
+                                    break;
+                                }
+                                let n = FACE_WIDTH.min(self.width - col);
+                                let at =
+                                    tiled_position(TILE_WIDTH, r % TILE_HEIGHT, half * FACE_WIDTH);
+                                let dst = &mut out[(r - start) * self.width + col..][..n];
+                                decode_face_run(self.dtype, bytes, at, dst)?;
+                            }
+                        }
+                        Ok::<_, ChipError>(())
+                    })??;
             }
             tile_row += 1;
         }
@@ -228,6 +243,30 @@ pub(crate) fn read_u32(ctx: &KernelContext, spec: &TensorSpec, address: u32) -> 
             "expected a UINT32 tensor, got {spec}"
         ))),
     }
+}
+
+/// Decodes `dst.len()` (at most 16) values of a tile page starting at face-order index `at`
+/// (the start of a face row), as [`TileRows::read_tile`] would give them.
+fn decode_face_run(dtype: DataType, page: &[u8], at: usize, dst: &mut [f32]) -> Result<()> {
+    match dtype {
+        DataType::BFloat16 => {
+            for (d, b) in dst.iter_mut().zip(page[2 * at..].chunks_exact(2)) {
+                *d = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
+            }
+        }
+        DataType::Float32 => {
+            for (d, b) in dst.iter_mut().zip(page[4 * at..].chunks_exact(4)) {
+                *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        DataType::BFloat8B => {
+            let mut block = [0f32; FACE_WIDTH];
+            format::unpack_bfp8_block(&page[..BFP8_TILE_BYTES], at / FACE_WIDTH, &mut block);
+            dst.copy_from_slice(&block[..dst.len()]);
+        }
+        DataType::UInt32 => return Err(not_float()),
+    }
+    Ok(())
 }
 
 fn not_float() -> ChipError {
