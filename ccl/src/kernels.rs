@@ -22,12 +22,6 @@ mod pair;
 mod steps;
 mod together;
 
-/// The host's cores (as the process may use them), read once.
-fn host_cores() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
 pub use together::{set_step_runner, StepRunner};
 
 /// Scratch slot size of an all_gather: one chip's tensor, as pages (fast path) or as wire

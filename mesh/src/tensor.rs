@@ -22,12 +22,7 @@ pub trait MeshMapper {
         host: &'a HostTensor,
         shape: MeshShape,
     ) -> Result<DistinctParts<'a>> {
-        let parts = self.map(host, shape)?;
-        let of_chip = (0..parts.len()).collect();
-        Ok(DistinctParts {
-            parts: parts.into_iter().map(Cow::Owned).collect(),
-            of_chip,
-        })
+        Ok(DistinctParts::one_per_chip(self.map(host, shape)?))
     }
 }
 
@@ -35,6 +30,24 @@ pub trait MeshMapper {
 pub struct DistinctParts<'a> {
     pub parts: Vec<Cow<'a, HostTensor>>,
     pub of_chip: Vec<usize>,
+}
+
+impl<'a> DistinctParts<'a> {
+    /// Every chip's part its own (what `map` gives, in chip order).
+    pub fn one_per_chip(parts: Vec<HostTensor>) -> DistinctParts<'a> {
+        DistinctParts {
+            of_chip: (0..parts.len()).collect(),
+            parts: parts.into_iter().map(Cow::Owned).collect(),
+        }
+    }
+
+    /// One part for all `chips`.
+    fn shared(part: Cow<'a, HostTensor>, chips: usize) -> DistinctParts<'a> {
+        DistinctParts {
+            parts: vec![part],
+            of_chip: vec![0; chips],
+        }
+    }
 }
 
 /// Joins one host tensor per chip back into one.
@@ -193,10 +206,10 @@ impl MeshMapper for ReplicateTensorToMesh {
         host: &'a HostTensor,
         shape: MeshShape,
     ) -> Result<DistinctParts<'a>> {
-        Ok(DistinctParts {
-            parts: vec![Cow::Borrowed(host)],
-            of_chip: vec![0; shape.num_devices()],
-        })
+        Ok(DistinctParts::shared(
+            Cow::Borrowed(host),
+            shape.num_devices(),
+        ))
     }
 }
 
@@ -222,24 +235,19 @@ impl MeshMapper for ShardTensor2dMesh {
         shape: MeshShape,
     ) -> Result<DistinctParts<'a>> {
         let (rows, cols) = (shape.rows, shape.cols);
-        let (parts, of_chip): (Vec<Cow<'a, HostTensor>>, Vec<usize>) = match self.0 {
-            [None, None] => (vec![Cow::Borrowed(host)], vec![0; rows * cols]),
-            // Split over one axis, the same along the other: one part per row or column.
-            [Some(d), None] => (
-                split(host, d, rows)?.into_iter().map(Cow::Owned).collect(),
-                (0..rows * cols).map(|i| i / cols).collect(),
-            ),
-            [None, Some(d)] => (
-                split(host, d, cols)?.into_iter().map(Cow::Owned).collect(),
-                (0..rows * cols).map(|i| i % cols).collect(),
-            ),
-            [Some(_), Some(_)] => {
-                let parts = self.map(host, shape)?;
-                let of_chip = (0..parts.len()).collect();
-                (parts.into_iter().map(Cow::Owned).collect(), of_chip)
-            }
+        // Split over one axis, the same along the other: one part per row or column.
+        let along = |d, n, index: fn(usize, usize) -> usize| -> Result<DistinctParts<'a>> {
+            Ok(DistinctParts {
+                parts: split(host, d, n)?.into_iter().map(Cow::Owned).collect(),
+                of_chip: (0..rows * cols).map(|i| index(i, cols)).collect(),
+            })
         };
-        Ok(DistinctParts { parts, of_chip })
+        match self.0 {
+            [None, None] => Ok(DistinctParts::shared(Cow::Borrowed(host), rows * cols)),
+            [Some(d), None] => along(d, rows, |i, cols| i / cols),
+            [None, Some(d)] => along(d, cols, |i, cols| i % cols),
+            [Some(_), Some(_)] => Ok(DistinctParts::one_per_chip(self.map(host, shape)?)),
+        }
     }
 }
 
@@ -349,7 +357,6 @@ impl MeshTensor {
         }
         let mut encoded: Vec<Option<Vec<u8>>> = vec![None; parts.parts.len()];
         for (s, &p) in self.shards.iter().zip(&parts.of_chip) {
-            let on = on_chip(s.chip().id());
             let part = parts.parts.get(p).ok_or_else(|| {
                 invalid(
                     "copy_host_to_device_tensor",
@@ -358,7 +365,7 @@ impl MeshTensor {
             })?;
             let bytes = match &mut encoded[p] {
                 Some(b) => b,
-                slot => slot.insert(s.encode_host(part).map_err(on)?),
+                slot => slot.insert(s.encode_host(part).map_err(on_chip(s.chip().id()))?),
             };
             s.copy_encoded_from_host(bytes, cq)
                 .map_err(on_chip(s.chip().id()))?;

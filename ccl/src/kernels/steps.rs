@@ -459,7 +459,7 @@ pub(crate) struct Endpoint {
 pub(crate) fn wait_spins(n: usize) -> u32 {
     const WHEN_CORES_SUFFICE: u32 = 4096;
     let default = Fabric::default_semaphore_spins();
-    match n <= super::host_cores() {
+    match n <= ttmesh_chip::device::host_cores() {
         true => default.max(WHEN_CORES_SUFFICE),
         false => default,
     }

@@ -46,9 +46,13 @@ static OPEN_CHIPS: AtomicUsize = AtomicUsize::new(0);
 /// 218-248 vs 197-202 ms; on one chip batch 32 the pool wins, 176-190 vs 222-235 ms).
 /// Results do not depend on it: the kernels that ask sum in a fixed order either way.
 pub(crate) fn kernels_may_fan_out() -> bool {
+    OPEN_CHIPS.load(Ordering::Relaxed) < host_cores()
+}
+
+/// The host's cores (as the process may use them), read once: what the chips' threads share.
+pub fn host_cores() -> usize {
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    OPEN_CHIPS.load(Ordering::Relaxed) < cores
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// Everything a user chooses when opening a chip.

@@ -8,6 +8,32 @@
 //! - [`pack_bfp8_tile`], [`unpack_bfp8_tile`], [`quantize_bfp8`]: bfloat8_b block floating point.
 //! - [`widen_bf16`], [`add_f32`]: whole-slice conversion and sum (AVX2 where the host has it).
 
+/// Defines `fn $name(args) -> Ret` that runs `$generic(args)` compiled for AVX2 when the host
+/// has it, and as baseline (SSE2) code otherwise: the same source both ways, so the same
+/// bits. `$generic` should be `#[inline(always)]` so its loops are compiled into the AVX2
+/// copy. The chip's conversions and sums use it wherever every byte a kernel moves passes
+/// through a loop.
+macro_rules! avx2_where_available {
+    ($(#[$doc:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty = $generic:path) => {
+        $(#[$doc])*
+        $vis fn $name($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2")]
+            unsafe fn avx2($($arg: $ty),*) -> $ret {
+                $generic($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2 (checked just above), the target_feature
+                // function's only precondition.
+                return unsafe { avx2($($arg),*) };
+            }
+            $generic($($arg),*)
+        }
+    };
+}
+pub(crate) use avx2_where_available;
+
 mod bfp8;
 mod slices;
 mod tile;

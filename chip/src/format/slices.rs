@@ -2,26 +2,16 @@
 //! collectives' reduction): compiled for AVX2 where the host has it, since the baseline build
 //! (SSE2) handles four floats per instruction and these loops run over every received piece.
 
-/// Defines `pub fn $name(a, b)` whose loop `$body` is compiled twice from the same source:
-/// for AVX2, taken when the host has it, and for the baseline; so both give the same bits.
+/// Defines `pub fn $name(a, b)` whose loop `$body` is compiled for AVX2 where the host has it
+/// and for the baseline (`avx2_where_available`), so both give the same bits.
 macro_rules! slice_kernel {
     ($(#[$doc:meta])* $name:ident($a:ident: $ta:ty, $b:ident: $tb:ty) $body:block) => {
         $(#[$doc])*
         pub fn $name($a: $ta, $b: $tb) {
             #[inline(always)]
             fn any($a: $ta, $b: $tb) $body
-            #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx2")]
-            unsafe fn avx2($a: $ta, $b: $tb) {
-                any($a, $b)
-            }
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU supports AVX2 (checked just above), the target_feature
-                // function's only precondition.
-                return unsafe { avx2($a, $b) };
-            }
-            any($a, $b)
+            super::avx2_where_available! { fn dispatch($a: $ta, $b: $tb) -> () = any }
+            dispatch($a, $b)
         }
     };
 }

@@ -650,45 +650,23 @@ impl<'a> TileReader<'a> {
     }
 }
 
-/// [`decode_tile`] and [`encode_tile`] compiled for AVX2 where the host has it: streaming
-/// kernels decode every byte of a weight per step, and every matmul decodes its operands and
-/// encodes its result; as SSE2 code the conversions (bf16 rounding above all) ran scalar and
-/// cost more than a 512 matmul's sgemm could spare.
-macro_rules! avx2_where_available {
-    ($(#[$doc:meta])* fn $name:ident => $avx2:ident = $generic:ident($($arg:ident: $ty:ty),*)) => {
-        $(#[$doc])*
-        fn $name($($arg: $ty),*) -> Result<()> {
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU supports AVX2 (checked just above), the target_feature
-                // function's only precondition.
-                return unsafe { $avx2($($arg),*) };
-            }
-            $generic($($arg),*)
-        }
-
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = "avx2")]
-        unsafe fn $avx2($($arg: $ty),*) -> Result<()> {
-            $generic($($arg),*)
-        }
-    };
-}
-
-avx2_where_available! {
+// Streaming kernels decode every byte of a weight per step, and every matmul decodes its
+// operands and encodes its result: as SSE2 code the conversions (bf16 rounding above all) ran
+// scalar and cost more than a 512 matmul's sgemm could spare.
+format::avx2_where_available! {
     /// [`decode_tile`], vectorised where the host allows.
-    fn decode_tile_fast => decode_tile_avx2 = decode_tile(
+    fn decode_tile_fast(
         dtype: DataType, bytes: &[u8], tile: &mut [f32], band: &mut [f32], rows: usize,
         tc: usize, w: usize
-    )
+    ) -> Result<()> = decode_tile
 }
 
-avx2_where_available! {
+format::avx2_where_available! {
     /// [`encode_tile`], vectorised where the host allows.
-    fn encode_tile_fast => encode_tile_avx2 = encode_tile(
+    fn encode_tile_fast(
         dtype: DataType, band: &[f32], rows: usize, tc: usize, w: usize, tile: &mut [f32],
         bytes: &mut [u8]
-    )
+    ) -> Result<()> = encode_tile
 }
 
 #[cfg(test)]
