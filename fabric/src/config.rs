@@ -303,6 +303,13 @@ pub trait ChipMemory: Send + Sync {
         f(0, &buf);
         Ok(())
     }
+
+    /// Asks the host's cache to start loading the `len` bytes at `src` (a hint: nothing is
+    /// read or checked). A reader that jumps between banks calls it a few runs ahead. By
+    /// default nothing.
+    fn prefetch(&self, src: NocAddr, len: usize) {
+        let _ = (src, len);
+    }
 }
 
 /// Direction along an axis line: Forward = increasing index in `AxisLine::chips`.

@@ -465,6 +465,14 @@ impl Fabric {
             })
     }
 
+    /// Hints that `chip`'s `len` bytes at `src` will be read soon (`ChipMemory::prefetch`);
+    /// an unknown chip is ignored, as the hint reads nothing.
+    pub fn prefetch_local(&self, chip: u32, src: NocAddr, len: usize) {
+        if let Some(m) = self.inner.mems.get(chip as usize) {
+            m.prefetch(src, len);
+        }
+    }
+
     /// Writes `chip`'s own memory at `dest`, as a kernel on `chip` would (no link is crossed,
     /// no packet counted): the local counterpart of [`Fabric::read_local`].
     pub fn write_local(&self, chip: u32, dest: NocAddr, data: &[u8]) -> Result<()> {

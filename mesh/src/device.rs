@@ -161,6 +161,13 @@ impl ChipMemory for ChipPort {
             .read_in_place(chip_space(&src), src.bank, src.addr, len, f)
             .map_err(MemoryError::new)
     }
+
+    fn prefetch(&self, src: NocAddr, len: usize) {
+        if let Ok(chip) = self.chip() {
+            chip.memory()
+                .prefetch(chip_space(&src), src.bank, src.addr, len);
+        }
+    }
 }
 
 impl MeshDevice {

@@ -154,7 +154,14 @@ pub(crate) struct FusedIo {
     pub input_pages: (TensorPages, usize),
     /// The output's pages and page size, and block `j`'s first byte.
     pub output_pages: (TensorPages, usize, Vec<usize>),
+    /// Input reads hint the host's cache a few pages ahead (see `pages::prefetches_input`).
+    pub prefetch_input: bool,
 }
+
+/// Input pages a read hints ahead of the one it copies: consecutive pages sit in different
+/// DRAM banks, each its own host allocation, so the host's prefetchers lose the stream at
+/// every page (2 KiB for a bf16 tile). 2, 4, 8 and 16 measured alike on all_reduce t3k 1 MiB.
+const PREFETCH_AHEAD: usize = 4;
 
 /// A contiguous range of chip memory: bank, address, bytes.
 pub(crate) type Run = (u32, u64, usize);
@@ -266,16 +273,17 @@ pub(crate) fn sized<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
 }
 
 /// Calls `f(bank, addr, bytes)` for each contiguous span of chunk `chunk`'s input bytes
-/// `start..start + len` (spans end at page and run boundaries).
+/// `start..start + len` (spans end at page and run boundaries), hinting chip `me`'s memory
+/// `PREFETCH_AHEAD` spans ahead when `io.prefetch_input`.
 fn input_spans(
     io: &FusedIo,
+    (mem, me): (Local, u32),
     (chunk, start): (usize, usize),
     len: usize,
     mut f: impl FnMut(u32, u64, usize) -> Result<(), StepError>,
 ) -> Result<(), StepError> {
     let (pages, page_bytes) = &io.input_pages;
-    let mut b = start;
-    while b < start + len {
+    let span = |b: usize| {
         let in_run = b % io.chunk_run;
         let at = io.chunk_start[chunk] + (b / io.chunk_run) * io.chunk_stride + in_run;
         let (p, in_page) = (at / page_bytes, at % page_bytes);
@@ -283,8 +291,32 @@ fn input_spans(
             .min(start + len - b)
             .min(io.chunk_run - in_run);
         let (bank, addr) = pages.location(p as u64);
-        f(bank, addr + in_page as u64, n)?;
-        b += n;
+        (bank, addr + in_page as u64, n)
+    };
+    if !io.prefetch_input {
+        let mut b = start;
+        while b < start + len {
+            let (bank, addr, n) = span(b);
+            f(bank, addr, n)?;
+            b += n;
+        }
+        return Ok(());
+    }
+    let space = pages.map.space;
+    let mut spans = Vec::new();
+    let mut b = start;
+    while b < start + len {
+        spans.push(span(b));
+        b += spans[spans.len() - 1].2;
+    }
+    for &(bank, addr, n) in spans.iter().take(PREFETCH_AHEAD) {
+        mem.prefetch(me, space, bank, addr, n);
+    }
+    for (i, &(bank, addr, n)) in spans.iter().enumerate() {
+        if let Some(&(b, a, l)) = spans.get(i + PREFETCH_AHEAD) {
+            mem.prefetch(me, space, b, a, l);
+        }
+        f(bank, addr, n)?;
     }
     Ok(())
 }
@@ -303,7 +335,7 @@ fn read_input(
     let mut decode = Elements::new(elem, |at, bytes: &[u8]| {
         super::pages::decode_run(io.in_dtype, bytes, &mut out[at..at + bytes.len() / elem])
     });
-    input_spans(io, start, len, |bank, addr, n| {
+    input_spans(io, (mem, me), start, len, |bank, addr, n| {
         mem.read_with(me, space, bank, addr, n, |_, b| decode.feed(b))
     })
 }
@@ -319,7 +351,7 @@ fn copy_input(
 ) -> Result<(), StepError> {
     let space = io.input_pages.0.map.space;
     let mut off = 0;
-    input_spans(io, start, out.len(), |bank, addr, n| {
+    input_spans(io, (mem, me), start, out.len(), |bank, addr, n| {
         mem.read(me, space, bank, addr, &mut out[off..off + n])?;
         off += n;
         Ok(())
@@ -377,6 +409,18 @@ impl Local<'_> {
             Local::Fabric(fabric) => fabric
                 .read_local_with(me, noc(me, space, bank, addr)?, len, &mut f)
                 .map_err(StepError::Fabric),
+        }
+    }
+
+    /// Hints that chip `me`'s `len` bytes at `addr` will be read soon (nothing is checked).
+    fn prefetch(self, me: u32, space: MemSpace, bank: u32, addr: u64, len: usize) {
+        match self {
+            Local::Memory(m) => m.prefetch(space, bank, addr, len),
+            Local::Fabric(f) => {
+                if let Ok(at) = noc(me, space, bank, addr) {
+                    f.prefetch_local(me, at, len);
+                }
+            }
         }
     }
 
