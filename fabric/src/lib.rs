@@ -24,10 +24,10 @@
 //! every half channel. A producer that finds no credit counts a credit stall and waits (bounded by
 //! the operation timeout). Slot buffers are allocated once. A router forwards a packet by
 //! swapping buffers between its inbound and outbound slot, so intermediate hops copy nothing.
-//! A message longer than the channel (more packets than slots) lends its payload to the
-//! first hop instead of copying it into the slots: the send returns once the first router
-//! has taken every packet, and on timeout or shutdown it voids, under the slot lock, any
-//! packet not yet taken, so no slot outlives the caller's buffer. The receiving router
+//! A message of more than one packet lends its payload to the first hop instead of copying
+//! it into the slots: the send returns once the first router has taken every packet, and on
+//! timeout or shutdown it voids, under the slot lock, any packet not yet taken, so no slot
+//! outlives the caller's buffer. A one-packet message is copied and the send returns at once. The receiving router
 //! writes lent packets of one message that land back to back with one `ChipMemory::write`
 //! (always before their credits return), so a large neighbour write is copied once, in
 //! chunks of a few packets.
