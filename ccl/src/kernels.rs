@@ -95,7 +95,8 @@ pub(crate) struct CollectiveKernel {
     /// The same on every chip's kernel of one collective: where they meet (see `together`).
     meet_key: u64,
     /// The steps write all of the output, so a launch that runs together may return before
-    /// the line has run: the fused all_reduce and the page reduce_scatter. Decided once here,
+    /// the line has run: the fused all_reduce, the page reduce_scatter and the direct
+    /// all_gather. Decided once here,
     /// not at every launch (`hands_off` is asked on the dispatch path).
     defers: bool,
 }
@@ -123,7 +124,7 @@ impl CollectiveKernel {
             CollectiveKind::ReduceScatter { dim } => {
                 pages::page_split(&input, dim, input.shape[dim] / n).is_some()
             }
-            CollectiveKind::AllGather { .. } => false,
+            CollectiveKind::AllGather { dim } => pages::gathers_direct(&input, dim),
         };
         CollectiveKernel {
             meet_key,
@@ -475,6 +476,9 @@ impl CollectiveKernel {
         };
         let done = match self.kind {
             CollectiveKind::AllGather { dim } => {
+                if self.defers {
+                    return pages::all_gather_direct(&run, addresses);
+                }
                 match pages::page_split(&self.input, dim, self.input.shape[dim]) {
                     Some(split) => pages::all_gather(&run, split, addresses),
                     None => all_gather(&run, dim, addresses),

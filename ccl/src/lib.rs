@@ -129,9 +129,10 @@
 //!   With no switch left, one thread doing the line's work wins far further up: an all_reduce
 //!   now runs together up to 256 KiB of input per chip (with two threads, below: 2 MiB on
 //!   lines of 3 or 4 chips, 768 KiB on 8, 1 MiB on 32; 1 MiB on 2 chips; the A/B figures, re-measured after each change to the
-//!   data path, are at `together::wanted`). all_gather writes its output after the steps on
-//!   each chip's thread, so its launches still wait and it keeps the old rule (the page
-//!   reduce_scatter now writes its output in steps and defers like the all_reduce).
+//!   data path, are at `together::wanted`). The page reduce_scatter, and the all_gather whose
+//!   blocks are runs of output pages, now write their outputs in steps and defer like the
+//!   all_reduce; an all_gather with data above the gathered dim writes its output after the
+//!   steps on each chip's thread, so its launches still wait and it keeps the old rule.
 //!   From 64 KiB per chip a line of 3 or more runs on two threads (`kernels/pair.rs`): the meeting's and
 //!   a pool thread, each taking whichever part has a step ready (a part is locked while one
 //!   runs it), so the second core works too, still with no switch per step. The widening
@@ -208,11 +209,16 @@
 //! on each other's bank locks (below). reduce_scatter t3k 16 MiB 34-44 -> 29-30 ms, 1 MiB 2.3-2.5 -> 1.4-1.5 ms. perf
 //! on the 16 MiB all_reduce now: memcpy 24%, the bf16 add 12% (its loads: the slot's bytes
 //! come from memory), `DeviceMemory::write` 11% (its lock release waits for the copy's
-//! stores), 1.7 of 2 CPUs busy: the passes are memory-bound. Tried and dropped: the same
-//! output-to-output gather for all_gather. On line-2 it was faster (16 MiB: 3.9-4.9 vs
-//! 4.3-5.8 ms) but on the T3K ring slower (16 MiB: 28-41 vs 18.5-23 ms, with pieces of 256 KiB,
-//! 1 MiB or whole blocks): the slot path's large messages go to memory in a few big copies
-//! per chunk, the per-bank runs in many packet-sized ones. Sending this piece's gather right
+//! stores), 1.7 of 2 CPUs busy: the passes are memory-bound. The same output-to-output
+//! gather for all_gather was tried then and dropped: on line-2 it was faster (16 MiB: 3.9-4.9
+//! vs 4.3-5.8 ms) but on the T3K ring slower (16 MiB: 28-41 vs 18.5-23 ms): the slot path's
+//! large messages went to memory in a few big copies per chunk, the per-bank runs in
+//! packet-sized ones, each copied into a channel slot and again into memory. Since messages
+//! of two packets or more are lent to the first hop (one copy), it is back
+//! (`pages::all_gather_direct`, when nothing lies above the gathered dim), and its launches
+//! defer. A/B, medians of 5-7: line-2 36 KiB 40 -> 12 us, line-4 1 MiB 295 -> 228 us, t3k
+//! 36 KiB 248 -> 228 us; t3k 3 MiB (decode's logits) 3.40 / 3.45 ms, 1 MiB and 16 MiB and
+//! line-2 16 MiB within the noise of a busy host (t3k 16 MiB 20.1 / 21.2 ms). Sending this piece's gather right
 //! after its encode (instead of in gather order) measured slower on line-2.
 //!
 //! Locks per packet: the slot's mutex (uncontended: one producer, one consumer), per

@@ -191,6 +191,58 @@ fn write_pages(
     Ok(())
 }
 
+/// True if an all_gather along `dim` of `input` (per chip) moves between the chips' outputs
+/// (`all_gather_direct`): its pages split along `dim` and nothing lies above it, so each line
+/// position's block is one run of output pages.
+pub(crate) fn gathers_direct(input: &TensorSpec, dim: usize) -> bool {
+    page_split(input, dim, input.shape[dim]).is_some_and(|s| s.outer == 1)
+}
+
+/// all_gather whose blocks are runs of output pages (`gathers_direct`): this chip's input is
+/// copied into its block of the output, and each block then moves from one chip's output
+/// straight into the next one's (`PassOutput`, one write per DRAM bank run), as the
+/// all_reduce's gather does: no block buffers, and no pass over the whole output at the
+/// end. The steps write the whole output, so a launch may defer.
+pub(crate) fn all_gather_direct(run: &Run, addresses: &[u32]) -> Result<Launched, ChipError> {
+    let k = run.k;
+    let n = k.line.chips.len();
+    let len = k.input.buffer_size() as usize;
+    let (in_page, out_page) = (k.input.page_size() as usize, k.output.page_size() as usize);
+    debug_assert_eq!(in_page, out_page, "a gather moves pages as they are");
+    with_work(|w| {
+        w.shape(&[], &vec![len; n], None);
+        let own = &mut w.blocks[k.pos][..len];
+        read_pages(run.ctx, &k.input, addresses[0], own)?;
+        write_pages(
+            run.ctx,
+            &k.output,
+            addresses[2],
+            k.order[k.pos] * len / out_page,
+            own,
+        )?;
+        w.fused = Some(FusedIo {
+            in_dtype: k.input.dtype,
+            in_elem: in_page / page_elems(&k.input),
+            chunk_start: Vec::new(),
+            chunk_run: usize::MAX,
+            chunk_stride: 0,
+            input_pages: (
+                k.input.page_map(run.ctx.arch, addresses[0] as u64)?,
+                in_page,
+            ),
+            output_pages: (
+                k.output.page_map(run.ctx.arch, addresses[2] as u64)?,
+                out_page,
+                k.order.iter().map(|&b| b * len).collect(),
+            ),
+            prefetch_input: false,
+        });
+        // One piece per block, as below.
+        let steps = lists::gather_steps(k.topology, n, k.pos, 0, &vec![1; n], true);
+        run.run_steps(w, steps, k.topology != Topology::Ring, true)
+    })
+}
+
 /// all_gather on pages: every chip's input pages travel as they are; the output is assembled
 /// page run by page run straight from the received blocks.
 pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Result<(), ChipError> {

@@ -105,8 +105,8 @@ const PAIR_MIN_CHIPS: usize = 3;
 pub(crate) fn pairs(input_bytes: usize, n: usize) -> bool {
     n >= PAIR_MIN_CHIPS && input_bytes >= PAIR_MIN_INPUT && super::pair::available()
 }
-/// Collectives whose launch still waits for the line (all_gather, reduce_scatter: their
-/// output is written after the steps, on the chip's thread) pay a sleep and a wake per chip
+/// Collectives whose launch still waits for the line (an all_gather or reduce_scatter that
+/// writes its output after the steps, on the chip's thread) pay a sleep and a wake per chip
 /// together, so they keep the rule measured before launches could defer: input up to 6 KiB
 /// per chip of the line (36 KiB on 8 chips and 256 KiB on 32 about even then; all_gather
 /// on line-2 at 128 KiB per chip: 48-68 us on own threads, 73-104 us together).
