@@ -239,6 +239,19 @@
 //! until the slots it would overwrite were read. galaxy 256 KiB 2900 -> 2580 us, 1 MiB 13.3
 //! -> 12.0 ms. Own threads keep a slot per step: sharing there needs a credit back per slot,
 //! one more wait per piece, and each wait costs (see `pages::piece_bytes`).
+//!
+//! Input reads (perf on all_reduce t3k 1 MiB: copying the input into the partial-sum buffer
+//! was 19% of CPU, stalled on its loads). An input's consecutive pages sit in different DRAM
+//! banks, each its own host allocation, so the CPU's prefetchers lose the stream every page.
+//! On lines whose inputs reach 8 MiB in all, input reads hint the cache four pages ahead
+//! (`pages::prefetches_input`; below that the inputs come from the cache and the hints cost
+//! more than they save). Reading the pages bank by bank instead, one stream per bank, gained
+//! less (t3k 1 MiB about 5%). The fabric now lends every message of two or more packets to
+//! the first hop, so the gather's per-bank runs (10-20 KiB) are one copy into the neighbour,
+//! not a copy into the channel's slots and another out of them. `bench ccl`, the session's
+//! first binary and its last alternated, two runs each: t3k 16 MiB efficiency 0.38 / 0.43
+//! -> 0.40 / 0.40 (within the host's noise), galaxy 256 KiB 2847 / 3046 -> 2490 / 2336 us,
+//! line-4 256 KiB 192 / 185 -> 195 / 164 us, line-2 256 KiB 89 / 91 -> 87 / 83 us.
 
 #![forbid(unsafe_code)]
 
