@@ -75,8 +75,11 @@ const TOGETHER_MAX_INPUT_TWO: usize = 1 << 20;
 /// The same when two threads run the line (`pairs`), on 8 chips: t3k 512 KiB 0.94-1.06 /
 /// 1.30-1.33 ms, 1 MiB 2.6-2.8 / 2.8-3.1 ms, 4 MiB even, 16 MiB 83-105 / 75-78 ms. With
 /// chip memory locked per chunk (medians, us): 512 KiB 591 / 793, 768 KiB 962 / 1033, 1 MiB
-/// 1405 / 1363 and 1598 / 1465.
-const TOGETHER_MAX_INPUT_PAIRED: usize = 768 << 10;
+/// 1405 / 1363 and 1598 / 1465. With input reads hinted ahead and messages lent to the first
+/// hop (medians of 5): 768 KiB 854 / 1297, 1 MiB 1090 / 1622, 1.5 MiB 1840 / 2154, 2 MiB 2770
+/// / 2812, 4 MiB 6725 / 6850; 8 MiB 16.2 / 13.8 ms, 16 MiB 36.4 / 26.4 ms (smaller pieces
+/// together were slower still: 16 MiB 37-41 ms with 256 or 64 KiB).
+const TOGETHER_MAX_INPUT_PAIRED: usize = 2 << 20;
 /// And past 8 chips: galaxy 256 KiB 4.4-4.7 / 6.0-6.3 ms, 512 KiB and 1 MiB even then (one
 /// thread alone: 128 KiB 3.5 / 5.6 ms, 256 KiB 11.8 / 9.1 ms, so half as far). Re-measured
 /// with the leaner data path: 256 KiB 3.2-3.4 / 5.7-6.9 ms, 512 KiB 6.2-7.8 / 7.8-7.9 ms,
