@@ -85,8 +85,12 @@ const TOGETHER_MAX_INPUT_PAIRED: usize = 2 << 20;
 /// And past 8 chips: galaxy 256 KiB 4.4-4.7 / 6.0-6.3 ms, 512 KiB and 1 MiB even then (one
 /// thread alone: 128 KiB 3.5 / 5.6 ms, 256 KiB 11.8 / 9.1 ms, so half as far). Re-measured
 /// with the leaner data path: 256 KiB 3.2-3.4 / 5.7-6.9 ms, 512 KiB 6.2-7.8 / 7.8-7.9 ms,
-/// 1 MiB 12.1-12.9 / 13.6-14.4 ms.
-const TOGETHER_MAX_INPUT_LONG: usize = 1 << 20;
+/// 1 MiB 12.1-12.9 / 13.6-14.4 ms. With input reads hinted ahead and messages lent to the
+/// first hop (medians of 5): 512 KiB 6.4 / 7.8 ms, 2 MiB 14.8 / 17.3 ms, 4 MiB 27.8 / 31.8
+/// ms; 8 MiB 83 / 60 ms (3 runs).
+const TOGETHER_MAX_INPUT_LONG: usize = 4 << 20;
+/// Past 8 chips with no second thread (one thread alone measured half as far as two then).
+const TOGETHER_MAX_INPUT_LONG_ALONE: usize = 512 << 10;
 
 /// Lines of 3 or 4 chips on two threads, since chip memory takes its locks per chunk (the
 /// two threads had parked on each other's bank locks before). line-4, medians of 3-5 (us;
@@ -125,9 +129,8 @@ pub(crate) fn wanted(input_bytes: usize, n: usize, defers: bool) -> bool {
     } else if n <= 2 {
         TOGETHER_MAX_INPUT_TWO
     } else if !pairs(PAIR_MIN_INPUT, n) {
-        // One thread alone: half as far past 8 chips (see `TOGETHER_MAX_INPUT_LONG`).
         if n > 8 {
-            TOGETHER_MAX_INPUT_LONG / 2
+            TOGETHER_MAX_INPUT_LONG_ALONE
         } else {
             TOGETHER_MAX_INPUT
         }
