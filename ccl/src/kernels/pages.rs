@@ -220,23 +220,13 @@ pub(crate) fn all_gather_direct(run: &Run, addresses: &[u32]) -> Result<Launched
             k.order[k.pos] * len / out_page,
             own,
         )?;
-        w.fused = Some(FusedIo {
-            in_dtype: k.input.dtype,
-            in_elem: in_page / page_elems(&k.input),
+        let at = Placement {
             chunk_start: Vec::new(),
             chunk_run: usize::MAX,
             chunk_stride: 0,
-            input_pages: (
-                k.input.page_map(run.ctx.arch, addresses[0] as u64)?,
-                in_page,
-            ),
-            output_pages: (
-                k.output.page_map(run.ctx.arch, addresses[2] as u64)?,
-                out_page,
-                k.order.iter().map(|&b| b * len).collect(),
-            ),
-            prefetch_input: false,
-        });
+            out_first: k.order.iter().map(|&b| b * len).collect(),
+        };
+        w.fused = Some(fused_io(run, addresses, at, false)?);
         // One piece per block, as below.
         let steps = lists::gather_steps(k.topology, n, k.pos, 0, &vec![1; n], true);
         run.run_steps(w, steps, k.topology != Topology::Ring, true)
@@ -347,9 +337,26 @@ fn fuse(
     let piece_pages = (piece_bytes(k.line.chips.len(), largest) / (in_page / pe) / pe).max(1);
     w.chunk_piece = piece_pages * pe;
     w.block_piece = piece_pages * out_page;
-    w.fused = Some(FusedIo {
+    let prefetch = prefetches_input(k.line.chips.len(), k.input.buffer_size());
+    w.fused = Some(fused_io(run, addresses, at, prefetch)?);
+    Ok(elems
+        .iter()
+        .map(|&l| piece_count(l, w.chunk_piece))
+        .collect())
+}
+
+/// Where a collective's steps read its input and write its output pages (`FusedIo`).
+fn fused_io(
+    run: &Run,
+    addresses: &[u32],
+    at: Placement,
+    prefetch_input: bool,
+) -> Result<FusedIo, ChipError> {
+    let k = run.k;
+    let (in_page, out_page) = (k.input.page_size() as usize, k.output.page_size() as usize);
+    Ok(FusedIo {
         in_dtype: k.input.dtype,
-        in_elem: in_page / pe,
+        in_elem: in_page / page_elems(&k.input),
         chunk_start: at.chunk_start,
         chunk_run: at.chunk_run,
         chunk_stride: at.chunk_stride,
@@ -362,12 +369,8 @@ fn fuse(
             out_page,
             at.out_first,
         ),
-        prefetch_input: prefetches_input(k.line.chips.len(), k.input.buffer_size()),
-    });
-    Ok(elems
-        .iter()
-        .map(|&l| piece_count(l, w.chunk_piece))
-        .collect())
+        prefetch_input,
+    })
 }
 
 /// Finishes a fused reduction's step list (this chip's chunk encoded as its pieces are
