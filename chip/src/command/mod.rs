@@ -7,6 +7,7 @@
 //! arbitrary bytes give an error, never a panic or an out-of-bounds read.
 
 mod decode;
+pub(crate) mod spare;
 
 pub use decode::{decode, packed_arg, record_offsets, PageLocations, Record, RecordIter};
 
@@ -109,9 +110,11 @@ impl Encoder {
     pub fn new() -> Encoder {
         Encoder { bytes: Vec::new() }
     }
+    /// An encoder with room for `n` bytes; a large one reuses a buffer that has run
+    /// (`spare`).
     pub fn with_capacity(n: usize) -> Encoder {
         Encoder {
-            bytes: Vec::with_capacity(n),
+            bytes: spare::take(n),
         }
     }
     pub fn len(&self) -> usize {

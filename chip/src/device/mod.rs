@@ -594,6 +594,7 @@ impl Chip {
                 self.shared
                     .observer
                     .with(|o| o.submitted(self, cq, &bytes, true));
+                crate::command::spare::give_back(bytes);
                 return Ok(());
             }
         }

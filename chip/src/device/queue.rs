@@ -257,7 +257,9 @@ impl Dispatcher {
             ring.pop_all(&mut batch);
             let mut d = dispatcher.lock();
             while let Some(bytes) = batch.pop_front() {
-                if let Flow::Stop = d.run_bytes(&bytes) {
+                let flow = d.run_bytes(&bytes);
+                crate::command::spare::give_back(bytes);
+                if let Flow::Stop = flow {
                     return;
                 }
             }

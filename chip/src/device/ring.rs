@@ -97,6 +97,7 @@ impl HostRing {
                 d.flush_discards();
                 drop(d);
                 self.state.lock().inline = false;
+                crate::command::spare::give_back(bytes);
                 return;
             }
         }
