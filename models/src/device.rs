@@ -8,6 +8,8 @@
 //! it (heads and FFN columns sharded, two all_reduces per block, the LM head's logits
 //! all-gathered); on one chip (an n150) everything is whole.
 
+use std::borrow::Cow;
+
 use ttmesh::ccl::{self, CclArgs};
 use ttmesh::ops::{self, MeshMatmulConfig, MeshOpOptions};
 use ttmesh::{
@@ -260,16 +262,14 @@ impl DeviceLlama {
         }
         let shape = mesh.shape();
         let parallel = TensorParallel::plan(&c, shape.rows, shape.cols)?;
-        // Heads padded and replicated so they divide over the group; identity on one chip.
-        let padded;
+        // Heads padded and replicated so they divide over the group (identity on one chip),
+        // block by block as each attention weight is placed (`HeadLayout::query_rows`, ...):
+        // a laid out copy of the whole model was the largest of placement's host copies.
         let w = match source {
-            WeightSource::Values(weights) if parallel.heads.is_identity() => Some(weights),
-            WeightSource::Values(weights) => {
-                padded = weights.with_head_layout(&parallel.heads)?;
-                Some(&padded)
-            }
+            WeightSource::Values(weights) => Some(weights),
             WeightSource::ShapesOnly(_) => None,
         };
+        let heads = &parallel.heads;
         let mapper = |placement: Placement| -> Box<dyn MeshMapper> {
             match (placement, parallel.degree, parallel.cluster_axis) {
                 (Placement::Replicated, ..) | (_, 1, _) => Box::new(ReplicateTensorToMesh),
@@ -316,14 +316,15 @@ impl DeviceLlama {
         let (matrix, other) = (decode.matrix_dtype(), decode.activation_dtype());
         // `[out, in]` weights go to the device as `[in, out]`: a column-parallel one is split
         // by output columns (dim 1), a row-parallel one by input rows (dim 0).
-        let column = |name: &str, w: &dyn Fn(&LlamaWeights) -> &[f32], out: usize, inp: usize| {
-            place(name, vec![inp, out], Placement::Sharded(1), matrix, &|m| {
-                transpose(w(m), out, inp)
-            })
-        };
-        let row = |name: &str, w: &dyn Fn(&LlamaWeights) -> &[f32], out: usize, inp: usize| {
+        let column =
+            |name: &str, w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>, out: usize, inp: usize| {
+                place(name, vec![inp, out], Placement::Sharded(1), matrix, &|m| {
+                    transpose(&w(m), out, inp)
+                })
+            };
+        let row = |name: &str, w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>, out: usize, inp: usize| {
             place(name, vec![inp, out], Placement::Sharded(0), matrix, &|m| {
-                transpose(w(m), out, inp)
+                transpose(&w(m), out, inp)
             })
         };
         let vector = |name: &str, v: &dyn Fn(&LlamaWeights) -> &[f32]| {
@@ -344,14 +345,44 @@ impl DeviceLlama {
             let n = |t: &str| format!("blk.{i}.{t}");
             blocks.push(DeviceBlock {
                 attn_norm: vector(&n("attn_norm"), &|m| &m.blocks[i].attn_norm)?,
-                wq: column(&n("attn_q"), &|m| &m.blocks[i].wq, q_dim, h)?,
-                wk: column(&n("attn_k"), &|m| &m.blocks[i].wk, kv_dim, h)?,
-                wv: column(&n("attn_v"), &|m| &m.blocks[i].wv, kv_dim, h)?,
-                wo: row(&n("attn_output"), &|m| &m.blocks[i].wo, h, q_dim)?,
+                wq: column(
+                    &n("attn_q"),
+                    &|m| heads.query_rows(&m.blocks[i].wq, hd, h),
+                    q_dim,
+                    h,
+                )?,
+                wk: column(
+                    &n("attn_k"),
+                    &|m| heads.kv_rows(&m.blocks[i].wk, hd, h),
+                    kv_dim,
+                    h,
+                )?,
+                wv: column(
+                    &n("attn_v"),
+                    &|m| heads.kv_rows(&m.blocks[i].wv, hd, h),
+                    kv_dim,
+                    h,
+                )?,
+                wo: row(
+                    &n("attn_output"),
+                    &|m| heads.output_cols(&m.blocks[i].wo, hd, h),
+                    h,
+                    q_dim,
+                )?,
                 ffn_norm: vector(&n("ffn_norm"), &|m| &m.blocks[i].ffn_norm)?,
-                w_gate: column(&n("ffn_gate"), &|m| &m.blocks[i].w_gate, f, h)?,
-                w_up: column(&n("ffn_up"), &|m| &m.blocks[i].w_up, f, h)?,
-                w_down: row(&n("ffn_down"), &|m| &m.blocks[i].w_down, h, f)?,
+                w_gate: column(
+                    &n("ffn_gate"),
+                    &|m| Cow::from(&m.blocks[i].w_gate[..]),
+                    f,
+                    h,
+                )?,
+                w_up: column(&n("ffn_up"), &|m| Cow::from(&m.blocks[i].w_up[..]), f, h)?,
+                w_down: row(
+                    &n("ffn_down"),
+                    &|m| Cow::from(&m.blocks[i].w_down[..]),
+                    h,
+                    f,
+                )?,
                 k_cache: cache(&n("k_cache"))?,
                 v_cache: cache(&n("v_cache"))?,
             });

@@ -8,6 +8,8 @@
 //! becomes 16 query heads over 8 KV slots: 2 query heads and 1 KV head per chip, 6 chips
 //! holding real heads and 2 only padding.
 
+use std::borrow::Cow;
+
 use crate::config::LlamaConfig;
 use crate::error::{ModelError, Result};
 use crate::weights::{BlockWeights, LlamaWeights};
@@ -90,6 +92,40 @@ impl HeadLayout {
     }
 }
 
+impl HeadLayout {
+    /// A block's `wq` (`[head_count * head_dim][hidden]`) laid out by this layout: borrowed
+    /// when the layout is the identity. One block at a time, so placement never holds a laid
+    /// out copy of the whole model.
+    pub fn query_rows<'a>(&self, wq: &'a [f32], head_dim: usize, hidden: usize) -> Cow<'a, [f32]> {
+        match self.is_identity() {
+            true => Cow::Borrowed(wq),
+            false => Cow::Owned(gather_rows(wq, &self.q_source, head_dim, hidden)),
+        }
+    }
+
+    /// A block's `wk` or `wv` (`[kv_head_count * head_dim][hidden]`) laid out by this layout.
+    pub fn kv_rows<'a>(&self, w: &'a [f32], head_dim: usize, hidden: usize) -> Cow<'a, [f32]> {
+        match self.is_identity() {
+            true => Cow::Borrowed(w),
+            false => Cow::Owned(gather_rows(w, &self.kv_source, head_dim, hidden)),
+        }
+    }
+
+    /// A block's `wo` (`[hidden][head_count * head_dim]`) laid out by this layout.
+    pub fn output_cols<'a>(&self, wo: &'a [f32], head_dim: usize, hidden: usize) -> Cow<'a, [f32]> {
+        match self.is_identity() {
+            true => Cow::Borrowed(wo),
+            false => Cow::Owned(gather_cols(
+                wo,
+                &self.q_source,
+                head_dim,
+                hidden,
+                self.head_count * head_dim,
+            )),
+        }
+    }
+}
+
 /// Gathers blocks of `block` rows of `src` (`cols` wide) by `sources`, zeros for `None`.
 fn gather_rows(src: &[f32], sources: &[Option<usize>], block: usize, cols: usize) -> Vec<f32> {
     let mut out = vec![0f32; sources.len() * block * cols];
@@ -142,11 +178,15 @@ impl LlamaWeights {
             .blocks
             .iter()
             .map(|b| BlockWeights {
-                wq: gather_rows(&b.wq, &layout.q_source, hd, h),
-                wk: gather_rows(&b.wk, &layout.kv_source, hd, h),
-                wv: gather_rows(&b.wv, &layout.kv_source, hd, h),
-                wo: gather_cols(&b.wo, &layout.q_source, hd, h, c.head_count * hd),
-                ..b.clone()
+                attn_norm: b.attn_norm.clone(),
+                wq: layout.query_rows(&b.wq, hd, h).into_owned(),
+                wk: layout.kv_rows(&b.wk, hd, h).into_owned(),
+                wv: layout.kv_rows(&b.wv, hd, h).into_owned(),
+                wo: layout.output_cols(&b.wo, hd, h).into_owned(),
+                ffn_norm: b.ffn_norm.clone(),
+                w_gate: b.w_gate.clone(),
+                w_up: b.w_up.clone(),
+                w_down: b.w_down.clone(),
             })
             .collect();
         Ok(LlamaWeights {
