@@ -27,10 +27,10 @@
 //! A message of more than one packet lends its payload to the first hop instead of copying
 //! it into the slots: the send returns once the first router has taken every packet, and on
 //! timeout or shutdown it voids, under the slot lock, any packet not yet taken, so no slot
-//! outlives the caller's buffer. A one-packet message is copied and the send returns at once. The receiving router
-//! writes lent packets of one message that land back to back with one `ChipMemory::write`
-//! (always before their credits return), so a large neighbour write is copied once, in
-//! chunks of a few packets.
+//! outlives the caller's buffer. A one-packet message is copied and the send returns at
+//! once. The receiving router writes lent packets of one message that land back to back with
+//! one `ChipMemory::write` (always before their credits return), so a large neighbour write
+//! is copied once, in chunks of a few packets.
 //!
 //! **Threads.** One router thread per chip, line and direction that has an inbound hop. It
 //! drains all inbound channels of that hop (links x VCs) and, per the route's 2 bits for this

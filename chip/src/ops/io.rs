@@ -385,7 +385,7 @@ fn decode_runs<const SIZE: usize>(
 
 /// One run of values of `SIZE` bytes each (2: bf16, 4: f32).
 #[inline(always)]
-fn decode_run<const SIZE: usize>(src: &[u8], dst: &mut [f32]) {
+pub(super) fn decode_run<const SIZE: usize>(src: &[u8], dst: &mut [f32]) {
     if SIZE == 2 {
         decode_bf16_run(src, dst)
     } else {

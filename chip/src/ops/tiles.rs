@@ -249,16 +249,8 @@ pub(crate) fn read_u32(ctx: &KernelContext, spec: &TensorSpec, address: u32) -> 
 /// (the start of a face row), as [`TileRows::read_tile`] would give them.
 fn decode_face_run(dtype: DataType, page: &[u8], at: usize, dst: &mut [f32]) -> Result<()> {
     match dtype {
-        DataType::BFloat16 => {
-            for (d, b) in dst.iter_mut().zip(page[2 * at..].chunks_exact(2)) {
-                *d = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
-            }
-        }
-        DataType::Float32 => {
-            for (d, b) in dst.iter_mut().zip(page[4 * at..].chunks_exact(4)) {
-                *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            }
-        }
+        DataType::BFloat16 => super::io::decode_run::<2>(&page[2 * at..][..2 * dst.len()], dst),
+        DataType::Float32 => super::io::decode_run::<4>(&page[4 * at..][..4 * dst.len()], dst),
         DataType::BFloat8B => {
             let mut block = [0f32; FACE_WIDTH];
             format::unpack_bfp8_block(&page[..BFP8_TILE_BYTES], at / FACE_WIDTH, &mut block);
