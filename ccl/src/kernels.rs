@@ -476,7 +476,7 @@ impl CollectiveKernel {
         };
         let done = match self.kind {
             CollectiveKind::AllGather { dim } => {
-                if self.defers {
+                if pages::gathers_direct(&self.input, dim) {
                     return pages::all_gather_direct(&run, addresses);
                 }
                 match pages::page_split(&self.input, dim, self.input.shape[dim]) {
