@@ -252,6 +252,19 @@
 //! first binary and its last alternated, two runs each: t3k 16 MiB efficiency 0.38 / 0.43
 //! -> 0.40 / 0.40 (within the host's noise), galaxy 256 KiB 2847 / 3046 -> 2490 / 2336 us,
 //! line-4 256 KiB 192 / 185 -> 195 / 164 us, line-2 256 KiB 89 / 91 -> 87 / 83 us.
+//!
+//! Step order on a line (a timeline of each step's start and end, line-2 1 MiB on own
+//! threads: half of the two threads' CPU was spent waiting). The right end's list added its
+//! own chunk (waiting for the left's sums) before it sent the left its sums, so the two chips
+//! ran one after the other. A line's lists are now ordered by when each piece can be had
+//! (`lists::line_reduce_steps`): each end sends its farthest chunk first and every position
+//! takes pieces from both sides in arrival order; the gather likewise takes the left's and
+//! the right's blocks as they come. A unit-time model of the lists (`lists` tests) gives the
+//! busiest chip's steps plus the chains' fill; the old order took 2-4 units more. Sums are
+//! unchanged (each chunk's order of adds is fixed). A/B, medians of 5: all_reduce line-2 1 MiB
+//! 248 -> 188 us, 4 MiB 959 -> 729 us, 16 MiB 5.96 -> 4.40 ms; line-4 256 KiB 178 -> 137 us,
+//! 1 MiB 553 -> 405 us; all_gather line-4 256 KiB 81 -> 73 us. A line of 2 now runs together
+//! only up to 256 KiB (`together::wanted`).
 
 #![forbid(unsafe_code)]
 

@@ -53,40 +53,82 @@ pub(crate) fn fused_reduce_steps(
         each_piece(&mut s, pieces, pos, reduce(Some(base + n - 2), pos, None));
         return s;
     }
+    line_reduce_steps(n, pos, base, pieces)
+}
+
+/// The line's reduction at position `pos`, ordered by when each piece can be had. Partial
+/// sums of the left end travel right (slots `base + c`) and of the right end travel left
+/// (slots `base + n + c`); each end sends its farthest chunk first, so the longest chain
+/// starts first, and a position takes its pieces in the order they reach it, from either
+/// side: a step that waits for the left chain does not hold back a send the right end needs
+/// (with the right end reducing before sending, line-2's two chips ran one after the other).
+/// Which piece comes when changes no sum: each is added in the order the crate docs give.
+fn line_reduce_steps(n: usize, pos: usize, base: usize, pieces: &[usize]) -> Vec<Step> {
     let (has_left, has_right) = (pos > 0, pos + 1 < n);
-    // Rightward: partial sums of positions 0..=pos for the chunks of pos and further right
-    // (the left end starts them from its input alone).
-    for c in pos..n {
+    // (ready, step): a piece's place in its end's sending order plus its hops to here.
+    let mut timed: Vec<(usize, Step)> = Vec::new();
+    // Rightward: chunks pos..n, farthest first, as the left end sends them.
+    let mut sent_before = 0;
+    for c in (pos..n).rev() {
         let from = has_left.then_some(base + c);
-        if c != pos {
-            each_piece(
-                &mut s,
-                pieces,
-                c,
-                reduce(from, c, Some((Side::Right, base + c))),
-            );
-        } else if has_left {
-            each_piece(&mut s, pieces, c, reduce(from, c, None));
+        let to = (c != pos).then_some((Side::Right, base + c));
+        if c != pos || has_left {
+            timed.extend((0..pieces[c]).map(|piece| {
+                let step = Step::Reduce {
+                    from,
+                    chunk: c,
+                    piece,
+                    to,
+                };
+                (sent_before + piece + pos, step)
+            }));
         }
+        sent_before += pieces[c];
     }
-    // Leftward: partial sums of positions pos..n for the chunks of pos and further left.
-    for c in (0..=pos).rev() {
+    // Leftward: chunks 0..=pos, farthest first, as the right end sends them.
+    let own_right_ready = |piece: usize| sent_before - pieces[pos] + piece + pos;
+    let mut sent_before = 0;
+    for (c, &count) in pieces.iter().enumerate().take(pos + 1) {
         let slot = base + n + c;
         let from = has_right.then_some(slot);
-        if c != pos {
-            each_piece(&mut s, pieces, c, reduce(from, c, Some((Side::Left, slot))));
-        } else if has_right && has_left {
-            // The chunk already holds its input plus the left's sums.
-            each_piece(&mut s, pieces, c, |piece| Step::AddPartial {
-                slot,
-                chunk: c,
-                piece,
-            });
-        } else if has_right {
-            each_piece(&mut s, pieces, c, reduce(from, c, None));
+        let hops = n - 1 - pos;
+        for piece in 0..count {
+            let ready = sent_before + piece + hops;
+            let step = if c != pos {
+                Step::Reduce {
+                    from,
+                    chunk: c,
+                    piece,
+                    to: Some((Side::Left, slot)),
+                }
+            } else if has_right && has_left {
+                // The chunk already holds its input plus the left's sums: after them.
+                timed.push((
+                    ready.max(own_right_ready(piece) + 1),
+                    Step::AddPartial {
+                        slot,
+                        chunk: c,
+                        piece,
+                    },
+                ));
+                continue;
+            } else if has_right {
+                Step::Reduce {
+                    from,
+                    chunk: c,
+                    piece,
+                    to: None,
+                }
+            } else {
+                continue;
+            };
+            timed.push((ready, step));
         }
+        sent_before += count;
     }
-    s
+    // Stable: equal times keep rightward first, and a slot's pieces stay in order.
+    timed.sort_by_key(|&(ready, _)| ready);
+    timed.into_iter().map(|(_, step)| step).collect()
 }
 
 /// Puts an `Encode` of each piece of chunk `own` right after the last step that adds into it,
@@ -189,31 +231,204 @@ pub(crate) fn gather_steps(
         }
         return s;
     }
+    // A line: this position's own pieces go both ways first; then each block's pieces are
+    // taken (and passed on) in the order they can arrive, from either side, so a middle
+    // position does not hold the right's blocks back while it waits for the left's.
     let (has_left, has_right) = (pos > 0, pos + 1 < n);
+    let mut timed: Vec<(usize, Step)> = Vec::new();
     for q in 0..pieces[pos] {
         if has_right {
-            s.push(send(Side::Right, pos, q));
+            timed.push((q, send(Side::Right, pos, q)));
         }
         if has_left {
-            s.push(send(Side::Left, pos, q));
+            timed.push((q, send(Side::Left, pos, q)));
         }
     }
-    // Blocks from the left arrive nearest first; pass each on to the right, and back.
-    for c in (0..pos).rev() {
-        for q in 0..pieces[c] {
-            s.push(take(c, q));
-            if has_right {
-                s.push(send(Side::Right, c, q));
-            }
-        }
-    }
-    for (c, &count) in pieces.iter().enumerate().skip(pos + 1) {
+    for (c, &count) in pieces.iter().enumerate().filter(|&(c, _)| c != pos) {
+        let (hops, on) = match c < pos {
+            true => (pos - c, has_right.then_some(Side::Right)),
+            false => (c - pos, has_left.then_some(Side::Left)),
+        };
         for q in 0..count {
-            s.push(take(c, q));
-            if has_left {
-                s.push(send(Side::Left, c, q));
+            timed.push((hops + q, take(c, q)));
+            if let Some(side) = on {
+                timed.push((hops + q, send(side, c, q)));
             }
         }
     }
+    // Stable: a take stays just before its pass, and a block's pieces stay in order.
+    timed.sort_by_key(|&(ready, _)| ready);
+    s.extend(timed.into_iter().map(|(_, step)| step));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// Runs every position's list with each step taking one unit of time and a receive
+    /// starting once its piece was sent: the time the line takes, or None if it never ends.
+    fn makespan(topology: Topology, lists: &[Vec<Step>]) -> Option<usize> {
+        let n = lists.len();
+        let neighbour = |p: usize, side: Side| match (side, topology) {
+            (Side::Right, _) => (p + 1) % n,
+            (Side::Left, _) => (p + n - 1) % n,
+        };
+        let (mut pc, mut clock) = (vec![0; n], vec![0; n]);
+        let mut sent: HashMap<(usize, usize), Vec<usize>> = HashMap::new();
+        let mut taken: HashMap<(usize, usize), usize> = HashMap::new();
+        loop {
+            let mut moved = false;
+            for p in 0..n {
+                while let Some(step) = lists[p].get(pc[p]) {
+                    let mut start = clock[p];
+                    if let Some(slot) = step.receives() {
+                        let k = taken.entry((p, slot)).or_default();
+                        match sent.get(&(p, slot)).and_then(|t| t.get(*k)) {
+                            Some(&t) => start = start.max(t),
+                            None => break,
+                        }
+                        *k += 1;
+                    }
+                    clock[p] = start + 1;
+                    if let Some((side, slot)) = step.sends() {
+                        sent.entry((neighbour(p, side), slot))
+                            .or_default()
+                            .push(clock[p]);
+                    }
+                    pc[p] += 1;
+                    moved = true;
+                }
+            }
+            if (0..n).all(|p| pc[p] == lists[p].len()) {
+                return clock.into_iter().max();
+            }
+            if !moved {
+                return None;
+            }
+        }
+    }
+
+    /// The piece a step moves (a gather's wait names none).
+    fn piece(step: &Step) -> Option<usize> {
+        Some(match *step {
+            Step::AddPartial { piece, .. }
+            | Step::Reduce { piece, .. }
+            | Step::ReduceOut { piece, .. }
+            | Step::Encode { piece, .. }
+            | Step::SendBlock { piece, .. }
+            | Step::TakeBlock { piece, .. }
+            | Step::PassOutput { piece, .. } => piece,
+            Step::AwaitOutput { .. } => return None,
+        })
+    }
+
+    /// Each slot's pieces are taken, and sent, in order; a middle position adds the right's
+    /// sums into its own chunk only after its input and the left's are in it.
+    fn check_order(n: usize, pos: usize, list: &[Step]) {
+        let mut next_in: HashMap<usize, usize> = HashMap::new();
+        let mut next_out: HashMap<(Side, usize), usize> = HashMap::new();
+        let mut own_summed = [false; 8];
+        for step in list {
+            if let Some(slot) = step.receives() {
+                let k = next_in.entry(slot).or_default();
+                let q = piece(step).unwrap_or(*k);
+                assert_eq!(q, *k, "n {n} pos {pos}: slot {slot} out of order");
+                *k += 1;
+            }
+            if let Some((side, slot)) = step.sends() {
+                let k = next_out.entry((side, slot)).or_default();
+                assert_eq!(
+                    piece(step),
+                    Some(*k),
+                    "n {n} pos {pos}: send {slot} out of order"
+                );
+                *k += 1;
+            }
+            match *step {
+                Step::Reduce {
+                    chunk,
+                    piece,
+                    to: None,
+                    ..
+                } if chunk == pos => own_summed[piece] = true,
+                Step::AddPartial { piece, .. } => {
+                    assert!(own_summed[piece], "n {n} pos {pos}: added before summed")
+                }
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn line_reductions_start_every_chain_at_once() {
+        for n in 2..=6 {
+            for per in 1..=3 {
+                let pieces = vec![per; n];
+                let lists: Vec<Vec<Step>> = (0..n)
+                    .map(|pos| fused_reduce_steps(Topology::Linear, n, pos, 0, &pieces))
+                    .collect();
+                for (pos, list) in lists.iter().enumerate() {
+                    check_order(n, pos, list);
+                }
+                // The busiest position's steps plus the two chains' fill, which meet in the
+                // middle. Taking one chain after the other (the right end reducing before it
+                // sent) took 2 to 4 units more per chip: line-2 twice the time.
+                let busiest = lists.iter().map(Vec::len).max().unwrap();
+                let took = makespan(Topology::Linear, &lists).expect("the line never ends");
+                let fill = (n - 1) / 2;
+                assert!(
+                    took <= busiest + fill,
+                    "n {n}, {per} pieces: {took} > {busiest}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ring_reductions_pipeline_fully() {
+        for n in 2..=8 {
+            for per in 1..=3 {
+                let pieces = vec![per; n];
+                let lists: Vec<Vec<Step>> = (0..n)
+                    .map(|pos| fused_reduce_steps(Topology::Ring, n, pos, 0, &pieces))
+                    .collect();
+                for (pos, list) in lists.iter().enumerate() {
+                    check_order(n, pos, list);
+                }
+                let busiest = lists.iter().map(Vec::len).max().unwrap();
+                let took = makespan(Topology::Ring, &lists).expect("the ring never ends");
+                assert_eq!(took, busiest, "n {n}, {per} pieces");
+            }
+        }
+    }
+
+    #[test]
+    fn gathers_take_blocks_as_they_come() {
+        for topology in [Topology::Linear, Topology::Ring] {
+            for n in 2..=6 {
+                for per in 1..=3 {
+                    let pieces = vec![per; n];
+                    let lists: Vec<Vec<Step>> = (0..n)
+                        .map(|pos| gather_steps(topology, n, pos, 0, &pieces, true))
+                        .collect();
+                    for (pos, list) in lists.iter().enumerate() {
+                        check_order(n, pos, list);
+                    }
+                    let busiest = lists.iter().map(Vec::len).max().unwrap();
+                    let took = makespan(topology, &lists).expect("the gather never ends");
+                    // A ring pipelines fully. On a line the middle positions pass blocks both
+                    // ways; taking all of the left's before any of the right's took 4 more on
+                    // 6 chips.
+                    let fill = if topology == Topology::Ring { 0 } else { n - 1 };
+                    assert!(
+                        took <= busiest + fill,
+                        "{topology:?} n {n}, {per} pieces: {took}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -14,7 +14,7 @@ use ttmesh_fabric::{Fabric, FabricError, FabricSender, NocAddr};
 use super::elements::{add_le_bf16, add_le_bf16_to_f32, add_le_f32, Elements};
 use super::SEM_SLOT_BASE;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Side {
     Left,
     Right,

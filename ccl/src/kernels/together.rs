@@ -72,8 +72,10 @@ const TOGETHER_MAX_INPUT: usize = 256 << 10;
 /// its locks per chunk (the two threads had waited on each other's bank locks), and own
 /// threads caught up (medians of 5): 512 KiB 163 / 218 us, 1 MiB 319 / 321, 2 MiB ~650 / 561.
 /// With messages lent to the first hop, own threads pass (medians of 7): 384 KiB 116 / 126,
-/// 512 KiB 150 / 155, 768 KiB 225 / 195, 1 MiB 289 / 244 us.
-const TOGETHER_MAX_INPUT_TWO: usize = 512 << 10;
+/// 512 KiB 150 / 155, 768 KiB 225 / 195, 1 MiB 289 / 244 us. Once the right end sent
+/// before it reduced (`lists::line_reduce_steps`; medians of 5): 128 KiB 46 / 52, 256 KiB
+/// 80 / 88, 384 KiB 114 / 95, 512 KiB 148 / 126 us.
+const TOGETHER_MAX_INPUT_TWO: usize = 256 << 10;
 /// The same when two threads run the line (`pairs`), on 8 chips: t3k 512 KiB 0.94-1.06 /
 /// 1.30-1.33 ms, 1 MiB 2.6-2.8 / 2.8-3.1 ms, 4 MiB even, 16 MiB 83-105 / 75-78 ms. With
 /// chip memory locked per chunk (medians, us): 512 KiB 591 / 793, 768 KiB 962 / 1033, 1 MiB
