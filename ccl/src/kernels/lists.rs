@@ -126,8 +126,9 @@ fn line_reduce_steps(n: usize, pos: usize, base: usize, pieces: &[usize]) -> Vec
         }
         sent_before += count;
     }
-    // Stable: equal times keep rightward first, and a slot's pieces stay in order.
-    timed.sort_by_key(|&(ready, _)| ready);
+    // At equal times a send goes first: a neighbour waits for it, and nothing waits for
+    // this position's own sum. Stable: a slot's pieces stay in order.
+    timed.sort_by_key(|&(ready, step)| (ready, step.sends().is_none()));
     timed.into_iter().map(|(_, step)| step).collect()
 }
 
