@@ -76,6 +76,9 @@ const TOGETHER_MAX_INPUT: usize = 256 << 10;
 /// before it reduced (`lists::line_reduce_steps`; medians of 5): 128 KiB 46 / 52, 256 KiB
 /// 80 / 88, 384 KiB 114 / 95, 512 KiB 148 / 126 us.
 const TOGETHER_MAX_INPUT_TWO: usize = 256 << 10;
+/// The same on two threads (`pairs`; two / own threads, medians of 5): 512 KiB 85 / 109,
+/// 768 KiB 131 / 140, 1 MiB 171 / 177, 2 MiB 363 / 312, 4 MiB 1069 / 756 us.
+const TOGETHER_MAX_INPUT_TWO_PAIRED: usize = 768 << 10;
 /// The same when two threads run the line (`pairs`), on 8 chips: t3k 512 KiB 0.94-1.06 /
 /// 1.30-1.33 ms, 1 MiB 2.6-2.8 / 2.8-3.1 ms, 4 MiB even, 16 MiB 83-105 / 75-78 ms. With
 /// chip memory locked per chunk (medians, us): 512 KiB 591 / 793, 768 KiB 962 / 1033, 1 MiB
@@ -102,20 +105,28 @@ const TOGETHER_MAX_INPUT_LONG_ALONE: usize = 512 << 10;
 const TOGETHER_MAX_INPUT_SHORT_PAIRED: usize = 2 << 20;
 
 /// Input bytes per chip from which a line that runs together runs on two threads
-/// (`pair.rs`): below it a pool thread's wake-up costs more than the second core gives. On a
-/// line of 2 the two threads mostly wait on each other's pieces, moving each piece from one
-/// core's cache to the other's. A/B on a 2-core host, all_reduce (us, one thread / two): t3k
-/// 64 KiB 210-216 / 142-147, 256 KiB 765-772 / 360-376; galaxy 128 KiB 4.06-4.14 /
-/// 2.23-3.03 ms; line-2 256 KiB 122-128 / 179-185 (85 / 141 with memory locked per chunk);
-/// line-4 256 KiB 255-256 / 364-379 then, 218-222 / 175-184 with memory locked per chunk
-/// (64 KiB 82 / 70, 128 KiB 136 / 115; line-3 256 KiB 148 / 128).
-const PAIR_MIN_INPUT: usize = 64 << 10;
-const PAIR_MIN_CHIPS: usize = 3;
+/// (`pair.rs`): below it a pool thread's wake-up costs more than the second core gives.
+/// Measured first (us, one thread / two): t3k 64 KiB 210-216 / 142-147, 256 KiB 765-772 /
+/// 360-376; galaxy 128 KiB 4.06-4.14 / 2.23-3.03 ms; line-4 64 KiB 82 / 70. Line-2 lost then
+/// (256 KiB 85 / 141): its right end reduced before it sent, so the two threads took turns.
+/// With the line's steps in arrival order (`lists::line_reduce_steps`), A/B, medians of 5:
+/// line-2 16 KiB 11.8 / 11.5, 36 KiB 18.9 / 17.4, 64 KiB 26.8 / 22.0, 256 KiB 77.6 / 48.0 (8
+/// KiB 9.2 / 9.7); t3k 8 KiB 49.1 / 44.2, 16 KiB 79.3 / 65.5, 36 KiB 134 / 96 (4 KiB even);
+/// galaxy 8 KiB 267 / 237, 36 KiB 837 / 559 (4 KiB 184 / 203); line-4 16 KiB 30.6 / 28.1,
+/// 36 KiB 51.7 / 40.8.
+const PAIR_MIN_INPUT: usize = 8 << 10;
+const PAIR_MIN_INPUT_TWO: usize = 16 << 10;
 
 /// True if a line of `n` that runs together should run on two threads (`pair.rs`).
 pub(crate) fn pairs(input_bytes: usize, n: usize) -> bool {
-    n >= PAIR_MIN_CHIPS && input_bytes >= PAIR_MIN_INPUT && super::pair::available()
+    let least = if n <= 2 {
+        PAIR_MIN_INPUT_TWO
+    } else {
+        PAIR_MIN_INPUT
+    };
+    n >= 2 && input_bytes >= least && super::pair::available()
 }
+
 /// Collectives whose launch still waits for the line (an all_gather or reduce_scatter that
 /// writes its output after the steps, on the chip's thread) pay a sleep and a wake per chip
 /// together, so they keep the rule measured before launches could defer: input up to 6 KiB
@@ -129,7 +140,10 @@ pub(crate) fn wanted(input_bytes: usize, n: usize, defers: bool) -> bool {
     let most = if !defers {
         n * WAITING_BYTES_PER_CHIP
     } else if n <= 2 {
-        TOGETHER_MAX_INPUT_TWO
+        match pairs(TOGETHER_MAX_INPUT_TWO, n) {
+            true => TOGETHER_MAX_INPUT_TWO_PAIRED,
+            false => TOGETHER_MAX_INPUT_TWO,
+        }
     } else if !pairs(PAIR_MIN_INPUT, n) {
         if n > 8 {
             TOGETHER_MAX_INPUT_LONG_ALONE
