@@ -1,6 +1,6 @@
 //! Running a line's step lists on two threads at once: the thread that runs the meeting and
-//! one of the shared pool's. One thread doing a collective's work (from 8-16 KiB per chip)
-//! leaves the host's second core idle; n threads, one per chip, pay context switches at
+//! one of the shared pool's. One thread doing a mid-sized collective's work (64 KiB per chip
+//! and up) leaves the host's second core idle; n threads, one per chip, pay context switches at
 //! every step. Two threads that each take whichever part has a step ready (a part is locked
 //! while one of them runs it) keep both cores busy with no switch.
 //!

@@ -109,22 +109,17 @@ const TOGETHER_MAX_INPUT_SHORT_PAIRED: usize = 2 << 20;
 /// Measured first (us, one thread / two): t3k 64 KiB 210-216 / 142-147, 256 KiB 765-772 /
 /// 360-376; galaxy 128 KiB 4.06-4.14 / 2.23-3.03 ms; line-4 64 KiB 82 / 70. Line-2 lost then
 /// (256 KiB 85 / 141): its right end reduced before it sent, so the two threads took turns.
-/// With the line's steps in arrival order (`lists::line_reduce_steps`), A/B, medians of 5:
-/// line-2 16 KiB 11.8 / 11.5, 36 KiB 18.9 / 17.4, 64 KiB 26.8 / 22.0, 256 KiB 77.6 / 48.0 (8
-/// KiB 9.2 / 9.7); t3k 8 KiB 49.1 / 44.2, 16 KiB 79.3 / 65.5, 36 KiB 134 / 96 (4 KiB even);
-/// galaxy 8 KiB 267 / 237, 36 KiB 837 / 559 (4 KiB 184 / 203); line-4 16 KiB 30.6 / 28.1,
-/// 36 KiB 51.7 / 40.8.
-const PAIR_MIN_INPUT: usize = 8 << 10;
-const PAIR_MIN_INPUT_TWO: usize = 16 << 10;
+/// With the line's steps in arrival order (`lists::line_reduce_steps`), line-2 wins too: 64
+/// KiB 26.8 / 22.0, 256 KiB 77.6 / 48.0. Smaller collectives win alone as well (t3k 8 KiB
+/// 49.1 / 44.2, 36 KiB 134 / 96; galaxy 36 KiB 837 / 559; line-4 36 KiB 51.7 / 40.8), but
+/// not in decode: its 60 all_reduces of 36 KiB per token on t3k, paired, took the median
+/// step from 40.2 to 43.8 ms (8 runs each) and its context switches from ~560 to ~3950 per
+/// token (the pool's workers wake and sleep around every collective, among 8 dispatchers).
+const PAIR_MIN_INPUT: usize = 64 << 10;
 
 /// True if a line of `n` that runs together should run on two threads (`pair.rs`).
 pub(crate) fn pairs(input_bytes: usize, n: usize) -> bool {
-    let least = if n <= 2 {
-        PAIR_MIN_INPUT_TWO
-    } else {
-        PAIR_MIN_INPUT
-    };
-    n >= 2 && input_bytes >= least && super::pair::available()
+    n >= 2 && input_bytes >= PAIR_MIN_INPUT && super::pair::available()
 }
 
 /// Collectives whose launch still waits for the line (an all_gather or reduce_scatter that
