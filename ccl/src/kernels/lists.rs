@@ -363,27 +363,36 @@ mod tests {
         }
     }
 
+    /// Every position's list for `n` chips and `per` pieces a chunk, each checked for order:
+    /// the busiest position's step count and the time the line takes (`makespan`).
+    fn simulate(
+        topology: Topology,
+        n: usize,
+        per: usize,
+        list: impl Fn(usize, &[usize]) -> Vec<Step>,
+    ) -> (usize, usize) {
+        let pieces = vec![per; n];
+        let lists: Vec<Vec<Step>> = (0..n).map(|pos| list(pos, &pieces)).collect();
+        for (pos, list) in lists.iter().enumerate() {
+            check_order(n, pos, list);
+        }
+        let busiest = lists.iter().map(Vec::len).max().unwrap();
+        let took = makespan(topology, &lists).expect("the lists wait on each other forever");
+        (busiest, took)
+    }
+
     #[test]
     fn line_reductions_start_every_chain_at_once() {
         for n in 2..=6 {
             for per in 1..=3 {
-                let pieces = vec![per; n];
-                let lists: Vec<Vec<Step>> = (0..n)
-                    .map(|pos| fused_reduce_steps(Topology::Linear, n, pos, 0, &pieces))
-                    .collect();
-                for (pos, list) in lists.iter().enumerate() {
-                    check_order(n, pos, list);
-                }
+                let (busiest, took) = simulate(Topology::Linear, n, per, |pos, pieces| {
+                    fused_reduce_steps(Topology::Linear, n, pos, 0, pieces)
+                });
                 // The busiest position's steps plus the two chains' fill, which meet in the
                 // middle. Taking one chain after the other (the right end reducing before it
                 // sent) took 2 to 4 units more per chip: line-2 twice the time.
-                let busiest = lists.iter().map(Vec::len).max().unwrap();
-                let took = makespan(Topology::Linear, &lists).expect("the line never ends");
                 let fill = (n - 1) / 2;
-                assert!(
-                    took <= busiest + fill,
-                    "n {n}, {per} pieces: {took} > {busiest}"
-                );
+                assert!(took <= busiest + fill, "n {n}, {per} pieces: {took}");
             }
         }
     }
@@ -392,15 +401,9 @@ mod tests {
     fn ring_reductions_pipeline_fully() {
         for n in 2..=8 {
             for per in 1..=3 {
-                let pieces = vec![per; n];
-                let lists: Vec<Vec<Step>> = (0..n)
-                    .map(|pos| fused_reduce_steps(Topology::Ring, n, pos, 0, &pieces))
-                    .collect();
-                for (pos, list) in lists.iter().enumerate() {
-                    check_order(n, pos, list);
-                }
-                let busiest = lists.iter().map(Vec::len).max().unwrap();
-                let took = makespan(Topology::Ring, &lists).expect("the ring never ends");
+                let (busiest, took) = simulate(Topology::Ring, n, per, |pos, pieces| {
+                    fused_reduce_steps(Topology::Ring, n, pos, 0, pieces)
+                });
                 assert_eq!(took, busiest, "n {n}, {per} pieces");
             }
         }
@@ -411,15 +414,9 @@ mod tests {
         for topology in [Topology::Linear, Topology::Ring] {
             for n in 2..=6 {
                 for per in 1..=3 {
-                    let pieces = vec![per; n];
-                    let lists: Vec<Vec<Step>> = (0..n)
-                        .map(|pos| gather_steps(topology, n, pos, 0, &pieces, true))
-                        .collect();
-                    for (pos, list) in lists.iter().enumerate() {
-                        check_order(n, pos, list);
-                    }
-                    let busiest = lists.iter().map(Vec::len).max().unwrap();
-                    let took = makespan(topology, &lists).expect("the gather never ends");
+                    let (busiest, took) = simulate(topology, n, per, |pos, pieces| {
+                        gather_steps(topology, n, pos, 0, pieces, true)
+                    });
                     // A ring pipelines fully. On a line the middle positions pass blocks both
                     // ways; taking all of the left's before any of the right's took 4 more on
                     // 6 chips.
