@@ -115,6 +115,10 @@ const TOGETHER_MAX_INPUT_SHORT_PAIRED: usize = 2 << 20;
 /// not in decode: its 60 all_reduces of 36 KiB per token on t3k, paired, took the median
 /// step from 40.2 to 43.8 ms (8 runs each) and its context switches from ~560 to ~3950 per
 /// token (the pool's workers wake and sleep around every collective, among 8 dispatchers).
+/// Nor reliably alone: an hour later the same t3k 36 KiB ran at 184-189 us paired (93 once)
+/// against 127-131 on one thread, and pairing only when the host's thread runs the line on an
+/// idle mesh did no better. Two threads at these sizes hang on where the scheduler puts the
+/// pool's worker; one thread does not.
 const PAIR_MIN_INPUT: usize = 64 << 10;
 
 /// True if a line of `n` that runs together should run on two threads (`pair.rs`).
