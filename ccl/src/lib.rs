@@ -265,7 +265,7 @@
 //! 248 -> 188 us, 4 MiB 959 -> 729 us, 16 MiB 5.96 -> 4.40 ms; line-4 256 KiB 178 -> 137 us,
 //! 1 MiB 553 -> 405 us; all_gather line-4 256 KiB 81 -> 73 us. A line of 2 now runs together
 //! only up to 256 KiB (`together::wanted`), and from 64 KiB on two threads (256 KiB 78 -> 48
-//! us), up to 768 KiB.
+//! us), up to 1.5 MiB.
 //!
 //! Where a 16 MiB all_reduce on the T3K ring stands (the same timeline, 8 own threads): a
 //! 1 MiB `Reduce` step takes ~210 us once its thread runs, so each chip's steps are ~5 ms and

@@ -76,9 +76,10 @@ const TOGETHER_MAX_INPUT: usize = 256 << 10;
 /// before it reduced (`lists::line_reduce_steps`; medians of 5): 128 KiB 46 / 52, 256 KiB
 /// 80 / 88, 384 KiB 114 / 95, 512 KiB 148 / 126 us.
 const TOGETHER_MAX_INPUT_TWO: usize = 256 << 10;
-/// The same on two threads (`pairs`; two / own threads, medians of 5): 512 KiB 85 / 109,
-/// 768 KiB 131 / 140, 1 MiB 171 / 177, 2 MiB 363 / 312, 4 MiB 1069 / 756 us.
-const TOGETHER_MAX_INPUT_TWO_PAIRED: usize = 768 << 10;
+/// The same on two threads (`pairs`; two / own threads, medians of 5-7): 512 KiB 85 / 109,
+/// 768 KiB 131 / 140, 1 MiB 171 / 177 and 180 / 208, 1.5 MiB 266 / 285, 2 MiB 363 / 312 and
+/// 378 / 345, 4 MiB 1069 / 756 us.
+const TOGETHER_MAX_INPUT_TWO_PAIRED: usize = 1536 << 10;
 /// The same when two threads run the line (`pairs`), on 8 chips: t3k 512 KiB 0.94-1.06 /
 /// 1.30-1.33 ms, 1 MiB 2.6-2.8 / 2.8-3.1 ms, 4 MiB even, 16 MiB 83-105 / 75-78 ms. With
 /// chip memory locked per chunk (medians, us): 512 KiB 591 / 793, 768 KiB 962 / 1033, 1 MiB
