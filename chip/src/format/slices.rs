@@ -1,16 +1,17 @@
 //! Whole-slice conversions and sums other crates run on every byte they move (the
-//! collectives' reduction): compiled for AVX2 where the host has it, since the baseline build
-//! (SSE2) handles four floats per instruction and these loops run over every received piece.
+//! collectives' reduction): compiled for AVX-512 or AVX2 where the host has it, since the
+//! baseline build (SSE2) handles four floats per instruction and these loops run over every
+//! received piece.
 
-/// Defines `pub fn $name(a, b)` whose loop `$body` is compiled for AVX2 where the host has it
-/// and for the baseline (`avx2_where_available`), so both give the same bits.
+/// Defines `pub fn $name(a, b)` whose loop `$body` is compiled for AVX-512 or AVX2 where the
+/// host has it and for the baseline (`simd_where_available`), so all give the same bits.
 macro_rules! slice_kernel {
     ($(#[$doc:meta])* $name:ident($a:ident: $ta:ty, $b:ident: $tb:ty) $body:block) => {
         $(#[$doc])*
         pub fn $name($a: $ta, $b: $tb) {
             #[inline(always)]
             fn any($a: $ta, $b: $tb) $body
-            super::avx2_where_available! { fn dispatch($a: $ta, $b: $tb) -> () = any }
+            super::simd_where_available! { fn dispatch($a: $ta, $b: $tb) -> () = any }
             dispatch($a, $b)
         }
     };

@@ -653,7 +653,7 @@ impl<'a> TileReader<'a> {
 // Streaming kernels decode every byte of a weight per step, and every matmul decodes its
 // operands and encodes its result: as SSE2 code the conversions (bf16 rounding above all) ran
 // scalar and cost more than a 512 matmul's sgemm could spare.
-format::avx2_where_available! {
+format::simd_where_available! {
     /// [`decode_tile`], vectorised where the host allows.
     fn decode_tile_fast(
         dtype: DataType, bytes: &[u8], tile: &mut [f32], band: &mut [f32], rows: usize,
@@ -661,7 +661,7 @@ format::avx2_where_available! {
     ) -> Result<()> = decode_tile
 }
 
-format::avx2_where_available! {
+format::simd_where_available! {
     /// [`encode_tile`], vectorised where the host allows.
     fn encode_tile_fast(
         dtype: DataType, band: &[f32], rows: usize, tc: usize, w: usize, tile: &mut [f32],
