@@ -31,7 +31,8 @@ macro_rules! simd_where_available {
                 $generic($($arg),*)
             }
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx512f")
+            if $crate::format::simd_allowed(2)
+                && std::arch::is_x86_feature_detected!("avx512f")
                 && std::arch::is_x86_feature_detected!("avx512bw")
                 && std::arch::is_x86_feature_detected!("avx512vl")
             {
@@ -40,7 +41,7 @@ macro_rules! simd_where_available {
                 return unsafe { avx512($($arg),*) };
             }
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
+            if $crate::format::simd_allowed(1) && std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: the CPU supports AVX2 (checked just above), the target_feature
                 // function's only precondition.
                 return unsafe { avx2($($arg),*) };
@@ -50,6 +51,35 @@ macro_rules! simd_where_available {
     };
 }
 pub(crate) use simd_where_available;
+
+#[cfg(test)]
+thread_local! {
+    /// The widest copy of a `simd_where_available` function this test thread may run (2
+    /// AVX-512, 1 AVX2, 0 baseline), so tests check every copy the host can run.
+    pub(crate) static SIMD_LEVEL: std::cell::Cell<u8> = const { std::cell::Cell::new(2) };
+}
+
+/// True if copies at `level` may run (always, outside this crate's tests).
+#[inline(always)]
+pub(crate) fn simd_allowed(level: u8) -> bool {
+    #[cfg(test)]
+    return SIMD_LEVEL.with(|l| l.get()) >= level;
+    #[cfg(not(test))]
+    {
+        let _ = level;
+        true
+    }
+}
+
+/// Runs `f` once with each copy of the `simd_where_available` functions allowed in turn.
+#[cfg(test)]
+pub(crate) fn at_every_simd_level(mut f: impl FnMut(u8)) {
+    for level in [0, 1, 2] {
+        SIMD_LEVEL.with(|l| l.set(level));
+        f(level);
+    }
+    SIMD_LEVEL.with(|l| l.set(2));
+}
 
 mod bfp8;
 mod slices;

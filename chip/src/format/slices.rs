@@ -89,6 +89,10 @@ mod tests {
 
     #[test]
     fn widen_and_add_match_the_scalar_definitions() {
+        super::super::at_every_simd_level(|_| widen_and_add_once());
+    }
+
+    fn widen_and_add_once() {
         let bits: Vec<u16> = (0..1000u32)
             .map(|i| (i.wrapping_mul(2654435761) >> 16) as u16)
             .collect();
@@ -136,17 +140,23 @@ mod tests {
 
     #[test]
     fn narrowing_is_half_bit_for_bit() {
-        let src = awkward_f32();
-        let mut got = vec![0u16; src.len()];
-        narrow_bf16(&src, &mut got);
-        for (x, g) in src.iter().zip(&got) {
-            let want = half::bf16::from_f32(*x).to_bits();
-            assert_eq!(*g, want, "{:#010x}", x.to_bits());
-        }
+        super::super::at_every_simd_level(|level| {
+            let src = awkward_f32();
+            let mut got = vec![0u16; src.len()];
+            narrow_bf16(&src, &mut got);
+            for (x, g) in src.iter().zip(&got) {
+                let want = half::bf16::from_f32(*x).to_bits();
+                assert_eq!(*g, want, "level {level}: {:#010x}", x.to_bits());
+            }
+        });
     }
 
     #[test]
     fn bf16_sums_round_like_half_and_widen_exactly() {
+        super::super::at_every_simd_level(|_| bf16_sums_once());
+    }
+
+    fn bf16_sums_once() {
         let xs: Vec<u16> = awkward_f32()
             .iter()
             .map(|x| (x.to_bits() >> 16) as u16)
