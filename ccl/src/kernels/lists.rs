@@ -371,8 +371,16 @@ mod tests {
         per: usize,
         list: impl Fn(usize, &[usize]) -> Vec<Step>,
     ) -> (usize, usize) {
-        let pieces = vec![per; n];
-        let lists: Vec<Vec<Step>> = (0..n).map(|pos| list(pos, &pieces)).collect();
+        simulate_pieces(topology, &vec![per; n], list)
+    }
+
+    fn simulate_pieces(
+        topology: Topology,
+        pieces: &[usize],
+        list: impl Fn(usize, &[usize]) -> Vec<Step>,
+    ) -> (usize, usize) {
+        let n = pieces.len();
+        let lists: Vec<Vec<Step>> = (0..n).map(|pos| list(pos, pieces)).collect();
         for (pos, list) in lists.iter().enumerate() {
             check_order(n, pos, list);
         }
@@ -425,6 +433,25 @@ mod tests {
                         took <= busiest + fill,
                         "{topology:?} n {n}, {per} pieces: {took}"
                     );
+                }
+            }
+        }
+    }
+
+    /// Chunks of different piece counts (a tensor whose pages do not split evenly; none at
+    /// all when there are fewer pages than chips): every list still ends, in order.
+    #[test]
+    fn uneven_chunks_still_end() {
+        for n in 1..=6 {
+            for shift in 0..3 {
+                let pieces: Vec<usize> = (0..n).map(|c| (c + shift) % 3).collect();
+                for topology in [Topology::Linear, Topology::Ring] {
+                    simulate_pieces(topology, &pieces, |pos, p| {
+                        fused_reduce_steps(topology, n, pos, 0, p)
+                    });
+                    simulate_pieces(topology, &pieces, |pos, p| {
+                        gather_steps(topology, n, pos, 0, p, true)
+                    });
                 }
             }
         }
