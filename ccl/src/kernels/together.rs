@@ -116,9 +116,9 @@ const TOGETHER_MAX_INPUT_SHORT_PAIRED: usize = 2 << 20;
 /// not in decode: its 60 all_reduces of 36 KiB per token on t3k, paired, took the median
 /// step from 40.2 to 43.8 ms (8 runs each) and its context switches from ~560 to ~3950 per
 /// token (the pool's workers wake and sleep around every collective, among 8 dispatchers).
-/// Nor reliably alone: an hour later the same t3k 36 KiB ran at 184-189 us paired (93 once)
-/// against 127-131 on one thread, and pairing only when the host's thread runs the line on an
-/// idle mesh did no better. Two threads at these sizes hang on where the scheduler puts the
+/// Nor reliably alone: an hour later the same t3k 36 KiB ran at 183-190 us paired against
+/// 127-131 on one thread, and pairing only when the host's thread runs the line on an idle
+/// mesh did no better (179-190 us, 93 once). Two threads at these sizes hang on where the scheduler puts the
 /// pool's worker; one thread does not.
 const PAIR_MIN_INPUT: usize = 64 << 10;
 
@@ -140,7 +140,7 @@ pub(crate) fn wanted(input_bytes: usize, n: usize, defers: bool) -> bool {
     let most = if !defers {
         n * WAITING_BYTES_PER_CHIP
     } else if n <= 2 {
-        match pairs(TOGETHER_MAX_INPUT_TWO, n) {
+        match pairs(PAIR_MIN_INPUT, n) {
             true => TOGETHER_MAX_INPUT_TWO_PAIRED,
             false => TOGETHER_MAX_INPUT_TWO,
         }
