@@ -232,3 +232,40 @@ fn freeing_waits_for_every_queue_before_host_memory_goes() {
     // Once both queues passed the free, the host memory is gone.
     assert_eq!(chip.memory().resident_bytes(), 0);
 }
+
+/// A buffer freed while every queue is idle gives its host memory back at once, on the host's
+/// thread: no Discard record is queued, so the queues stay idle and no dispatcher wakes.
+#[test]
+fn freeing_on_idle_queues_returns_host_memory_at_once() {
+    use ttmesh_chip::{ArchSpec, Chip, ChipConfig};
+    let mut cfg = ChipConfig::new(0, ArchSpec::wormhole_b0());
+    cfg.num_command_queues = 2;
+    let chip = Chip::open(cfg).unwrap();
+    let host =
+        HostTensor::from_f32(vec![1, 1, 64, 512], DataType::Float32, vec![1.5; 64 * 512]).unwrap();
+    let t = Tensor::from_host(&host, &chip, Layout::Tile, MemoryConfig::DRAM, CqId(0)).unwrap();
+    chip.synchronize().unwrap();
+    assert!(
+        chip.memory().resident_bytes() > 0,
+        "the write holds host memory"
+    );
+    // A dispatcher goes back to sleep just after the queue's last record: wait for both.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !(chip.queue_idle(CqId(0)) && chip.queue_idle(CqId(1))) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the queues never went idle"
+        );
+        std::thread::yield_now();
+    }
+    t.deallocate(true).unwrap();
+    assert_eq!(chip.memory().resident_bytes(), 0, "freed at once");
+    assert!(
+        chip.queue_idle(CqId(0)) && chip.queue_idle(CqId(1)),
+        "nothing was queued"
+    );
+    // The address is handed out again and reads as never written.
+    let again = Tensor::allocate(&chip, t.spec().clone()).unwrap();
+    let back = again.to_host(CqId(0)).unwrap();
+    assert!(back.as_f32().unwrap().iter().all(|&v| v == 0.0));
+}

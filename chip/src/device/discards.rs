@@ -93,6 +93,20 @@ impl ChipShared {
         }
     }
 
+    /// Drops a freed range's backing chunks now, on the calling thread: for a free made while
+    /// every queue is idle, when no queued work can still read the range (the dispatcher's
+    /// pass is for frees that follow queued work).
+    pub(crate) fn discard_now(&self, space: MemSpace, address: u64, size: u64) {
+        let (lo, hi) = chunk_span(address, size);
+        if !self.memory.holds_in(space, lo, hi) {
+            return;
+        }
+        let traces = self.traces.lock();
+        let alloc = self.allocator.lock();
+        let pending = self.pending_discards.lock();
+        self.discard_one(&traces, &alloc, &pending, space, address, size);
+    }
+
     fn discard_one(
         &self,
         traces: &TraceTable,
