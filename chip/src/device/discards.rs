@@ -1,6 +1,8 @@
 //! Giving freed memory back to the host: the frees whose Discard record has not run yet
 //! (`PendingDiscards`), and the dispatcher's pass that drops a freed range's backing chunks
-//! except where something may still use them.
+//! except where something may still use them. A free made while every queue is idle needs
+//! neither: nothing queued can read the range, so the host drops its chunks at once
+//! (`discard_now`).
 
 use std::collections::BTreeMap;
 
