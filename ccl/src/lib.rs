@@ -134,7 +134,7 @@
 //!   all_reduce; an all_gather with data above the gathered dim writes its output after the
 //!   steps on each chip's thread, so its launches still wait and it keeps the old rule.
 //!   From 64 KiB per chip a line runs on two threads (`kernels/pair.rs`): the meeting's
-//!   and a helper thread of ccl's own, each taking whichever part has a step ready (a part is locked while
+//!   and a pool thread, each taking whichever part has a step ready (a part is locked while
 //!   one runs it), so the second core works too, still with no switch per step. The widening
 //!   and add loops run as AVX2 where the host has it (`ttmesh_chip::format::{widen_bf16,
 //!   add_f32}`: they were 15% of a small all_reduce as SSE2), and later as AVX-512 where it

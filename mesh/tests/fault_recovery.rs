@@ -235,7 +235,7 @@ fn galaxy_rows_recover_from_every_fault() {
 }
 
 /// A mid-sized all_reduce (256 tiles over 8 chips) runs together on two threads, the
-/// meeting's and ccl's helper thread (`pair`): a fault still fails every chip naming the link,
+/// meeting's and a pool thread (ccl's `pair`): a fault still fails every chip naming the link,
 /// no thread is left waiting, and the next run is right.
 #[test]
 fn t3k_ring_mid_all_reduce_on_two_runners_recovers_from_every_fault() {

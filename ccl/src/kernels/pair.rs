@@ -1,15 +1,15 @@
 //! Running a line's step lists on two threads at once: the thread that runs the meeting and
-//! a helper thread of ccl's own (a rayon pool of one). One thread doing a mid-sized collective's work (64 KiB per chip
+//! one of the shared pool's. One thread doing a mid-sized collective's work (64 KiB per chip
 //! and up) leaves the host's second core idle; n threads, one per chip, pay context switches at
 //! every step. Two threads that each take whichever part has a step ready (a part is locked
 //! while one of them runs it) keep both cores busy with no switch.
 //!
 //! Each part's steps still run in list order, one at a time, with the same operands: the bits
-//! are those of one runner. The helper is asked, not waited for: if it never comes (the
+//! are those of one runner. The pool thread is asked, not waited for: if it never comes (the
 //! pool is busy), the meeting's thread runs everything and the late job finds nothing to do.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ttmesh_fabric::{Fabric, FabricError};
@@ -50,30 +50,12 @@ struct Shared {
     progress: Arc<AtomicU64>,
 }
 
-/// The second thread: a pool of one, of its own. On rayon's shared pool the job woke one
-/// worker and often a second, which spun and yielded (rayon's idle rounds) on the cores the
-/// line's two threads needed: line-2 1 MiB had ~35 context switches per collective (`perf
-/// stat`), most of them the pool's two workers yielding to each other; with its own thread,
-/// ~2. Times on a noisy host, medians of 5: line-2 1 MiB 619 -> 576 us, t3k 256 KiB even.
-fn helper() -> Option<&'static rayon::ThreadPool> {
-    static HELPER: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
-    HELPER
-        .get_or_init(|| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(1)
-                .thread_name(|_| "ttmesh-ccl-pair".into())
-                .build()
-                .ok()
-        })
-        .as_ref()
-}
-
-/// True if a second thread is there to ask (the host has two cores or more).
+/// True if a second thread is there to ask (the shared pool has two or more).
 pub(crate) fn available() -> bool {
-    rayon::current_num_threads() >= 2 && helper().is_some()
+    rayon::current_num_threads() >= 2
 }
 
-/// Runs every part's steps on this thread and the helper; the parts come back in order,
+/// Runs every part's steps on this thread and a pool thread; the parts come back in order,
 /// with the first failure (its line position and error).
 pub(crate) fn drive(
     fabric: &Arc<Fabric>,
@@ -110,8 +92,7 @@ pub(crate) fn drive(
         progress,
     });
     let job = shared.clone();
-    let pool = helper().expect("pairs run only when the helper exists (`available`)");
-    pool.spawn(move || {
+    rayon::spawn(move || {
         if job
             .helper
             .compare_exchange(IDLE, RUNNING, Ordering::AcqRel, Ordering::Acquire)
