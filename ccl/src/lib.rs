@@ -282,15 +282,14 @@
 //! (`perf bench mem memcpy`: 5-6 GB/s at 64 MB, 7 GB/s at 4 MB, 23 GB/s at 1 MB, so no L3
 //! to speak of; the bench's M 11.4 GB/s for two threads): all_reduce t3k 16 MiB took 50-80
 //! ms against OpenMPI's 32-48 ms there, line-2 1 MiB 471-577 us on own threads (paired,
-//! medians of 5: 619 us, 576 with the helper below) against 205 us (the host above: t3k 16 MiB about even with OpenMPI measured in
-//! the same hour, line-2 1 MiB 1.4-2.7x its time). perf: memmove, the bf16 add
-//! and the stores drained at each write's unlock are ~55% of CPU, and ~10% went to context
-//! switches until the pair runner got a thread of its own (`pair::helper`). Each reduced
-//! byte crosses memory about five times (input read, slot write and read, output write, the
-//! gather's read), MPI's about three; the staging buffers (a piece's partial sums, a gather
-//! run) stay in L2. Fewer passes need writes computed straight into another buffer of chip
-//! memory (an output page from input and slot, a neighbour's slot from input and partials),
-//! with the bank locks of two chips or two banks taken in one fixed order.
+//! median of 5: 619 us) against 205 us (the host above: t3k 16 MiB about even with OpenMPI
+//! measured in the same hour, line-2 1 MiB 1.4-2.7x its time). perf: memmove, the bf16 add
+//! and the stores drained at each write's unlock are ~55% of CPU. Each reduced byte crosses
+//! memory about five times (input read, slot write and read, output write, the gather's
+//! read), MPI's about three; the staging buffers (a piece's partial sums, a gather run) stay
+//! in L2. Fewer passes need writes computed straight into another buffer of chip memory (an
+//! output page from input and slot, a neighbour's slot from input and partials), with the
+//! bank locks of two chips or two banks taken in one fixed order.
 
 #![forbid(unsafe_code)]
 
