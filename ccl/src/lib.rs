@@ -280,8 +280,8 @@
 //!
 //! On a host starved of memory bandwidth the picture is the bytes alone. One such host
 //! (`perf bench mem memcpy`: 5-6 GB/s at 64 MB, 7 GB/s at 4 MB, 23 GB/s at 1 MB, so no L3
-//! to speak of; the bench's M 11.4 GB/s for two threads): all_reduce t3k 16 MiB took 50-80
-//! ms against OpenMPI's 32-48 ms there, line-2 1 MiB 471-577 us on own threads (paired,
+//! to speak of; the bench's M 11.4 GB/s for two threads): all_reduce t3k 16 MiB took 42-82
+//! ms against OpenMPI's 31-48 ms there, line-2 1 MiB 429-577 us on own threads (paired,
 //! median of 5: 619 us) against 205 us (the host above: t3k 16 MiB about even with OpenMPI
 //! measured in the same hour, line-2 1 MiB 1.4-2.7x its time). perf: memmove, the bf16 add
 //! and the stores drained at each write's unlock are ~55% of CPU. Each reduced byte crosses

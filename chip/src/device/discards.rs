@@ -73,40 +73,37 @@ impl ChipShared {
                 }
             }
         }
-        // Ranges whose chunks hold nothing are done without the other locks, so the host's
-        // allocations do not wait for them. Safe unlocked: every queue has passed the range's
-        // Discard, so a chunk written there from now on belongs to a later owner.
-        last.retain(|&(space, address, size)| {
-            let (lo, hi) = chunk_span(address, size);
-            self.memory.holds_in(space, lo, hi)
-        });
-        if last.is_empty() {
-            return;
-        }
-        // All three locks are held until a range's chunks are gone (traces, allocator,
-        // pending: the order used everywhere), so nothing allocated, freed or captured
-        // meanwhile can lose data. They are taken per range, not per batch: the host then
-        // waits for one range's work at most, not a thousand.
-        let traces = self.traces.lock();
-        let alloc = self.allocator.lock();
-        let pending = self.pending_discards.lock();
-        for &(space, address, size) in &last {
-            self.discard_one(&traces, &alloc, &pending, space, address, size);
-        }
+        self.discard_held(&last);
     }
 
     /// Drops a freed range's backing chunks now, on the calling thread: for a free made while
     /// every queue is idle, when no queued work can still read the range (the dispatcher's
     /// pass is for frees that follow queued work).
     pub(crate) fn discard_now(&self, space: MemSpace, address: u64, size: u64) {
-        let (lo, hi) = chunk_span(address, size);
-        if !self.memory.holds_in(space, lo, hi) {
+        self.discard_held(&[(space, address, size)]);
+    }
+
+    /// Drops the chunks of freed ranges that no queued work can read any more.
+    fn discard_held(&self, ranges: &[(MemSpace, u64, u64)]) {
+        // Ranges whose chunks hold nothing are done without the other locks, so the host's
+        // allocations do not wait for them. Safe unlocked: no queue will read the range, so a
+        // chunk written there from now on belongs to a later owner.
+        let holds = |&&(space, address, size): &&(MemSpace, u64, u64)| {
+            let (lo, hi) = chunk_span(address, size);
+            self.memory.holds_in(space, lo, hi)
+        };
+        if !ranges.iter().any(|r| holds(&r)) {
             return;
         }
+        // All three locks are held until a range's chunks are gone (traces, allocator,
+        // pending: the order used everywhere), so nothing allocated, freed or captured
+        // meanwhile can lose data.
         let traces = self.traces.lock();
         let alloc = self.allocator.lock();
         let pending = self.pending_discards.lock();
-        self.discard_one(&traces, &alloc, &pending, space, address, size);
+        for &(space, address, size) in ranges.iter().filter(holds) {
+            self.discard_one(&traces, &alloc, &pending, space, address, size);
+        }
     }
 
     fn discard_one(
