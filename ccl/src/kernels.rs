@@ -16,6 +16,7 @@ use steps::{Endpoint, Local, Step, StepError, Work};
 use crate::{CclLine, Topology};
 
 mod elements;
+mod helper;
 mod lists;
 mod pages;
 mod pair;

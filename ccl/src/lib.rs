@@ -134,8 +134,13 @@
 //!   all_reduce; an all_gather with data above the gathered dim writes its output after the
 //!   steps on each chip's thread, so its launches still wait and it keeps the old rule.
 //!   From 64 KiB per chip a line runs on two threads (`kernels/pair.rs`): the meeting's
-//!   and a pool thread, each taking whichever part has a step ready (a part is locked while
-//!   one runs it), so the second core works too, still with no switch per step. The widening
+//!   and a helper thread, each taking whichever part has a step ready (a part is locked while
+//!   one runs it), so the second core works too, still with no switch per step. The helper
+//!   was first a worker of rayon's shared pool, whose wake-up woke a second worker that spun
+//!   yielding on the line's cores (~40 context switches per collective); it is now a thread
+//!   of ccl's own that spins 200 us after each job, then sleeps (`kernels/helper.rs`: 0.3
+//!   switches per collective, line-2 1 MiB ~520 -> ~420 us on a host short of memory
+//!   bandwidth). The widening
 //!   and add loops run as AVX2 where the host has it (`ttmesh_chip::format::{widen_bf16,
 //!   add_f32}`: they were 15% of a small all_reduce as SSE2), and later as AVX-512 where it
 //!   has that (the bf16 add was ~20% of a 16 MiB all_reduce's CPU: t3k 27.2 -> 25.1 ms).

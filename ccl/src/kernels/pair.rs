@@ -1,12 +1,12 @@
 //! Running a line's step lists on two threads at once: the thread that runs the meeting and
-//! one of the shared pool's. One thread doing a mid-sized collective's work (64 KiB per chip
+//! ccl's helper thread (`helper.rs`). One thread doing a mid-sized collective's work (64 KiB per chip
 //! and up) leaves the host's second core idle; n threads, one per chip, pay context switches at
 //! every step. Two threads that each take whichever part has a step ready (a part is locked
 //! while one of them runs it) keep both cores busy with no switch.
 //!
 //! Each part's steps still run in list order, one at a time, with the same operands: the bits
-//! are those of one runner. The pool thread is asked, not waited for: if it never comes (the
-//! pool is busy), the meeting's thread runs everything and the late job finds nothing to do.
+//! are those of one runner. The helper is asked, not waited for: if it does not come (it helps
+//! another line), the meeting's thread runs everything and the late job finds nothing to do.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,19 +50,13 @@ struct Shared {
     progress: Arc<AtomicU64>,
 }
 
-/// True if a second thread is there to ask (the shared pool has two or more).
-///
-/// The shared pool, not a thread of ccl's own: on line-2 1 MiB the job often woke a second
-/// pool worker, which spun and yielded on the line's cores (~35 context switches per
-/// collective, most of them the two workers yielding to each other). A pool of one of its own
-/// cut that to ~2, but its thread sleeps between collectives and wakes late: all_reduce
-/// medians of 7, shared pool / own: line-2 64 KiB 57 / 67 us, 256 KiB 129 / 143 us, t3k 64
-/// KiB 360 / 370 us (line-2 1 MiB 619 / 576 over 5, on a noisy host).
+/// True if a second thread is there to ask: the host has a second core and the helper
+/// thread (`helper.rs`) runs.
 pub(crate) fn available() -> bool {
-    rayon::current_num_threads() >= 2
+    ttmesh_chip::device::host_cores() >= 2 && super::helper::running()
 }
 
-/// Runs every part's steps on this thread and a pool thread; the parts come back in order,
+/// Runs every part's steps on this thread and the helper thread; the parts come back in order,
 /// with the first failure (its line position and error).
 pub(crate) fn drive(
     fabric: &Arc<Fabric>,
@@ -99,7 +93,7 @@ pub(crate) fn drive(
         progress,
     });
     let job = shared.clone();
-    rayon::spawn(move || {
+    super::helper::submit(move || {
         if job
             .helper
             .compare_exchange(IDLE, RUNNING, Ordering::AcqRel, Ordering::Acquire)

@@ -106,7 +106,8 @@ const TOGETHER_MAX_INPUT_LONG_ALONE: usize = 512 << 10;
 const TOGETHER_MAX_INPUT_SHORT_PAIRED: usize = 2 << 20;
 
 /// Input bytes per chip from which a line that runs together runs on two threads
-/// (`pair.rs`): below it a pool thread's wake-up costs more than the second core gives.
+/// (`pair.rs`): below it the second thread costs more than the second core gives (first
+/// measured with a pool thread of rayon's, whose wake-up cost tens of microseconds).
 /// Measured first (us, one thread / two): t3k 64 KiB 210-216 / 142-147, 256 KiB 765-772 /
 /// 360-376; galaxy 128 KiB 4.06-4.14 / 2.23-3.03 ms; line-4 64 KiB 82 / 70. Line-2 lost then
 /// (256 KiB 85 / 141): its right end reduced before it sent, so the two threads took turns.
@@ -118,8 +119,12 @@ const TOGETHER_MAX_INPUT_SHORT_PAIRED: usize = 2 << 20;
 /// token (the pool's workers wake and sleep around every collective, among 8 dispatchers).
 /// Nor reliably alone: an hour later the same t3k 36 KiB ran at 183-190 us paired against
 /// 127-131 on one thread, and pairing only when the host's thread runs the line on an idle
-/// mesh did no better (179-190 us, 93 once). Two threads at these sizes hang on where the scheduler puts the
-/// pool's worker; one thread does not.
+/// mesh did no better (179-190 us, 93 once). Two threads at these sizes hang on where the
+/// scheduler puts the pool's worker; one thread does not. With ccl's own helper (medians of
+/// 5, us, alone / paired, a slow hour of the host): t3k 36 KiB 283 / 250, galaxy 36 KiB 1995
+/// / 1823, line-2 36 KiB 35 / 43, line-4 36 KiB 87 / 92, t3k 4 KiB 54 / 72: no clear gain,
+/// and in decode a paired small collective would leave the helper spinning beside the
+/// dispatchers after each one.
 const PAIR_MIN_INPUT: usize = 64 << 10;
 
 /// True if a line of `n` that runs together should run on two threads (`pair.rs`).
@@ -225,7 +230,7 @@ pub(crate) struct Collective<'a> {
     pub chips: &'a [u32],
     pub pos: usize,
     pub timeout: Duration,
-    /// Run the line on two threads (`pair`): worth a pool thread's wake-up from mid sizes up.
+    /// Run the line on two threads (`pair`): worth the helper thread from mid sizes up.
     pub pair: bool,
 }
 
