@@ -78,22 +78,30 @@ const TOGETHER_MAX_INPUT: usize = 256 << 10;
 const TOGETHER_MAX_INPUT_TWO: usize = 256 << 10;
 /// The same on two threads (`pairs`; two / own threads, medians of 5-7): 512 KiB 85 / 109,
 /// 768 KiB 131 / 140, 1 MiB 171 / 177 and 180 / 208, 1.5 MiB 266 / 285, 2 MiB 363 / 312 and
-/// 378 / 345, 4 MiB 1069 / 756 us.
-const TOGETHER_MAX_INPUT_TWO_PAIRED: usize = 1536 << 10;
+/// 378 / 345, 4 MiB 1069 / 756 us. With ccl's own helper thread in place of rayon's pool
+/// (no second worker yielding on the line's cores; medians of 5 on a host short of memory
+/// bandwidth): 1 MiB 424 / 466, 1.5 MiB 569 / 659, 2 MiB 894 / 1027, 3 MiB 1456 / 1450, 4
+/// MiB 2129 / 3050 us (noisy).
+const TOGETHER_MAX_INPUT_TWO_PAIRED: usize = 2 << 20;
 /// The same when two threads run the line (`pairs`), on 8 chips: t3k 512 KiB 0.94-1.06 /
 /// 1.30-1.33 ms, 1 MiB 2.6-2.8 / 2.8-3.1 ms, 4 MiB even, 16 MiB 83-105 / 75-78 ms. With
 /// chip memory locked per chunk (medians, us): 512 KiB 591 / 793, 768 KiB 962 / 1033, 1 MiB
 /// 1405 / 1363 and 1598 / 1465. With input reads hinted ahead and messages lent to the first
 /// hop (medians of 5): 768 KiB 854 / 1297, 1 MiB 1090 / 1622, 1.5 MiB 1840 / 2154, 2 MiB 2770
 /// / 2812, 4 MiB 6725 / 6850; 8 MiB 16.2 / 13.8 ms, 16 MiB 36.4 / 26.4 ms (smaller pieces
-/// together were slower still: 16 MiB 37-41 ms with 256 or 64 KiB).
-const TOGETHER_MAX_INPUT_PAIRED: usize = 2 << 20;
+/// together were slower still: 16 MiB 37-41 ms with 256 or 64 KiB). With ccl's own helper
+/// thread (medians of 5, a host short of memory bandwidth): 2 MiB 4.97 / 5.94 ms, 4 MiB 11.6
+/// / 13.1 ms, 8 MiB 25.5 / 28.4 ms, 16 MiB 62.6 / 53.8 ms; 8 MiB had gone to own threads on
+/// a faster host, so the line stops at 4 MiB.
+const TOGETHER_MAX_INPUT_PAIRED: usize = 4 << 20;
 /// And past 8 chips: galaxy 256 KiB 4.4-4.7 / 6.0-6.3 ms, 512 KiB and 1 MiB even then (one
 /// thread alone: 128 KiB 3.5 / 5.6 ms, 256 KiB 11.8 / 9.1 ms, so half as far). Re-measured
 /// with the leaner data path: 256 KiB 3.2-3.4 / 5.7-6.9 ms, 512 KiB 6.2-7.8 / 7.8-7.9 ms,
 /// 1 MiB 12.1-12.9 / 13.6-14.4 ms. With input reads hinted ahead and messages lent to the
 /// first hop (medians of 5): 512 KiB 6.4 / 7.8 ms, 2 MiB 14.8 / 17.3 ms, 4 MiB 27.8 / 31.8
-/// ms; 8 MiB 83 / 60 ms (3 runs).
+/// ms; 8 MiB 83 / 60 ms (3 runs). With ccl's own helper thread: 4 MiB 54 / 67 ms, 8 MiB
+/// 100 / 109 ms (medians of 5, a host short of memory bandwidth; kept at 4 MiB for the 8 MiB
+/// figure before).
 const TOGETHER_MAX_INPUT_LONG: usize = 4 << 20;
 /// Past 8 chips with no second thread (one thread alone measured half as far as two then).
 const TOGETHER_MAX_INPUT_LONG_ALONE: usize = 512 << 10;
