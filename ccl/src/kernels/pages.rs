@@ -373,13 +373,20 @@ fn fused_io(
     })
 }
 
-/// Finishes a fused reduction's step list (this chip's chunk encoded as its pieces are
-/// summed) and runs it; the steps write the whole output, so the launch may defer.
-fn run_fused(run: &Run, w: &mut Work, steps: Vec<Step>) -> Result<Launched, ChipError> {
+/// Runs a fused reduction's step list, `build`'s steps with this chip's chunk encoded as its
+/// pieces are summed; the list is built at the kernel's first launch and kept. The steps
+/// write the whole output, so the launch may defer.
+fn run_fused(
+    run: &Run,
+    w: &mut Work,
+    build: impl FnOnce() -> Vec<Step>,
+) -> Result<Launched, ChipError> {
     let k = run.k;
-    let bf16_out = k.input.dtype == DataType::BFloat16 && k.output.dtype == DataType::BFloat16;
-    let steps = lists::encode_when_summed(steps, k.pos, bf16_out);
-    run.run_steps(w, steps, k.topology != Topology::Ring, true)
+    let steps = k.fused_steps.get_or_init(|| {
+        let bf16_out = k.input.dtype == DataType::BFloat16 && k.output.dtype == DataType::BFloat16;
+        lists::encode_when_summed(build(), k.pos, bf16_out)
+    });
+    run.run_steps(w, steps.clone(), k.topology != Topology::Ring, true)
 }
 
 /// reduce_scatter on pages: the fused reduction of `all_reduce` on chunks that are a run of
@@ -407,8 +414,9 @@ pub(crate) fn reduce_scatter(
     let chunk_pages = vec![k.input.num_pages() as usize / n; n];
     with_work(|w| {
         let pieces = fuse(run, addresses, w, &chunk_pages, at)?;
-        let steps = lists::fused_reduce_steps(k.topology, n, k.pos, 0, &pieces);
-        run_fused(run, w, steps)
+        run_fused(run, w, || {
+            lists::fused_reduce_steps(k.topology, n, k.pos, 0, &pieces)
+        })
     })
 }
 
@@ -450,15 +458,17 @@ pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<Launched, ChipE
     let counts: Vec<usize> = ranges.iter().map(|(a, e)| e - a).collect();
     with_work(|w| {
         let pieces = fuse(run, addresses, w, &counts, at)?;
-        let mut steps = lists::fused_reduce_steps(k.topology, n, k.pos, 0, &pieces);
-        steps.extend(lists::gather_steps(
-            k.topology,
-            n,
-            k.pos,
-            2 * n,
-            &pieces,
-            true,
-        ));
-        run_fused(run, w, steps)
+        run_fused(run, w, || {
+            let mut steps = lists::fused_reduce_steps(k.topology, n, k.pos, 0, &pieces);
+            steps.extend(lists::gather_steps(
+                k.topology,
+                n,
+                k.pos,
+                2 * n,
+                &pieces,
+                true,
+            ));
+            steps
+        })
     })
 }
