@@ -20,6 +20,7 @@ pub mod inspect;
 pub mod memory;
 pub mod observe;
 pub mod ops;
+mod par;
 pub mod program;
 pub mod tensor;
 

@@ -29,7 +29,6 @@
 //! to an infinite block scale they underflow, as any small value does.
 
 use super::{check_len, FormatError, TILE_ELEMS};
-use rayon::prelude::*;
 
 /// Bytes of one packed bfloat8_b tile: 64 exponents + 1024 mantissas (FACTS.md).
 pub const BFP8_TILE_BYTES: usize = BFP8_EXPONENT_BYTES + TILE_ELEMS;
@@ -92,9 +91,14 @@ pub fn pack_bfp8_tiles(tiles: &[f32], out: &mut [u8]) -> Result<(), FormatError>
         n * BFP8_TILE_BYTES,
         out.len(),
     )?;
-    out.par_chunks_mut(BFP8_TILE_BYTES)
-        .zip(tiles.par_chunks(TILE_ELEMS))
-        .try_for_each(|(o, t)| pack_bfp8_tile(t, o))
+    crate::par::try_zip_chunks(
+        out,
+        BFP8_TILE_BYTES,
+        tiles,
+        TILE_ELEMS,
+        tiles.len(),
+        |o, t| pack_bfp8_tile(t, o),
+    )
 }
 
 /// Unpacks `n * 1088` bytes into `n * 1024` values (TILE order), in parallel.
@@ -105,16 +109,18 @@ pub fn unpack_bfp8_tiles(bytes: &[u8], out: &mut [f32]) -> Result<(), FormatErro
         n * BFP8_TILE_BYTES,
         bytes.len(),
     )?;
-    out.par_chunks_mut(TILE_ELEMS)
-        .zip(bytes.par_chunks(BFP8_TILE_BYTES))
-        .try_for_each(|(o, b)| unpack_bfp8_tile(b, o))
+    let elems = out.len();
+    crate::par::try_zip_chunks(out, TILE_ELEMS, bytes, BFP8_TILE_BYTES, elems, |o, b| {
+        unpack_bfp8_tile(b, o)
+    })
 }
 
 /// Rounds whole tiles in place to the values bfloat8_b can hold (pack, then unpack), which is
 /// what storing a tensor as bfloat8_b does to it. `tiles.len()` must be a multiple of 1024.
 pub fn quantize_bfp8(tiles: &mut [f32]) -> Result<(), FormatError> {
     whole_tiles("quantize_bfp8 input", tiles.len())?;
-    tiles.par_chunks_mut(TILE_ELEMS).try_for_each(|tile| {
+    let elems = tiles.len();
+    crate::par::try_chunks(tiles, TILE_ELEMS, elems, |tile| {
         let mut packed = [0u8; BFP8_TILE_BYTES];
         pack_bfp8_tile(tile, &mut packed)?;
         unpack_bfp8_tile(&packed, tile)

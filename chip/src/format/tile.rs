@@ -8,7 +8,6 @@
 
 use super::TILE_WIDTH;
 use super::{check_len, FormatError, FACE_ELEMS, FACE_HEIGHT, FACE_WIDTH, TILE_ELEMS, TILE_HEIGHT};
-use rayon::prelude::*;
 
 /// Below this many elements per rayon job, splitting costs more than it saves.
 const MIN_ELEMS_PER_JOB: usize = 1 << 15;
@@ -112,25 +111,23 @@ pub fn tilize<T: Copy + Default + Send + Sync>(
     // One job unit = one row of tiles (32 logical rows) of one batch slice; they are disjoint
     // both in the output (contiguous) and in the source.
     let band = g.wt * TILE_ELEMS;
-    out.par_chunks_mut(band)
-        .with_min_len(g.min_bands_per_job())
-        .enumerate()
-        .for_each(|(idx, dst)| {
-            let (b, tr) = (idx / g.ht, idx % g.ht);
-            let slice = &src[b * g.h * g.w..(b + 1) * g.h * g.w];
-            let rows = TILE_HEIGHT.min(g.h - tr * TILE_HEIGHT);
-            for r in 0..rows {
-                let src_row = &slice[(tr * TILE_HEIGHT + r) * g.w..][..g.w];
-                let face_row = (r / FACE_HEIGHT) * 2;
-                let dst_row = (r % FACE_HEIGHT) * FACE_WIDTH;
-                // Each logical row splits into 16-element face rows; copy them whole.
-                for (seg, chunk) in src_row.chunks(FACE_WIDTH).enumerate() {
-                    let (tc, fc) = (seg / 2, seg % 2);
-                    let off = tc * TILE_ELEMS + (face_row + fc) * FACE_ELEMS + dst_row;
-                    dst[off..off + chunk.len()].copy_from_slice(chunk);
-                }
+    let (min_len, elems) = (g.min_bands_per_job(), g.tiled_len);
+    crate::par::chunks_indexed(&mut out, band, min_len, elems, |idx, dst| {
+        let (b, tr) = (idx / g.ht, idx % g.ht);
+        let slice = &src[b * g.h * g.w..(b + 1) * g.h * g.w];
+        let rows = TILE_HEIGHT.min(g.h - tr * TILE_HEIGHT);
+        for r in 0..rows {
+            let src_row = &slice[(tr * TILE_HEIGHT + r) * g.w..][..g.w];
+            let face_row = (r / FACE_HEIGHT) * 2;
+            let dst_row = (r % FACE_HEIGHT) * FACE_WIDTH;
+            // Each logical row splits into 16-element face rows; copy them whole.
+            for (seg, chunk) in src_row.chunks(FACE_WIDTH).enumerate() {
+                let (tc, fc) = (seg / 2, seg % 2);
+                let off = tc * TILE_ELEMS + (face_row + fc) * FACE_ELEMS + dst_row;
+                dst[off..off + chunk.len()].copy_from_slice(chunk);
             }
-        });
+        }
+    });
     Ok(out)
 }
 
@@ -153,27 +150,22 @@ pub fn untilize<T: Copy + Default + Send + Sync>(
     let slice_len = g.h * g.w;
     let band = g.wt * TILE_ELEMS;
     let min_len = g.min_bands_per_job();
-    out.par_chunks_mut(slice_len)
-        .enumerate()
-        .for_each(|(b, out_slice)| {
-            // The last band of a slice may hold fewer than 32 rows; chunks() handles that.
-            out_slice
-                .par_chunks_mut(TILE_HEIGHT * g.w)
-                .with_min_len(min_len)
-                .enumerate()
-                .for_each(|(tr, dst)| {
-                    let src = &tiled[(b * g.ht + tr) * band..][..band];
-                    for (r, dst_row) in dst.chunks_mut(g.w).enumerate() {
-                        let face_row = (r / FACE_HEIGHT) * 2;
-                        let src_row = (r % FACE_HEIGHT) * FACE_WIDTH;
-                        for (seg, chunk) in dst_row.chunks_mut(FACE_WIDTH).enumerate() {
-                            let (tc, fc) = (seg / 2, seg % 2);
-                            let off = tc * TILE_ELEMS + (face_row + fc) * FACE_ELEMS + src_row;
-                            chunk.copy_from_slice(&src[off..off + chunk.len()]);
-                        }
-                    }
-                });
+    let elems = g.logical_len;
+    crate::par::chunks_indexed(&mut out, slice_len, 1, elems, |b, out_slice| {
+        // The last band of a slice may hold fewer than 32 rows; chunks() handles that.
+        crate::par::chunks_indexed(out_slice, TILE_HEIGHT * g.w, min_len, elems, |tr, dst| {
+            let src = &tiled[(b * g.ht + tr) * band..][..band];
+            for (r, dst_row) in dst.chunks_mut(g.w).enumerate() {
+                let face_row = (r / FACE_HEIGHT) * 2;
+                let src_row = (r % FACE_HEIGHT) * FACE_WIDTH;
+                for (seg, chunk) in dst_row.chunks_mut(FACE_WIDTH).enumerate() {
+                    let (tc, fc) = (seg / 2, seg % 2);
+                    let off = tc * TILE_ELEMS + (face_row + fc) * FACE_ELEMS + src_row;
+                    chunk.copy_from_slice(&src[off..off + chunk.len()]);
+                }
+            }
         });
+    });
     Ok(out)
 }
 

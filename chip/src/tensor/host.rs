@@ -4,7 +4,7 @@
 //! the dtype (bf16 on creation; bfloat8_b when the tiles are packed, since its rounding depends on
 //! the tile's blocks); UINT32 is held exactly.
 
-use rayon::prelude::*;
+use crate::par;
 
 use super::spec::{DataType, Layout, TensorSpec};
 use crate::error::{ChipError, Result};
@@ -50,10 +50,14 @@ impl HostTensor {
                     "UINT32 tensors take integer data: use HostTensor::from_u32".into(),
                 ))
             }
-            DataType::BFloat16 => data
-                .par_iter_mut()
-                .with_min_len(1 << 14)
-                .for_each(|x| *x = format::round_bf16(*x)),
+            DataType::BFloat16 => {
+                let n = data.len();
+                let round = |c: &mut [f32]| {
+                    c.iter_mut().for_each(|x| *x = format::round_bf16(*x));
+                    Ok::<(), ()>(())
+                };
+                let _ = par::try_chunks(&mut data, 1 << 14, n, round);
+            }
             DataType::Float32 | DataType::BFloat8B => {}
         }
         Ok(HostTensor {
@@ -125,26 +129,34 @@ pub fn encode_pages(spec: &TensorSpec, data: &HostData) -> Result<Vec<u8>> {
         }
         (Layout::Tile, HostData::U32(v)) => {
             let tiled = format::tilize(v, &spec.shape)?;
-            out.par_chunks_mut(4)
-                .zip(tiled.par_iter())
-                .for_each(|(o, x)| o.copy_from_slice(&x.to_le_bytes()));
+            encode_u32(&tiled, &mut out);
         }
         (Layout::RowMajor, HostData::F32(v)) => encode_elems(spec.dtype, v, &mut out)?,
-        (Layout::RowMajor, HostData::U32(v)) => {
-            out.par_chunks_mut(4)
-                .zip(v.par_iter())
-                .for_each(|(o, x)| o.copy_from_slice(&x.to_le_bytes()));
-        }
+        (Layout::RowMajor, HostData::U32(v)) => encode_u32(v, &mut out),
     }
     Ok(out)
+}
+
+fn encode_u32(v: &[u32], out: &mut [u8]) {
+    const CHUNK: usize = 4096;
+    par::zip_chunks(out, 4 * CHUNK, v, CHUNK, v.len(), |o, x| {
+        for (b, x) in o.chunks_exact_mut(4).zip(x) {
+            b.copy_from_slice(&x.to_le_bytes());
+        }
+    });
 }
 
 fn encode_float_tiles(dtype: DataType, tiled: &[f32], out: &mut [u8]) -> Result<()> {
     match dtype {
         DataType::BFloat8B => {
-            out.par_chunks_mut(BFP8_TILE_BYTES)
-                .zip(tiled.par_chunks(TILE_ELEMS))
-                .try_for_each(|(o, t)| format::pack_bfp8_tile(t, o))?;
+            par::try_zip_chunks(
+                out,
+                BFP8_TILE_BYTES,
+                tiled,
+                TILE_ELEMS,
+                tiled.len(),
+                |o, t| format::pack_bfp8_tile(t, o),
+            )?;
             Ok(())
         }
         _ => encode_elems(dtype, tiled, out),
@@ -154,30 +166,21 @@ fn encode_float_tiles(dtype: DataType, tiled: &[f32], out: &mut [u8]) -> Result<
 fn encode_elems(dtype: DataType, v: &[f32], out: &mut [u8]) -> Result<()> {
     const CHUNK: usize = 4096;
     match dtype {
-        DataType::BFloat16 => out
-            .par_chunks_mut(2 * CHUNK)
-            .zip(v.par_chunks(CHUNK))
-            .for_each(|(o, x)| {
-                for (b, f) in o.chunks_exact_mut(2).zip(x) {
-                    b.copy_from_slice(&half::bf16::from_f32(*f).to_bits().to_le_bytes());
-                }
-            }),
-        DataType::Float32 => out
-            .par_chunks_mut(4 * CHUNK)
-            .zip(v.par_chunks(CHUNK))
-            .for_each(|(o, x)| {
-                for (b, f) in o.chunks_exact_mut(4).zip(x) {
-                    b.copy_from_slice(&f.to_le_bytes());
-                }
-            }),
-        DataType::UInt32 => out
-            .par_chunks_mut(4 * CHUNK)
-            .zip(v.par_chunks(CHUNK))
-            .for_each(|(o, x)| {
-                for (b, f) in o.chunks_exact_mut(4).zip(x) {
-                    b.copy_from_slice(&(*f as u32).to_le_bytes());
-                }
-            }),
+        DataType::BFloat16 => par::zip_chunks(out, 2 * CHUNK, v, CHUNK, v.len(), |o, x| {
+            for (b, f) in o.chunks_exact_mut(2).zip(x) {
+                b.copy_from_slice(&half::bf16::from_f32(*f).to_bits().to_le_bytes());
+            }
+        }),
+        DataType::Float32 => par::zip_chunks(out, 4 * CHUNK, v, CHUNK, v.len(), |o, x| {
+            for (b, f) in o.chunks_exact_mut(4).zip(x) {
+                b.copy_from_slice(&f.to_le_bytes());
+            }
+        }),
+        DataType::UInt32 => par::zip_chunks(out, 4 * CHUNK, v, CHUNK, v.len(), |o, x| {
+            for (b, f) in o.chunks_exact_mut(4).zip(x) {
+                b.copy_from_slice(&(*f as u32).to_le_bytes());
+            }
+        }),
         DataType::BFloat8B => {
             return Err(ChipError::Data(
                 "BFLOAT8_B exists only in TILE layout".into(),
@@ -197,10 +200,8 @@ pub fn decode_pages(spec: &TensorSpec, bytes: &[u8]) -> Result<HostData> {
         )));
     }
     if spec.dtype == DataType::UInt32 {
-        let vals: Vec<u32> = bytes
-            .par_chunks_exact(4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let mut vals = vec![0u32; bytes.len() / 4];
+        decode_u32(bytes, &mut vals, |x| x);
         return Ok(HostData::U32(match spec.layout {
             Layout::Tile => format::untilize(&vals, &spec.shape)?,
             Layout::RowMajor => vals,
@@ -219,36 +220,47 @@ pub fn decode_floats(dtype: DataType, bytes: &[u8]) -> Result<Vec<f32>> {
     Ok(match dtype {
         DataType::BFloat16 => {
             let mut out = vec![0f32; bytes.len() / 2];
-            out.par_chunks_mut(CHUNK)
-                .zip(bytes.par_chunks(2 * CHUNK))
-                .for_each(|(o, b)| {
-                    for (f, x) in o.iter_mut().zip(b.chunks_exact(2)) {
-                        *f = half::bf16::from_bits(u16::from_le_bytes([x[0], x[1]])).to_f32();
-                    }
-                });
+            let n = out.len();
+            par::zip_chunks(&mut out, CHUNK, bytes, 2 * CHUNK, n, |o, b| {
+                for (f, x) in o.iter_mut().zip(b.chunks_exact(2)) {
+                    *f = half::bf16::from_bits(u16::from_le_bytes([x[0], x[1]])).to_f32();
+                }
+            });
             out
         }
         DataType::Float32 => {
             let mut out = vec![0f32; bytes.len() / 4];
-            out.par_chunks_mut(CHUNK)
-                .zip(bytes.par_chunks(4 * CHUNK))
-                .for_each(|(o, b)| {
-                    for (f, x) in o.iter_mut().zip(b.chunks_exact(4)) {
-                        *f = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
-                    }
-                });
+            let n = out.len();
+            par::zip_chunks(&mut out, CHUNK, bytes, 4 * CHUNK, n, |o, b| {
+                for (f, x) in o.iter_mut().zip(b.chunks_exact(4)) {
+                    *f = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+                }
+            });
             out
         }
-        DataType::UInt32 => bytes
-            .par_chunks_exact(4)
-            .map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]) as f32)
-            .collect(),
+        DataType::UInt32 => {
+            let mut out = vec![0f32; bytes.len() / 4];
+            decode_u32(bytes, &mut out, |x| x as f32);
+            out
+        }
         DataType::BFloat8B => {
             let mut out = vec![0f32; bytes.len() / BFP8_TILE_BYTES * TILE_ELEMS];
-            out.par_chunks_mut(TILE_ELEMS)
-                .zip(bytes.par_chunks(BFP8_TILE_BYTES))
-                .try_for_each(|(o, b)| format::unpack_bfp8_tile(b, o))?;
+            let n = out.len();
+            par::try_zip_chunks(&mut out, TILE_ELEMS, bytes, BFP8_TILE_BYTES, n, |o, b| {
+                format::unpack_bfp8_tile(b, o)
+            })?;
             out
         }
     })
+}
+
+/// Little-endian u32s of `bytes` (whole words) into `out` through `conv`.
+fn decode_u32<T: Send>(bytes: &[u8], out: &mut [T], conv: impl Fn(u32) -> T + Sync + Send) {
+    const CHUNK: usize = 4096;
+    let n = out.len();
+    par::zip_chunks(out, CHUNK, bytes, 4 * CHUNK, n, |o, b| {
+        for (v, x) in o.iter_mut().zip(b.chunks_exact(4)) {
+            *v = conv(u32::from_le_bytes([x[0], x[1], x[2], x[3]]));
+        }
+    });
 }
