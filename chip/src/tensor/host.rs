@@ -129,19 +129,24 @@ pub fn encode_pages(spec: &TensorSpec, data: &HostData) -> Result<Vec<u8>> {
         }
         (Layout::Tile, HostData::U32(v)) => {
             let tiled = format::tilize(v, &spec.shape)?;
-            encode_u32(&tiled, &mut out);
+            encode_words(&tiled, &mut out, |x: u32| x.to_le_bytes());
         }
         (Layout::RowMajor, HostData::F32(v)) => encode_elems(spec.dtype, v, &mut out)?,
-        (Layout::RowMajor, HostData::U32(v)) => encode_u32(v, &mut out),
+        (Layout::RowMajor, HostData::U32(v)) => encode_words(v, &mut out, |x: u32| x.to_le_bytes()),
     }
     Ok(out)
 }
 
-fn encode_u32(v: &[u32], out: &mut [u8]) {
+/// Each value of `v` as the `N` bytes `conv` makes of it, into `out`.
+fn encode_words<const N: usize, T: Copy + Sync>(
+    v: &[T],
+    out: &mut [u8],
+    conv: impl Fn(T) -> [u8; N] + Sync + Send,
+) {
     const CHUNK: usize = 4096;
-    par::zip_chunks(out, 4 * CHUNK, v, CHUNK, v.len(), |o, x| {
-        for (b, x) in o.chunks_exact_mut(4).zip(x) {
-            b.copy_from_slice(&x.to_le_bytes());
+    par::zip_chunks(out, N * CHUNK, v, CHUNK, v.len(), |o, x| {
+        for (b, &x) in o.chunks_exact_mut(N).zip(x) {
+            b.copy_from_slice(&conv(x));
         }
     });
 }
@@ -164,23 +169,12 @@ fn encode_float_tiles(dtype: DataType, tiled: &[f32], out: &mut [u8]) -> Result<
 }
 
 fn encode_elems(dtype: DataType, v: &[f32], out: &mut [u8]) -> Result<()> {
-    const CHUNK: usize = 4096;
     match dtype {
-        DataType::BFloat16 => par::zip_chunks(out, 2 * CHUNK, v, CHUNK, v.len(), |o, x| {
-            for (b, f) in o.chunks_exact_mut(2).zip(x) {
-                b.copy_from_slice(&half::bf16::from_f32(*f).to_bits().to_le_bytes());
-            }
+        DataType::BFloat16 => encode_words(v, out, |f: f32| {
+            half::bf16::from_f32(f).to_bits().to_le_bytes()
         }),
-        DataType::Float32 => par::zip_chunks(out, 4 * CHUNK, v, CHUNK, v.len(), |o, x| {
-            for (b, f) in o.chunks_exact_mut(4).zip(x) {
-                b.copy_from_slice(&f.to_le_bytes());
-            }
-        }),
-        DataType::UInt32 => par::zip_chunks(out, 4 * CHUNK, v, CHUNK, v.len(), |o, x| {
-            for (b, f) in o.chunks_exact_mut(4).zip(x) {
-                b.copy_from_slice(&(*f as u32).to_le_bytes());
-            }
-        }),
+        DataType::Float32 => encode_words(v, out, f32::to_le_bytes),
+        DataType::UInt32 => encode_words(v, out, |f: f32| (f as u32).to_le_bytes()),
         DataType::BFloat8B => {
             return Err(ChipError::Data(
                 "BFLOAT8_B exists only in TILE layout".into(),
@@ -200,8 +194,7 @@ pub fn decode_pages(spec: &TensorSpec, bytes: &[u8]) -> Result<HostData> {
         )));
     }
     if spec.dtype == DataType::UInt32 {
-        let mut vals = vec![0u32; bytes.len() / 4];
-        decode_u32(bytes, &mut vals, |x| x);
+        let vals: Vec<u32> = decode_words(bytes, u32::from_le_bytes);
         return Ok(HostData::U32(match spec.layout {
             Layout::Tile => format::untilize(&vals, &spec.shape)?,
             Layout::RowMajor => vals,
@@ -216,33 +209,12 @@ pub fn decode_pages(spec: &TensorSpec, bytes: &[u8]) -> Result<HostData> {
 
 /// Decodes float pages to f32 in page order (TILE layout stays tiled).
 pub fn decode_floats(dtype: DataType, bytes: &[u8]) -> Result<Vec<f32>> {
-    const CHUNK: usize = 4096;
     Ok(match dtype {
-        DataType::BFloat16 => {
-            let mut out = vec![0f32; bytes.len() / 2];
-            let n = out.len();
-            par::zip_chunks(&mut out, CHUNK, bytes, 2 * CHUNK, n, |o, b| {
-                for (f, x) in o.iter_mut().zip(b.chunks_exact(2)) {
-                    *f = half::bf16::from_bits(u16::from_le_bytes([x[0], x[1]])).to_f32();
-                }
-            });
-            out
-        }
-        DataType::Float32 => {
-            let mut out = vec![0f32; bytes.len() / 4];
-            let n = out.len();
-            par::zip_chunks(&mut out, CHUNK, bytes, 4 * CHUNK, n, |o, b| {
-                for (f, x) in o.iter_mut().zip(b.chunks_exact(4)) {
-                    *f = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
-                }
-            });
-            out
-        }
-        DataType::UInt32 => {
-            let mut out = vec![0f32; bytes.len() / 4];
-            decode_u32(bytes, &mut out, |x| x as f32);
-            out
-        }
+        DataType::BFloat16 => decode_words(bytes, |x: [u8; 2]| {
+            half::bf16::from_bits(u16::from_le_bytes(x)).to_f32()
+        }),
+        DataType::Float32 => decode_words(bytes, f32::from_le_bytes),
+        DataType::UInt32 => decode_words(bytes, |x| u32::from_le_bytes(x) as f32),
         DataType::BFloat8B => {
             let mut out = vec![0f32; bytes.len() / BFP8_TILE_BYTES * TILE_ELEMS];
             let n = out.len();
@@ -254,13 +226,20 @@ pub fn decode_floats(dtype: DataType, bytes: &[u8]) -> Result<Vec<f32>> {
     })
 }
 
-/// Little-endian u32s of `bytes` (whole words) into `out` through `conv`.
-fn decode_u32<T: Send>(bytes: &[u8], out: &mut [T], conv: impl Fn(u32) -> T + Sync + Send) {
+/// Every whole `N`-byte word of `bytes`, through `conv`.
+fn decode_words<const N: usize, T: Copy + Default + Send>(
+    bytes: &[u8],
+    conv: impl Fn([u8; N]) -> T + Sync + Send,
+) -> Vec<T> {
     const CHUNK: usize = 4096;
+    let mut out = vec![T::default(); bytes.len() / N];
     let n = out.len();
-    par::zip_chunks(out, CHUNK, bytes, 4 * CHUNK, n, |o, b| {
-        for (v, x) in o.iter_mut().zip(b.chunks_exact(4)) {
-            *v = conv(u32::from_le_bytes([x[0], x[1], x[2], x[3]]));
+    par::zip_chunks(&mut out, CHUNK, bytes, N * CHUNK, n, |o, b| {
+        for (v, x) in o.iter_mut().zip(b.chunks_exact(N)) {
+            let mut word = [0u8; N];
+            word.copy_from_slice(x);
+            *v = conv(word);
         }
     });
+    out
 }
