@@ -95,7 +95,9 @@ impl Helper {
             loop {
                 if self.pending.load(Ordering::Acquire) > 0 {
                     if let Some(job) = self.take() {
-                        job();
+                        // A job that panics (a bug) must not take the helper with it: the
+                        // job's own guards tell its runner it is over.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                         idle_since = Instant::now();
                         continue;
                     }
@@ -134,7 +136,12 @@ mod tests {
         }
         // Long enough for the thread to go to sleep: the next job must wake it.
         std::thread::sleep(SPIN * 20);
-        assert!(submit(move || tx.send(7).unwrap()));
+        let tx2 = tx.clone();
+        assert!(submit(move || tx2.send(7).unwrap()));
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(7));
+        // A job that panics leaves the helper running the next one.
+        assert!(submit(|| panic!("a job's bug")));
+        assert!(submit(move || tx.send(8).unwrap()));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(8));
     }
 }

@@ -99,8 +99,9 @@ pub(crate) fn drive(
             .compare_exchange(IDLE, RUNNING, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
+            // Closed even if the job panics, so the meeting's thread never waits for it.
+            let _closed = Closing(&job.helper);
             work(&job, job.cells.len() / 2);
-            job.helper.store(CLOSED, Ordering::Release);
         }
     });
     work(&shared, 0);
@@ -131,6 +132,15 @@ pub(crate) fn drive(
         })
         .collect();
     (parts, failed.map_or(Ok(()), Err))
+}
+
+/// Marks the helper's job over when dropped.
+struct Closing<'a>(&'a AtomicU8);
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        self.0.store(CLOSED, Ordering::Release);
+    }
 }
 
 fn backoff(spins: &mut u32) {
