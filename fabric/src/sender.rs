@@ -320,29 +320,27 @@ impl FabricSender {
             quiet: false,
         };
         let dst = ctx.dst();
-        // (kind, offset, len) of every packet.
-        let plan: Vec<(Kind, usize, usize)> = match msg {
-            Msg::Inline(_) => vec![(Kind::InlineWrite, 0, 0)],
-            Msg::Atomic(..) => vec![(Kind::AtomicInc, 0, 0)],
+        // The packets: how many, and packet i's (kind, offset, len), computed as they go (a
+        // list of them cost an allocation per message, one per step of a small collective).
+        let (count, single) = match msg {
+            Msg::Inline(_) => (1, Some(Kind::InlineWrite)),
+            Msg::Atomic(..) => (1, Some(Kind::AtomicInc)),
             Msg::Data { sem } if data.is_empty() => match sem {
-                Some(_) => vec![(Kind::AtomicInc, 0, 0)],
+                Some(_) => (1, Some(Kind::AtomicInc)),
                 None => return Ok(()),
             },
-            Msg::Data { sem } => {
-                let count = data.len().div_ceil(self.payload);
-                (0..count)
-                    .map(|i| {
-                        let off = i * self.payload;
-                        let len = self.payload.min(data.len() - off);
-                        let last = i + 1 == count;
-                        let kind = if last && sem.is_some() {
-                            Kind::WriteAtomicInc
-                        } else {
-                            Kind::Write
-                        };
-                        (kind, off, len)
-                    })
-                    .collect()
+            Msg::Data { .. } => (data.len().div_ceil(self.payload), None),
+        };
+        let packet = |i: usize| match single {
+            Some(kind) => (kind, 0, 0),
+            None => {
+                let off = i * self.payload;
+                let len = self.payload.min(data.len() - off);
+                let kind = match sem {
+                    Some(_) if i + 1 == count => Kind::WriteAtomicInc,
+                    _ => Kind::Write,
+                };
+                (kind, off, len)
             }
         };
         // A link known to be down fails the whole message before anything is sent.
@@ -355,7 +353,7 @@ impl FabricSender {
                 .expect("route stays on the line");
             let phys = hop.links[link % hop.links.len()];
             if let Some(crate::Fault::Down) = inner.faults[phys].get() {
-                for _ in 0..plan.len() {
+                for _ in 0..count {
                     inner.record_link_loss(&ctx, phys, LinkLoss::Down);
                 }
                 return Err(FabricError::LinkDown {
@@ -376,7 +374,7 @@ impl FabricSender {
         };
         // Counted once for the message, so the sender does not share a cache line with the
         // delivering router per packet; unsent packets are taken back below.
-        let total = plan.len() as u64;
+        let total = count as u64;
         self.tracker.add(writes * total);
         // A message of several packets lends its payload to the first hop instead of copying
         // it into the slots, and waits for it to be taken. The sender drives that hop itself
@@ -387,7 +385,7 @@ impl FabricSender {
         // / 6.3 ms, 1 MiB 320 / 298 / 295 us, t3k 36 KiB 139 / 139 / 138 us. A one-packet
         // message is still copied, so it returns at once, as on hardware, where the sender's
         // packet waits in the ethernet core's buffer: a stalled receiver shows at `flush`.
-        let by_ref = plan.len() > 1;
+        let by_ref = count > 1;
         // The sender drives the routers itself (lent packets: see `RefGuard`; copied ones:
         // `Inner::drive` below): waking their threads as well would only move every packet
         // between cores, and on a host with fewer cores than busy threads each wake is a
@@ -407,7 +405,7 @@ impl FabricSender {
         let mut cached_head = 0;
         // Credits are taken in batches (one CAS for several packets).
         let (mut next_idx, mut batch) = (0u64, 0u64);
-        for (sent, (kind, off, len)) in plan.into_iter().enumerate() {
+        for (sent, (kind, off, len)) in (0..count).map(packet).enumerate() {
             let unsent = writes * (total - sent as u64);
             if batch == 0 {
                 let want = total - sent as u64;
