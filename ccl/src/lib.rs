@@ -128,8 +128,8 @@
 //!   queue's next record still waits for the line (a sleep and a wake per chip), as it must.
 //!   With no switch left, one thread doing the line's work wins far further up: an all_reduce
 //!   now runs together up to 256 KiB of input per chip (with two threads, below: 2 MiB on
-//!   lines of 2 to 4 chips, 4 MiB on 5 to 8 and on 32; the A/B figures, re-measured after each change to the
-//!   data path, are at `together::wanted`). The page reduce_scatter, and the all_gather whose
+//!   lines of 2 to 4 chips, 4 MiB on 5 to 8 and on 32; the A/B figures, re-measured after
+//!   each change to the data path, are at `together::wanted`). The page reduce_scatter, and the all_gather whose
 //!   blocks are runs of output pages, now write their outputs in steps and defer like the
 //!   all_reduce; an all_gather with data above the gathered dim writes its output after the
 //!   steps on each chip's thread, so its launches still wait and it keeps the old rule.
@@ -140,10 +140,10 @@
 //!   yielding on the line's cores (~40 context switches per collective); it is now a thread
 //!   of ccl's own that spins 200 us after each job, then sleeps (`kernels/helper.rs`: 0.3
 //!   switches per collective, line-2 1 MiB ~520 -> ~420 us on a host short of memory
-//!   bandwidth). The widening
-//!   and add loops run as AVX2 where the host has it (`ttmesh_chip::format::{widen_bf16,
-//!   add_f32}`: they were 15% of a small all_reduce as SSE2), and later as AVX-512 where it
-//!   has that (the bf16 add was ~20% of a 16 MiB all_reduce's CPU: t3k 27.2 -> 25.1 ms).
+//!   bandwidth). The widening and add loops run as AVX2 where the host has it
+//!   (`ttmesh_chip::format::{widen_bf16, add_f32}`: they were 15% of a small all_reduce as
+//!   SSE2), and later as AVX-512 where it has that (the bf16 add was ~20% of a 16 MiB
+//!   all_reduce's CPU: t3k 27.2 -> 25.1 ms).
 //! - Measured after all of this (`ttmesh bench ccl`, 2-core host, quiet): all_reduce 36 KiB
 //!   on 8 chips ~135-150 us (was 266-292), on 32 chips ~850-1070 us (was ~1.6-1.8 ms);
 //!   256 KiB on 8 chips 360-380 us (was 616-836). What is left per step is the emulation
