@@ -28,7 +28,9 @@
 //! it into the slots: the send returns once the first router has taken every packet, and on
 //! timeout or shutdown it voids, under the slot lock, any packet not yet taken, so no slot
 //! outlives the caller's buffer. A one-packet message is copied and the send returns at
-//! once. The receiving router writes lent packets of one message that land back to back with
+//! once, unless it goes one hop to a router that is free with nothing queued before it: the
+//! sender's own pass then delivers it at once, so it is lent too (a neighbour write of a
+//! small collective's step, copied once instead of twice). The receiving router writes lent packets of one message that land back to back with
 //! one `ChipMemory::write` (always before their credits return), so a large neighbour write
 //! is copied once, in chunks of a few packets.
 //!

@@ -110,6 +110,11 @@ impl Router {
         }
     }
 
+    /// True if no pass of this router is running at this moment.
+    pub fn is_free(&self) -> bool {
+        self.token.try_lock().is_some()
+    }
+
     /// Returns once no pass of this router is running (the token is free).
     pub fn quiesce(&self) {
         drop(self.token.lock());
