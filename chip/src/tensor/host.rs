@@ -52,11 +52,9 @@ impl HostTensor {
             }
             DataType::BFloat16 => {
                 let n = data.len();
-                let round = |c: &mut [f32]| {
-                    c.iter_mut().for_each(|x| *x = format::round_bf16(*x));
-                    Ok::<(), ()>(())
-                };
-                let _ = par::try_chunks(&mut data, 1 << 14, n, round);
+                par::chunks_indexed(&mut data, 1 << 14, 1, n, |_, c| {
+                    c.iter_mut().for_each(|x| *x = format::round_bf16(*x))
+                });
             }
             DataType::Float32 | DataType::BFloat8B => {}
         }
@@ -153,17 +151,7 @@ fn encode_words<const N: usize, T: Copy + Sync>(
 
 fn encode_float_tiles(dtype: DataType, tiled: &[f32], out: &mut [u8]) -> Result<()> {
     match dtype {
-        DataType::BFloat8B => {
-            par::try_zip_chunks(
-                out,
-                BFP8_TILE_BYTES,
-                tiled,
-                TILE_ELEMS,
-                tiled.len(),
-                |o, t| format::pack_bfp8_tile(t, o),
-            )?;
-            Ok(())
-        }
+        DataType::BFloat8B => Ok(format::pack_bfp8_tiles(tiled, out)?),
         _ => encode_elems(dtype, tiled, out),
     }
 }
@@ -217,10 +205,7 @@ pub fn decode_floats(dtype: DataType, bytes: &[u8]) -> Result<Vec<f32>> {
         DataType::UInt32 => decode_words(bytes, |x| u32::from_le_bytes(x) as f32),
         DataType::BFloat8B => {
             let mut out = vec![0f32; bytes.len() / BFP8_TILE_BYTES * TILE_ELEMS];
-            let n = out.len();
-            par::try_zip_chunks(&mut out, TILE_ELEMS, bytes, BFP8_TILE_BYTES, n, |o, b| {
-                format::unpack_bfp8_tile(b, o)
-            })?;
+            format::unpack_bfp8_tiles(bytes, &mut out)?;
             out
         }
     })
