@@ -23,9 +23,10 @@ pub(crate) fn add_le_f32(acc: &mut [f32], bytes: &[u8]) {
     as_elems(bytes, |v| ttmesh_chip::format::add_f32(acc, v))
 }
 
-/// Adds little-endian bf16 bytes (whole elements) into bf16 sums `acc`, each rounded once.
-pub(crate) fn add_le_bf16(acc: &mut [u16], bytes: &[u8]) {
-    as_elems(bytes, |v| ttmesh_chip::format::add_bf16(acc, v))
+/// Writes `dst[i] = bf16(x[i] + y[i])` for little-endian bf16 bytes `x` (whole elements),
+/// each rounded once.
+pub(crate) fn sum_le_bf16(dst: &mut [u16], x: &[u8], y: &[u16]) {
+    as_elems(x, |v| ttmesh_chip::format::sum_bf16(dst, (v, y)))
 }
 
 /// Adds little-endian bf16 bytes (whole elements) into f32 sums `acc`.

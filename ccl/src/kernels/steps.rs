@@ -11,7 +11,7 @@ use ttmesh_chip::tensor::{DataType, TensorPages};
 use ttmesh_chip::ChipError;
 use ttmesh_fabric::{Fabric, FabricError, FabricSender, NocAddr};
 
-use super::elements::{add_le_bf16, add_le_bf16_to_f32, add_le_f32, Elements};
+use super::elements::{add_le_bf16_to_f32, add_le_f32, sum_le_bf16, Elements};
 use super::SEM_SLOT_BASE;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -163,6 +163,10 @@ pub(crate) struct FusedIo {
 /// every page (2 KiB for a bf16 tile). 2, 4, 8 and 16 measured alike on all_reduce t3k 1 MiB.
 const PREFETCH_AHEAD: usize = 4;
 
+/// Elements of a received slot's bf16 partial sums copied out at a time to be added to the
+/// input (`FusedIo` sums): 16 KiB, one chunk of chip memory, well inside the host's L1.
+const SLOT_BLOCK: usize = 8192;
+
 /// A contiguous range of chip memory: bank, address, bytes.
 pub(crate) type Run = (u32, u64, usize);
 
@@ -211,6 +215,9 @@ pub(crate) struct Work {
     pub recv: Vec<f32>,
     /// A bf16 piece of partial sums on its way (see `FusedIo::partials_bf16`).
     pub partials16: Vec<u16>,
+    /// A block of a received slot's bf16 partial sums, copied out to be added to the input
+    /// (`SLOT_BLOCK` elements: it stays in the host's L1 cache).
+    pub slot_block: Vec<u16>,
     /// Bytes on their way from this chip's memory to a neighbour's (`PassOutput`), and where.
     pub staged: Vec<u8>,
     pub runs: Vec<Run>,
@@ -293,30 +300,27 @@ fn input_spans(
         let (bank, addr) = pages.location(p as u64);
         (bank, addr + in_page as u64, n)
     };
-    if !io.prefetch_input {
-        let mut b = start;
-        while b < start + len {
-            let (bank, addr, n) = span(b);
-            f(bank, addr, n)?;
-            b += n;
-        }
-        return Ok(());
-    }
+    let end = start + len;
     let space = pages.map.space;
-    let mut spans = Vec::new();
-    let mut b = start;
-    while b < start + len {
-        spans.push(span(b));
-        b += spans[spans.len() - 1].2;
-    }
-    for &(bank, addr, n) in spans.iter().take(PREFETCH_AHEAD) {
-        mem.prefetch(me, space, bank, addr, n);
-    }
-    for (i, &(bank, addr, n)) in spans.iter().enumerate() {
-        if let Some(&(b, a, l)) = spans.get(i + PREFETCH_AHEAD) {
-            mem.prefetch(me, space, b, a, l);
+    // A second cursor runs `PREFETCH_AHEAD` spans ahead, hinting them (spans are computed
+    // twice rather than kept: an allocation per call woke malloc's arena lock).
+    let mut ahead = start;
+    let hint_next = |ahead: &mut usize| {
+        if io.prefetch_input && *ahead < end {
+            let (bank, addr, n) = span(*ahead);
+            mem.prefetch(me, space, bank, addr, n);
+            *ahead += n;
         }
+    };
+    for _ in 0..PREFETCH_AHEAD {
+        hint_next(&mut ahead);
+    }
+    let mut b = start;
+    while b < end {
+        hint_next(&mut ahead);
+        let (bank, addr, n) = span(b);
         f(bank, addr, n)?;
+        b += n;
     }
     Ok(())
 }
@@ -597,6 +601,49 @@ impl Endpoint {
         }
     }
 
+    /// Writes this chip's bf16 input, elements `a..` of chunk `chunk`, plus the partial sums
+    /// at the same place of slot `from` (rounded once) into `sums`; the input alone without a
+    /// slot. The slot is copied out a block at a time into `block` (L1-sized) and the input
+    /// read in place, so `sums` is written once: copying the input into `sums` first and
+    /// adding the slot there wrote and read a piece (up to 1 MiB) once more.
+    fn input_plus_slot(
+        &self,
+        io: &FusedIo,
+        mem: Local,
+        from: Option<usize>,
+        (chunk, a): (usize, usize),
+        sums: &mut [u16],
+        block: &mut Vec<u16>,
+    ) -> Result<(), StepError> {
+        let Some(from) = from else {
+            return copy_input(
+                io,
+                mem,
+                self.me,
+                (chunk, a * 2),
+                bytemuck::cast_slice_mut(sums),
+            );
+        };
+        let space = io.input_pages.0.map.space;
+        let block = sized(block, SLOT_BLOCK.min(sums.len()));
+        for (k, out) in sums.chunks_mut(SLOT_BLOCK).enumerate() {
+            let first = a + k * SLOT_BLOCK;
+            let (partials, len) = (&mut block[..out.len()], out.len() * 2);
+            self.read_slot(mem, from, first * 2, bytemuck::cast_slice_mut(partials))?;
+            let mut sum = Elements::new(2, |at, x: &[u8]| {
+                sum_le_bf16(&mut out[at..], x, &partials[at..])
+            });
+            input_spans(
+                io,
+                (mem, self.me),
+                (chunk, first * 2),
+                len,
+                |bank, addr, n| mem.read_with(self.me, space, bank, addr, n, |_, x| sum.feed(x)),
+            )?;
+        }
+        Ok(())
+    }
+
     /// Does one step; a receiving step first waits (bounded by `timeout`) for its slot.
     pub(crate) fn step(
         &self,
@@ -637,6 +684,7 @@ impl Endpoint {
                     recv,
                     fused,
                     partials16,
+                    slot_block,
                     ..
                 } = w;
                 let io = fused.as_ref().expect(FUSED);
@@ -645,12 +693,7 @@ impl Endpoint {
                     // A bf16 partial sum on its way: the input's bytes as they are, plus what
                     // arrived, rounded once; never widened to f32 in memory.
                     let sums = sized(partials16, e - a);
-                    copy_input(io, mem, self.me, start, bytemuck::cast_slice_mut(sums))?;
-                    if let Some(from) = from {
-                        self.read_partials(mem, from, a * 2, (2, e - a), |at, b| {
-                            add_le_bf16(&mut sums[at..], b)
-                        })?;
-                    }
+                    self.input_plus_slot(io, mem, from, (chunk, a), sums, slot_block)?;
                     return self
                         .send(
                             self.neighbour(side),
@@ -749,22 +792,14 @@ impl Endpoint {
                 let (a, e) = f32_piece(w, chunk, piece);
                 let (ba, _) = piece_range(w.block_lens[chunk], w.block_piece, piece);
                 let Work {
-                    fused, partials16, ..
+                    fused,
+                    partials16,
+                    slot_block,
+                    ..
                 } = w;
                 let io = fused.as_ref().expect(FUSED);
                 let sums = sized(partials16, e - a);
-                copy_input(
-                    io,
-                    mem,
-                    self.me,
-                    (chunk, a * 2),
-                    bytemuck::cast_slice_mut(sums),
-                )?;
-                if let Some(from) = from {
-                    self.read_partials(mem, from, a * 2, (2, e - a), |at, b| {
-                        add_le_bf16(&mut sums[at..], b)
-                    })?;
-                }
+                self.input_plus_slot(io, mem, from, (chunk, a), sums, slot_block)?;
                 write_output(io, mem, self.me, (chunk, ba), bytemuck::cast_slice(sums))
             }
         }

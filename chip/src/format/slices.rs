@@ -47,6 +47,18 @@ slice_kernel! {
 }
 
 slice_kernel! {
+    /// `dst[i] = bf16(x[i] + y[i])`: `add_bf16` with its sum written elsewhere, so a
+    /// reduction that adds two operands it only reads (a chip's input and a received slot)
+    /// writes its result once instead of copying one operand first. Bit for bit `add_bf16`
+    /// with `acc = x` (the order matters only for two NaNs, whose payload comes from `x`).
+    sum_bf16(dst: &mut [u16], xy: (&[u16], &[u16])) {
+        for (d, (x, y)) in dst.iter_mut().zip(xy.0.iter().zip(xy.1)) {
+            *d = round_bf16(wide(*x) + wide(*y)).to_le();
+        }
+    }
+}
+
+slice_kernel! {
     /// `acc[i] += add[i]` widened from bf16 (a bf16 partial sum joining an f32 sum).
     add_bf16_to_f32(acc: &mut [f32], add: &[u16]) {
         for (a, b) in acc.iter_mut().zip(add) {
@@ -164,6 +176,9 @@ mod tests {
         let ys: Vec<u16> = xs.iter().rev().copied().collect();
         let mut acc = xs.clone();
         add_bf16(&mut acc, &ys);
+        let mut summed = vec![0u16; xs.len()];
+        sum_bf16(&mut summed, (&xs, &ys));
+        assert_eq!(summed, acc, "sum_bf16 is add_bf16 written elsewhere");
         let mut wide_acc: Vec<f32> = xs.iter().map(|&x| wide(x)).collect();
         add_bf16_to_f32(&mut wide_acc, &ys);
         for i in 0..xs.len() {
