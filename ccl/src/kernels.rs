@@ -11,10 +11,12 @@ use ttmesh_chip::tensor::{DataType, HostData, TensorSpec};
 use ttmesh_chip::ChipError;
 use ttmesh_fabric::{Fabric, FabricError};
 
-use steps::{Endpoint, Local, Step, StepError, Work};
+use chip_io::{Local, StepError};
+use steps::{Endpoint, Step, Work};
 
 use crate::{CclLine, Topology};
 
+mod chip_io;
 mod elements;
 mod helper;
 mod lists;

@@ -12,8 +12,9 @@ use ttmesh_chip::program::{KernelContext, Launched};
 use ttmesh_chip::tensor::{DataType, Layout, TensorSpec};
 use ttmesh_chip::ChipError;
 
+use super::chip_io::FusedIo;
 use super::lists;
-use super::steps::{piece_count, FusedIo, Step, Work};
+use super::steps::{piece_count, Step, Work};
 use super::Run;
 use crate::Topology;
 
@@ -93,7 +94,7 @@ fn piece_bytes(n: usize, largest: usize) -> usize {
 }
 
 /// Inputs of the whole line, in bytes, from which a fused reduction's input reads hint the
-/// host's cache ahead (`steps::PREFETCH_AHEAD`). Below, the inputs mostly come from the
+/// host's cache ahead (`chip_io::PREFETCH_AHEAD`). Below, the inputs mostly come from the
 /// cache and each hint's bank lock and chunk lookup cost more than they save. A/B on a 2-core
 /// host, all_reduce (medians of 5, us; without / with hints): line-2 1 MiB (2 MiB in all) 314
 /// / 340, t3k 256 KiB (2 MiB) 359 / 375; line-4 1 MiB (4 MiB) 696 / 677; t3k 1 MiB (8 MiB)

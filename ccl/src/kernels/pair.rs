@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use ttmesh_fabric::{Fabric, FabricError};
 
-use super::steps::{Local, StepError};
+use super::chip_io::{Local, StepError};
 use super::together::{receiver, region_busy, shared_regions, slot_count, Part};
 
 /// The pool job has not started; it runs; it is over (or will never start).

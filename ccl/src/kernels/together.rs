@@ -18,7 +18,8 @@ use ttmesh_chip::program::Deferred;
 use ttmesh_chip::ChipError;
 use ttmesh_fabric::{Fabric, FabricError};
 
-use super::steps::{Endpoint, Local, Side, Step, StepError, Work};
+use super::chip_io::{Local, StepError};
+use super::steps::{Endpoint, Side, Step, Work};
 
 /// Which thread runs a collective's steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
