@@ -555,18 +555,21 @@ fn launch(
         units_per_core: plan.output_spec.num_pages() as u32,
         args_per_core: 8,
     };
+    // Everything but the position is the line's (every input has one spec, checked above):
+    // hashed once, not once per chip (on 32 chips that was 32 hashes of the chip list, the
+    // chunk order and two specs per collective).
+    let line_key = program_key(&(
+        plan.op,
+        plan.kind,
+        &line.chips,
+        &order,
+        topology,
+        num_links,
+        plan.inputs.first().map(Tensor::spec),
+        &plan.output_spec,
+    ));
     for (pos, ((input, out), scr)) in plan.inputs.iter().zip(&outputs).zip(&scratch).enumerate() {
-        let key = program_key(&(
-            plan.op,
-            plan.kind,
-            pos,
-            &line.chips,
-            &order,
-            topology,
-            num_links,
-            input.spec(),
-            &plan.output_spec,
-        ));
+        let key = program_key(&(line_key, pos));
         let operands = [
             (input, Access::Read),
             (scr, Access::ReadWrite),
