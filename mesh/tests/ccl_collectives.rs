@@ -542,3 +542,24 @@ fn all_reduce_of_tiles_that_do_not_divide_over_the_line() {
         mesh.close().unwrap();
     }
 }
+
+/// A reduce_scatter whose chunks are strided runs of pages (the scattered dim sits below a
+/// batch dim) and whose pieces span several of the blocks a bf16 hop sums at a time
+/// (`Endpoint::input_plus_slot`, 8192 elements): block edges fall inside runs and on their
+/// ends, and every chip still gets its documented sum bit for bit, twice alike.
+#[test]
+fn reduce_scatter_of_strided_chunks_in_many_blocks() {
+    for (topo, fabric) in [
+        ("t3k", FabricConfig::Fabric1DRing),
+        ("n300", FabricConfig::Fabric1D),
+    ] {
+        let mesh = open(topo, fabric);
+        let n = mesh.num_devices();
+        for dtype in [DataType::BFloat16, DataType::Float32] {
+            // Per chip: 2 slices x one tile row x 24 tiles = runs of 24,576 elements.
+            let c = Case::new(Op::ReduceScatter, &[2, 1, 32 * n, 768], 2, dtype, None);
+            check(&mesh, &c, 23);
+        }
+        mesh.close().unwrap();
+    }
+}
