@@ -133,11 +133,17 @@ fn prefetch_lines(bytes: &[u8]) {
 impl Chunk {
     /// Copies `src` in at `at`, zeroing any gap between the valid bytes and `at` first.
     fn write(&mut self, at: usize, src: &[u8]) {
+        self.fill(at, src.len()).copy_from_slice(src);
+    }
+
+    /// The `len` bytes at `at` for a writer that overwrites all of them, zeroing any gap
+    /// between the valid bytes and `at` first.
+    fn fill(&mut self, at: usize, len: usize) -> &mut [u8] {
         if at > self.valid {
             self.data[self.valid..at].fill(0);
         }
-        self.data[at..at + src.len()].copy_from_slice(src);
-        self.valid = self.valid.max(at + src.len());
+        self.valid = self.valid.max(at + len);
+        &mut self.data[at..at + len]
     }
 
     /// Copies the bytes at `at` out (zeros past `valid`).
@@ -264,6 +270,38 @@ impl DeviceMemory {
                     self.new_chunk()
                 })
                 .write(in_chunk, &data[off..off + n]);
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// Hands `f(offset, bytes)` the `len` bytes at `addr` of one bank to fill in place, a
+    /// chunk at a time, in order: a kernel that computes its output (a reduction's sums)
+    /// writes it straight into memory, with no buffer to copy from. `f` must overwrite every
+    /// byte it is handed. The bank's write lock is held meanwhile (per chunk, as `write`
+    /// takes it), so `f` must not touch this chip's memory.
+    pub fn write_with(
+        &self,
+        space: MemSpace,
+        bank: u32,
+        addr: u64,
+        len: usize,
+        mut f: impl FnMut(usize, &mut [u8]),
+    ) -> Result<()> {
+        let lock = self.bank(space, bank, addr, len as u64)?;
+        self.touch(space, addr + len as u64);
+        let mut off = 0usize;
+        while off < len {
+            let a = addr + off as u64;
+            let chunk = a / CHUNK_SIZE;
+            let in_chunk = (a % CHUNK_SIZE) as usize;
+            let n = (CHUNK_SIZE as usize - in_chunk).min(len - off);
+            let mut b = lock.write();
+            let c = b.chunks.entry(chunk).or_insert_with(|| {
+                self.resident.add(space, bank, chunk, 1);
+                self.new_chunk()
+            });
+            f(off, c.fill(in_chunk, n));
             off += n;
         }
         Ok(())
@@ -593,6 +631,36 @@ mod tests {
         m.read(MemSpace::Dram, 0, 8 * CHUNK_SIZE, &mut back)
             .unwrap();
         assert_eq!(back, [7; 64]);
+    }
+
+    #[test]
+    fn write_with_fills_in_place_across_chunks_like_write() {
+        let m = DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20);
+        let c = CHUNK_SIZE as usize;
+        // Garbage freed into the pool, so the chunks written next are reused ones.
+        m.write(MemSpace::Dram, 0, 0, &vec![0xEEu8; 3 * c]).unwrap();
+        m.discard(MemSpace::Dram, 0, 0, 3 * c as u64);
+        let (at, len) = (c as u64 + 100, c + 50);
+        let want: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        let mut pieces = Vec::new();
+        m.write_with(MemSpace::Dram, 0, at, len, |off, bytes| {
+            pieces.push((off, bytes.len()));
+            bytes.copy_from_slice(&want[off..off + bytes.len()]);
+        })
+        .unwrap();
+        // One piece per chunk touched, in order, covering the range once.
+        assert_eq!(pieces, vec![(0, c - 100), (c - 100, 150)]);
+        let back = read_both(&m, c as u64, 2 * c);
+        assert!(back[..100].iter().all(|&b| b == 0), "gap before the write");
+        assert_eq!(&back[100..100 + len], &want[..]);
+        assert!(back[100 + len..].iter().all(|&b| b == 0), "garbage past it");
+        // Out of range: an error naming the bank, and nothing handed out.
+        let err = m
+            .write_with(MemSpace::Dram, 0, (1 << 24) - 4, 8, |_, _| {
+                panic!("no bytes")
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("beyond the bank"), "{err}");
     }
 
     #[test]

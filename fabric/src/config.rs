@@ -304,6 +304,21 @@ pub trait ChipMemory: Send + Sync {
         Ok(())
     }
 
+    /// Hands `f` the `len` bytes at `dest` to fill in place, in order, as `(offset, bytes)`
+    /// runs: what a kernel on this chip writes when it computes its output straight into
+    /// memory. `f` must overwrite every byte it is handed. By default one run, filled in a
+    /// buffer and written through `write`.
+    fn write_with(
+        &self,
+        dest: NocAddr,
+        len: usize,
+        f: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> Result<(), crate::MemoryError> {
+        let mut buf = vec![0u8; len];
+        f(0, &mut buf);
+        self.write(dest, &buf)
+    }
+
     /// Asks the host's cache to start loading the `len` bytes at `src` (a hint: nothing is
     /// read or checked). A reader that jumps between banks calls it a few runs ahead. By
     /// default nothing.

@@ -465,6 +465,27 @@ impl Fabric {
             })
     }
 
+    /// Hands `chip`'s `len` bytes at `dest` to `f` to fill in place (`ChipMemory::write_with`),
+    /// as a kernel on `chip` computing its output straight into its memory would: the local
+    /// counterpart of [`Fabric::read_local_with`] (no link is crossed, no packet counted).
+    pub fn write_local_with(
+        &self,
+        chip: u32,
+        dest: NocAddr,
+        len: usize,
+        f: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> Result<()> {
+        self.check_chip(chip)?;
+        self.inner.mems[chip as usize]
+            .write_with(dest, len, f)
+            .map_err(|source| FabricError::WriteFailed {
+                chip,
+                src: chip,
+                addr: dest.to_string(),
+                source,
+            })
+    }
+
     /// Hints that `chip`'s `len` bytes at `src` will be read soon (`ChipMemory::prefetch`);
     /// an unknown chip is ignored, as the hint reads nothing.
     pub fn prefetch_local(&self, chip: u32, src: NocAddr, len: usize) {

@@ -162,6 +162,18 @@ impl ChipMemory for ChipPort {
             .map_err(MemoryError::new)
     }
 
+    fn write_with(
+        &self,
+        dest: NocAddr,
+        len: usize,
+        f: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> std::result::Result<(), MemoryError> {
+        self.chip()?
+            .memory()
+            .write_with(chip_space(&dest), dest.bank, dest.addr, len, f)
+            .map_err(MemoryError::new)
+    }
+
     fn prefetch(&self, src: NocAddr, len: usize) {
         if let Ok(chip) = self.chip() {
             chip.memory()

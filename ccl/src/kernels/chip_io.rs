@@ -159,6 +159,20 @@ pub(crate) fn copy_input(
     })
 }
 
+/// Where block `block`'s output byte `a` lies, and how many bytes (at most `most`) follow
+/// it on the same page: (bank, address, bytes).
+pub(crate) fn output_span(io: &FusedIo, block: usize, a: usize, most: usize) -> BankRun {
+    let (pages, page_bytes, first) = &io.output_pages;
+    let at = first[block] + a;
+    let (p, in_page) = (at / page_bytes, at % page_bytes);
+    let (bank, addr) = pages.location(p as u64);
+    (
+        bank,
+        addr + in_page as u64,
+        (page_bytes - in_page).min(most),
+    )
+}
+
 /// Writes `data` as block `block`'s bytes from `a` into chip `me`'s output pages.
 pub(crate) fn write_output(
     io: &FusedIo,
@@ -167,16 +181,11 @@ pub(crate) fn write_output(
     (block, a): (usize, usize),
     data: &[u8],
 ) -> Result<(), StepError> {
-    let (pages, page_bytes, first) = &io.output_pages;
-    let mut at = first[block] + a;
+    let space = io.output_pages.0.map.space;
     let mut off = 0;
     while off < data.len() {
-        let (p, in_page) = (at / page_bytes, at % page_bytes);
-        let n = (page_bytes - in_page).min(data.len() - off);
-        let (bank, addr) = pages.location(p as u64);
-        let addr = addr + in_page as u64;
-        mem.write(me, pages.map.space, bank, addr, &data[off..off + n])?;
-        at += n;
+        let (bank, addr, n) = output_span(io, block, a + off, data.len() - off);
+        mem.write(me, space, bank, addr, &data[off..off + n])?;
         off += n;
     }
     Ok(())
@@ -253,6 +262,28 @@ impl Local<'_> {
             Local::Memory(m) => m.write(space, bank, addr, data).map_err(StepError::Chip),
             Local::Fabric(fabric) => fabric
                 .write_local(me, noc(me, space, bank, addr)?, data)
+                .map_err(StepError::Fabric),
+        }
+    }
+
+    /// Hands chip `me`'s `len` bytes at `addr` to `f(offset, bytes)` to fill in place (it
+    /// must overwrite them all, and not touch this chip's memory meanwhile).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn write_with(
+        self,
+        me: u32,
+        space: MemSpace,
+        bank: u32,
+        addr: u64,
+        len: usize,
+        mut f: impl FnMut(usize, &mut [u8]),
+    ) -> Result<(), StepError> {
+        match self {
+            Local::Memory(m) => m
+                .write_with(space, bank, addr, len, f)
+                .map_err(StepError::Chip),
+            Local::Fabric(fabric) => fabric
+                .write_local_with(me, noc(me, space, bank, addr)?, len, &mut f)
                 .map_err(StepError::Fabric),
         }
     }

@@ -29,6 +29,23 @@ pub(crate) fn sum_le_bf16(dst: &mut [u16], x: &[u8], y: &[u16]) {
     as_elems(x, |v| ttmesh_chip::format::sum_bf16(dst, (v, y)))
 }
 
+/// Fills `out` (little-endian bf16 bytes, whole elements) with `x[i] + y[i]` rounded once,
+/// or with `x` alone when there is no `y`: a sum written straight into chip memory.
+pub(crate) fn fill_le_bf16(out: &mut [u8], x: &[u16], y: Option<&[u16]>) {
+    let fill = |o: &mut [u16]| match y {
+        Some(y) => ttmesh_chip::format::sum_bf16(o, (x, y)),
+        None => o.copy_from_slice(&x[..o.len()]),
+    };
+    match bytemuck::try_cast_slice_mut::<u8, u16>(out) {
+        Ok(o) => fill(o),
+        Err(_) => {
+            let mut o = vec![0u16; out.len() / 2];
+            fill(&mut o);
+            out.copy_from_slice(bytemuck::cast_slice(&o));
+        }
+    }
+}
+
 /// Adds little-endian bf16 bytes (whole elements) into f32 sums `acc`.
 pub(crate) fn add_le_bf16_to_f32(acc: &mut [f32], bytes: &[u8]) {
     as_elems(bytes, |v| ttmesh_chip::format::add_bf16_to_f32(acc, v))
