@@ -191,8 +191,8 @@ pub(crate) fn write_output(
     Ok(())
 }
 
-/// Where a chip's own memory is read: by its kernel directly, or through the fabric by a
-/// thread running the chip's steps for it.
+/// Where a chip's own memory is read and written: by its kernel directly, or through the
+/// fabric by a thread running the chip's steps for it.
 #[derive(Clone, Copy)]
 pub(crate) enum Local<'a> {
     Memory(&'a DeviceMemory),

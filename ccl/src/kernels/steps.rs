@@ -150,7 +150,8 @@ pub(crate) struct Work {
     pub blocks: Vec<Vec<u8>>,
     pub block_lens: Vec<usize>,
     pub recv: Vec<f32>,
-    /// A bf16 piece of partial sums on its way (see `FusedIo::partials_bf16`).
+    /// A bf16 piece of partial sums on its way (see `FusedIo::partials_bf16`); for a
+    /// chunk's last add, the input page it copies into L1 (`input_plus_slot_to_output`).
     pub partials16: Vec<u16>,
     /// A block of a received slot's bf16 partial sums, copied out to be added to the input
     /// (`SLOT_BLOCK` elements: it stays in the host's L1 cache).
