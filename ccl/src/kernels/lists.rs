@@ -135,8 +135,9 @@ fn line_reduce_steps(n: usize, pos: usize, base: usize, pieces: &[usize]) -> Vec
 
 /// Puts an `Encode` of each piece of chunk `own` right after the last step that adds into it,
 /// so the sum is encoded while it is still in the host's cache. With `bf16_out` (bf16
-/// partials and output), a last add that is a `Reduce` becomes a `ReduceOut` instead, which
-/// writes the rounded sum straight to the output. (Moving this position's sends of the piece
+/// partials and output), a last add that is a `Reduce` becomes a `ReduceOut` instead, and
+/// one that is an `AddPartial` (a line's middle position) an `AddPartialOut`: each writes
+/// the rounded sum straight to the output. (Moving this position's sends of the piece
 /// up behind it as well, to start the gather early, measured slower on line-2.)
 pub(crate) fn encode_when_summed(steps: Vec<Step>, own: usize, bf16_out: bool) -> Vec<Step> {
     let adds_to = |s: &Step| match *s {
@@ -164,6 +165,11 @@ pub(crate) fn encode_when_summed(steps: Vec<Step>, own: usize, bf16_out: bool) -
         match s {
             Step::Reduce { from, .. } if bf16_out => out.push(Step::ReduceOut {
                 from,
+                chunk: own,
+                piece: q,
+            }),
+            Step::AddPartial { slot, .. } if bf16_out => out.push(Step::AddPartialOut {
+                slot,
                 chunk: own,
                 piece: q,
             }),
@@ -318,6 +324,7 @@ mod tests {
     fn piece(step: &Step) -> Option<usize> {
         Some(match *step {
             Step::AddPartial { piece, .. }
+            | Step::AddPartialOut { piece, .. }
             | Step::Reduce { piece, .. }
             | Step::ReduceOut { piece, .. }
             | Step::Encode { piece, .. }
@@ -359,7 +366,7 @@ mod tests {
                 } if chunk == pos => {
                     own_summed.insert(piece);
                 }
-                Step::AddPartial { piece, .. } => {
+                Step::AddPartial { piece, .. } | Step::AddPartialOut { piece, .. } => {
                     assert!(
                         own_summed.contains(&piece),
                         "n {n} pos {pos}: added before summed"

@@ -13,7 +13,10 @@ use super::chip_io::{
     copy_input, input_spans, noc, output_span, read_input, write_output, BankRun, FusedIo, Local,
     StepError,
 };
-use super::elements::{add_le_bf16_to_f32, add_le_f32, fill_le_bf16, sum_le_bf16, Elements};
+use super::elements::{
+    add_le_bf16_to_f32, add_le_f32, fill_le_bf16, fill_le_bf16_from_f32, sum_le_bf16,
+    sum_le_bf16_to_f32, Elements,
+};
 use super::SEM_SLOT_BASE;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,6 +53,15 @@ pub(crate) enum Step {
     /// and written straight into the output (bit for bit an f32 add, then `Encode`).
     ReduceOut {
         from: Option<usize>,
+        chunk: usize,
+        piece: usize,
+    },
+    /// The last add of a piece of chunk `chunk` whose sums are held in f32 (a line's middle
+    /// position, joining the left's and the right's) when partial sums and output are bf16:
+    /// the sums plus the partial sums in slot `slot`, rounded once and written straight into
+    /// the output (bit for bit `AddPartial`, then `Encode`).
+    AddPartialOut {
+        slot: usize,
         chunk: usize,
         piece: usize,
     },
@@ -90,6 +102,7 @@ impl Step {
     pub(crate) fn receives(&self) -> Option<usize> {
         match *self {
             Step::AddPartial { slot, .. }
+            | Step::AddPartialOut { slot, .. }
             | Step::TakeBlock { slot, .. }
             | Step::AwaitOutput { slot, .. } => Some(slot),
             Step::Reduce { from, .. } | Step::ReduceOut { from, .. } => from,
@@ -361,22 +374,76 @@ impl Endpoint {
                 bytemuck::cast_slice_mut(sums),
             );
         };
+        self.input_and_slot(io, mem, from, (chunk, a), sums, block, sum_le_bf16)
+    }
+
+    /// Runs `sum(out, input bytes, partials)` over this chip's bf16 input, elements `a..` of
+    /// chunk `chunk`, and the bf16 partial sums at the same place of slot `from`, in runs of
+    /// whole elements, writing `out`. The slot is copied out a block at a time into `block`
+    /// (L1-sized) and the input read in place beside it.
+    #[allow(clippy::too_many_arguments)]
+    fn input_and_slot<T>(
+        &self,
+        io: &FusedIo,
+        mem: Local,
+        from: usize,
+        (chunk, a): (usize, usize),
+        out: &mut [T],
+        block: &mut Vec<u16>,
+        sum: impl Fn(&mut [T], &[u8], &[u16]),
+    ) -> Result<(), StepError> {
         let space = io.input_pages.0.map.space;
-        let block = sized(block, SLOT_BLOCK.min(sums.len()));
-        for (k, out) in sums.chunks_mut(SLOT_BLOCK).enumerate() {
+        let block = sized(block, SLOT_BLOCK.min(out.len()));
+        for (k, out) in out.chunks_mut(SLOT_BLOCK).enumerate() {
             let first = a + k * SLOT_BLOCK;
             let (partials, len) = (&mut block[..out.len()], out.len() * 2);
             self.read_slot(mem, from, first * 2, bytemuck::cast_slice_mut(partials))?;
-            let mut sum = Elements::new(2, |at, x: &[u8]| {
-                sum_le_bf16(&mut out[at..], x, &partials[at..])
-            });
+            let mut feed = Elements::new(2, |at, x: &[u8]| sum(&mut out[at..], x, &partials[at..]));
             input_spans(
                 io,
                 (mem, self.me),
                 (chunk, first * 2),
                 len,
-                |bank, addr, n| mem.read_with(self.me, space, bank, addr, n, |_, x| sum.feed(x)),
+                |bank, addr, n| mem.read_with(self.me, space, bank, addr, n, |_, x| feed.feed(x)),
             )?;
+        }
+        Ok(())
+    }
+
+    /// Writes f32 `sums` (elements `a..` of chunk `chunk`) plus the bf16 partial sums at the
+    /// same place of slot `slot`, rounded once, straight into block `chunk`'s output pages
+    /// from byte `ba` (`AddPartialOut`): the slot a block at a time into L1, the output
+    /// filled in place, so neither the f32 sums are written back nor a bf16 piece is staged.
+    fn sums_plus_slot_to_output(
+        &self,
+        io: &FusedIo,
+        mem: Local,
+        slot: usize,
+        (a, sums): (usize, &[f32]),
+        (chunk, ba): (usize, usize),
+        block: &mut Vec<u16>,
+    ) -> Result<(), StepError> {
+        let space = io.output_pages.0.map.space;
+        let block = sized(block, SLOT_BLOCK.min(sums.len()));
+        for (k, sums) in sums.chunks(SLOT_BLOCK).enumerate() {
+            let first = k * SLOT_BLOCK;
+            let partials = &mut block[..sums.len()];
+            self.read_slot(
+                mem,
+                slot,
+                (a + first) * 2,
+                bytemuck::cast_slice_mut(partials),
+            )?;
+            let mut done = 0;
+            while done < sums.len() * 2 {
+                let at = ba + first * 2 + done;
+                let (bank, addr, m) = output_span(io, chunk, at, sums.len() * 2 - done);
+                let (s, p) = (&sums[done / 2..], &partials[done / 2..]);
+                mem.write_with(self.me, space, bank, addr, m, |o, out| {
+                    fill_le_bf16_from_f32(out, &s[o / 2..], &p[o / 2..])
+                })?;
+                done += m;
+            }
         }
         Ok(())
     }
@@ -461,6 +528,19 @@ impl Endpoint {
                 let bf16 = w.fused.as_ref().expect(FUSED).partials_bf16();
                 self.add_slot(mem, slot, a, bf16, &mut w.chunks[chunk][a..e])
             }
+            Step::AddPartialOut { slot, chunk, piece } => {
+                let (a, e) = f32_piece(w, chunk, piece);
+                let (ba, _) = piece_range(w.block_lens[chunk], w.block_piece, piece);
+                let Work {
+                    chunks,
+                    fused,
+                    slot_block,
+                    ..
+                } = w;
+                let io = fused.as_ref().expect(FUSED);
+                let sums = (a, &chunks[chunk][a..e]);
+                self.sums_plus_slot_to_output(io, mem, slot, sums, (chunk, ba), slot_block)
+            }
             Step::Reduce {
                 from,
                 chunk,
@@ -496,9 +576,23 @@ impl Endpoint {
                     Some(_) => sized(recv, e - a),
                     None => &mut chunks[chunk][a..e],
                 };
-                read_input(io, mem, self.me, start, sums)?;
-                if let Some(slot) = from {
-                    self.add_slot(mem, slot, a, io.partials_bf16(), sums)?;
+                match from {
+                    // A bf16 input joining bf16 partials in f32 sums (a line's middle
+                    // position): one pass, not a decode and then an add over the sums.
+                    Some(slot) if io.partials_bf16() => self.input_and_slot(
+                        io,
+                        mem,
+                        slot,
+                        (chunk, a),
+                        sums,
+                        slot_block,
+                        sum_le_bf16_to_f32,
+                    )?,
+                    Some(slot) => {
+                        read_input(io, mem, self.me, start, sums)?;
+                        self.add_slot(mem, slot, a, false, sums)?;
+                    }
+                    None => read_input(io, mem, self.me, start, sums)?,
                 }
                 match to {
                     Some((side, slot)) => self

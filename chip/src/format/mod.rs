@@ -89,7 +89,10 @@ pub use bfp8::{
     pack_bfp8_tile, pack_bfp8_tiles, quantize_bfp8, unpack_bfp8_block, unpack_bfp8_tile,
     unpack_bfp8_tiles, BFP8_EXPONENT_BYTES, BFP8_TILE_BYTES,
 };
-pub use slices::{add_bf16, add_bf16_to_f32, add_f32, narrow_bf16, sum_bf16, widen_bf16};
+pub use slices::{
+    add_bf16, add_bf16_and_narrow, add_bf16_to_f32, add_f32, narrow_bf16, sum_bf16,
+    sum_bf16_to_f32, widen_bf16,
+};
 pub use tile::{padded_hw, tiled_len, tiled_position, tilize, untilize};
 
 /// Rows of one tile.

@@ -59,6 +59,27 @@ slice_kernel! {
 }
 
 slice_kernel! {
+    /// `dst[i] = x[i] + y[i]`, both bf16 widened to f32 (exactly): a bf16 input and a bf16
+    /// partial sum joining in an f32 sum, bit for bit `widen_bf16` of `x` then
+    /// `add_bf16_to_f32` of `y`, in one pass.
+    sum_bf16_to_f32(dst: &mut [f32], xy: (&[u16], &[u16])) {
+        for (d, (x, y)) in dst.iter_mut().zip(xy.0.iter().zip(xy.1)) {
+            *d = wide(*x) + wide(*y);
+        }
+    }
+}
+
+slice_kernel! {
+    /// `dst[i] = bf16(sums[i] + add[i])`: a last bf16 partial sum added to f32 sums and the
+    /// result rounded once, bit for bit `add_bf16_to_f32` then `narrow_bf16`, in one pass.
+    add_bf16_and_narrow(dst: &mut [u16], sums_add: (&[f32], &[u16])) {
+        for (d, (s, a)) in dst.iter_mut().zip(sums_add.0.iter().zip(sums_add.1)) {
+            *d = round_bf16(*s + wide(*a)).to_le();
+        }
+    }
+}
+
+slice_kernel! {
     /// `acc[i] += add[i]` widened from bf16 (a bf16 partial sum joining an f32 sum).
     add_bf16_to_f32(acc: &mut [f32], add: &[u16]) {
         for (a, b) in acc.iter_mut().zip(add) {
@@ -179,6 +200,23 @@ mod tests {
         let mut summed = vec![0u16; xs.len()];
         sum_bf16(&mut summed, (&xs, &ys));
         assert_eq!(summed, acc, "sum_bf16 is add_bf16 written elsewhere");
+        let mut joined = vec![0f32; xs.len()];
+        sum_bf16_to_f32(&mut joined, (&xs, &ys));
+        let mut two_pass = vec![0f32; xs.len()];
+        widen_bf16(&xs, &mut two_pass);
+        add_bf16_to_f32(&mut two_pass, &ys);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&joined),
+            bits(&two_pass),
+            "sum_bf16_to_f32 is widen, then add"
+        );
+        let mut narrowed = vec![0u16; xs.len()];
+        add_bf16_and_narrow(&mut narrowed, (&joined, &xs));
+        add_bf16_to_f32(&mut two_pass, &xs);
+        let mut want = vec![0u16; xs.len()];
+        narrow_bf16(&two_pass, &mut want);
+        assert_eq!(narrowed, want, "add_bf16_and_narrow is add, then narrow");
         let mut wide_acc: Vec<f32> = xs.iter().map(|&x| wide(x)).collect();
         add_bf16_to_f32(&mut wide_acc, &ys);
         for i in 0..xs.len() {
