@@ -38,24 +38,23 @@ pub(crate) fn sum_le_bf16_to_f32(dst: &mut [f32], x: &[u8], y: &[u16]) {
 /// Fills `out` (little-endian bf16 bytes, whole elements) with `sums[i] + add[i]` rounded
 /// once: a last partial sum joining f32 sums, written straight into chip memory.
 pub(crate) fn fill_le_bf16_from_f32(out: &mut [u8], sums: &[f32], add: &[u16]) {
-    let fill = |o: &mut [u16]| ttmesh_chip::format::add_bf16_and_narrow(o, (sums, add));
-    match bytemuck::try_cast_slice_mut::<u8, u16>(out) {
-        Ok(o) => fill(o),
-        Err(_) => {
-            let mut o = vec![0u16; out.len() / 2];
-            fill(&mut o);
-            out.copy_from_slice(bytemuck::cast_slice(&o));
-        }
-    }
+    fill_as_u16(out, |o| {
+        ttmesh_chip::format::add_bf16_and_narrow(o, (sums, add))
+    })
 }
 
 /// Fills `out` (little-endian bf16 bytes, whole elements) with `x[i] + y[i]` rounded once,
 /// or with `x` alone when there is no `y`: a sum written straight into chip memory.
 pub(crate) fn fill_le_bf16(out: &mut [u8], x: &[u16], y: Option<&[u16]>) {
-    let fill = |o: &mut [u16]| match y {
+    fill_as_u16(out, |o| match y {
         Some(y) => ttmesh_chip::format::sum_bf16(o, (x, y)),
         None => o.copy_from_slice(&x[..o.len()]),
-    };
+    })
+}
+
+/// Hands `fill` the bytes of `out` as 16-bit words: in place when aligned (as chunk memory
+/// is), else through an aligned buffer copied back.
+fn fill_as_u16(out: &mut [u8], fill: impl FnOnce(&mut [u16])) {
     match bytemuck::try_cast_slice_mut::<u8, u16>(out) {
         Ok(o) => fill(o),
         Err(_) => {
