@@ -122,6 +122,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn in_place_fills_agree_aligned_or_not() {
+        let x: Vec<u16> = (0..64u16).map(|i| 0x3F80 + i * 3).collect();
+        let y: Vec<u16> = (0..64u16).map(|i| 0xBF00 + i * 5).collect();
+        let sums: Vec<f32> = (0..64).map(|i| i as f32 * 0.25 - 7.0).collect();
+        // Byte 0 of `buf` is 2-aligned (a u16 Vec); byte 1 is not.
+        let mut buf = vec![0u16; 65];
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut buf);
+        let fills: [&dyn Fn(&mut [u8]); 3] = [
+            &|o| fill_le_bf16(o, &x, Some(&y)),
+            &|o| fill_le_bf16(o, &x, None),
+            &|o| fill_le_bf16_from_f32(o, &sums, &y),
+        ];
+        for fill in fills {
+            fill(&mut bytes[..128]);
+            let aligned = bytes[..128].to_vec();
+            fill(&mut bytes[1..129]);
+            assert_eq!(&bytes[1..129], &aligned[..]);
+        }
+        fill_le_bf16(&mut bytes[..128], &x, None);
+        assert_eq!(&bytes[..128], bytemuck::cast_slice::<u16, u8>(&x));
+    }
+
+    #[test]
     fn elements_join_pieces_split_anywhere() {
         let vals: Vec<f32> = (0..40).map(|i| i as f32 * 0.5 - 3.0).collect();
         let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
