@@ -129,16 +129,16 @@ mod tests {
         // Byte 0 of `buf` is 2-aligned (a u16 Vec); byte 1 is not.
         let mut buf = vec![0u16; 65];
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut buf);
-        let fills: [&dyn Fn(&mut [u8]); 3] = [
-            &|o| fill_le_bf16(o, &x, Some(&y)),
-            &|o| fill_le_bf16(o, &x, None),
-            &|o| fill_le_bf16_from_f32(o, &sums, &y),
-        ];
-        for fill in fills {
+        for case in 0..3 {
+            let fill = |o: &mut [u8]| match case {
+                0 => fill_le_bf16(o, &x, Some(&y)),
+                1 => fill_le_bf16(o, &x, None),
+                _ => fill_le_bf16_from_f32(o, &sums, &y),
+            };
             fill(&mut bytes[..128]);
             let aligned = bytes[..128].to_vec();
             fill(&mut bytes[1..129]);
-            assert_eq!(&bytes[1..129], &aligned[..]);
+            assert_eq!(&bytes[1..129], &aligned[..], "case {case}");
         }
         fill_le_bf16(&mut bytes[..128], &x, None);
         assert_eq!(&bytes[..128], bytemuck::cast_slice::<u16, u8>(&x));
