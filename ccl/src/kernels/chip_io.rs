@@ -161,7 +161,7 @@ pub(crate) fn copy_input(
 
 /// Where block `block`'s output byte `a` lies, and how many bytes (at most `most`) follow
 /// it on the same page: (bank, address, bytes).
-pub(crate) fn output_span(io: &FusedIo, block: usize, a: usize, most: usize) -> BankRun {
+fn output_span(io: &FusedIo, block: usize, a: usize, most: usize) -> BankRun {
     let (pages, page_bytes, first) = &io.output_pages;
     let at = first[block] + a;
     let (p, in_page) = (at / page_bytes, at % page_bytes);
@@ -173,6 +173,23 @@ pub(crate) fn output_span(io: &FusedIo, block: usize, a: usize, most: usize) -> 
     )
 }
 
+/// Calls `f(bank, addr, bytes, offset)` for each span of block `block`'s output bytes
+/// `a..a + len` that lies on one page, in order (`offset` counts from `a`).
+pub(crate) fn output_spans(
+    io: &FusedIo,
+    (block, a): (usize, usize),
+    len: usize,
+    mut f: impl FnMut(u32, u64, usize, usize) -> Result<(), StepError>,
+) -> Result<(), StepError> {
+    let mut off = 0;
+    while off < len {
+        let (bank, addr, n) = output_span(io, block, a + off, len - off);
+        f(bank, addr, n, off)?;
+        off += n;
+    }
+    Ok(())
+}
+
 /// Writes `data` as block `block`'s bytes from `a` into chip `me`'s output pages.
 pub(crate) fn write_output(
     io: &FusedIo,
@@ -182,13 +199,9 @@ pub(crate) fn write_output(
     data: &[u8],
 ) -> Result<(), StepError> {
     let space = io.output_pages.0.map.space;
-    let mut off = 0;
-    while off < data.len() {
-        let (bank, addr, n) = output_span(io, block, a + off, data.len() - off);
-        mem.write(me, space, bank, addr, &data[off..off + n])?;
-        off += n;
-    }
-    Ok(())
+    output_spans(io, (block, a), data.len(), |bank, addr, n, off| {
+        mem.write(me, space, bank, addr, &data[off..off + n])
+    })
 }
 
 /// Where a chip's own memory is read and written: by its kernel directly, or through the

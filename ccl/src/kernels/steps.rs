@@ -10,7 +10,7 @@ use ttmesh_chip::tensor::{DataType, TensorPages};
 use ttmesh_fabric::{Fabric, FabricError, FabricSender, NocAddr};
 
 use super::chip_io::{
-    copy_input, input_spans, noc, output_span, read_input, write_output, BankRun, FusedIo, Local,
+    copy_input, input_spans, noc, output_spans, read_input, write_output, BankRun, FusedIo, Local,
     StepError,
 };
 use super::elements::{
@@ -231,6 +231,7 @@ pub(crate) fn sized<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
 }
 
 const FUSED: &str = "a fused reduction sets where its input and output are";
+const SLOT_GIVEN: &str = "slot_blocks copies a block of the slot it is given";
 
 /// One chip's place on the line: whom it sends to, where its slots are, its senders.
 pub(crate) struct Endpoint {
@@ -377,10 +378,38 @@ impl Endpoint {
         self.input_and_slot(io, mem, from, (chunk, a), sums, block, sum_le_bf16)
     }
 
+    /// Calls `f(first, partials)` for each block of up to `SLOT_BLOCK` elements of a piece
+    /// (`len` elements from element `a` of its chunk): `first` is the block's first element
+    /// within the piece, `partials` the bf16 partial sums at the same place of slot `slot`,
+    /// copied out into `block` (L1-sized; none without a slot).
+    fn slot_blocks(
+        &self,
+        mem: Local,
+        slot: Option<usize>,
+        (a, len): (usize, usize),
+        block: &mut Vec<u16>,
+        mut f: impl FnMut(usize, usize, Option<&[u16]>) -> Result<(), StepError>,
+    ) -> Result<(), StepError> {
+        let block = sized(block, SLOT_BLOCK.min(len));
+        for first in (0..len).step_by(SLOT_BLOCK) {
+            let n = SLOT_BLOCK.min(len - first);
+            let partials = match slot {
+                Some(slot) => {
+                    let p = &mut block[..n];
+                    self.read_slot(mem, slot, (a + first) * 2, bytemuck::cast_slice_mut(p))?;
+                    Some(&*p)
+                }
+                None => None,
+            };
+            f(first, n, partials)?;
+        }
+        Ok(())
+    }
+
     /// Runs `sum(out, input bytes, partials)` over this chip's bf16 input, elements `a..` of
     /// chunk `chunk`, and the bf16 partial sums at the same place of slot `from`, in runs of
-    /// whole elements, writing `out`. The slot is copied out a block at a time into `block`
-    /// (L1-sized) and the input read in place beside it.
+    /// whole elements, writing `out`: the slot a block at a time (`slot_blocks`), the input
+    /// read in place beside it.
     #[allow(clippy::too_many_arguments)]
     fn input_and_slot<T>(
         &self,
@@ -393,21 +422,26 @@ impl Endpoint {
         sum: impl Fn(&mut [T], &[u8], &[u16]),
     ) -> Result<(), StepError> {
         let space = io.input_pages.0.map.space;
-        let block = sized(block, SLOT_BLOCK.min(out.len()));
-        for (k, out) in out.chunks_mut(SLOT_BLOCK).enumerate() {
-            let first = a + k * SLOT_BLOCK;
-            let (partials, len) = (&mut block[..out.len()], out.len() * 2);
-            self.read_slot(mem, from, first * 2, bytemuck::cast_slice_mut(partials))?;
-            let mut feed = Elements::new(2, |at, x: &[u8]| sum(&mut out[at..], x, &partials[at..]));
-            input_spans(
-                io,
-                (mem, self.me),
-                (chunk, first * 2),
-                len,
-                |bank, addr, n| mem.read_with(self.me, space, bank, addr, n, |_, x| feed.feed(x)),
-            )?;
-        }
-        Ok(())
+        self.slot_blocks(
+            mem,
+            Some(from),
+            (a, out.len()),
+            block,
+            |first, n, partials| {
+                let (out, partials) = (&mut out[first..first + n], partials.expect(SLOT_GIVEN));
+                let mut feed =
+                    Elements::new(2, |at, x: &[u8]| sum(&mut out[at..], x, &partials[at..]));
+                input_spans(
+                    io,
+                    (mem, self.me),
+                    (chunk, (a + first) * 2),
+                    n * 2,
+                    |bank, addr, n| {
+                        mem.read_with(self.me, space, bank, addr, n, |_, x| feed.feed(x))
+                    },
+                )
+            },
+        )
     }
 
     /// Writes f32 `sums` (elements `a..` of chunk `chunk`) plus the bf16 partial sums at the
@@ -424,34 +458,28 @@ impl Endpoint {
         block: &mut Vec<u16>,
     ) -> Result<(), StepError> {
         let space = io.output_pages.0.map.space;
-        let block = sized(block, SLOT_BLOCK.min(sums.len()));
-        for (k, sums) in sums.chunks(SLOT_BLOCK).enumerate() {
-            let first = k * SLOT_BLOCK;
-            let partials = &mut block[..sums.len()];
-            self.read_slot(
-                mem,
-                slot,
-                (a + first) * 2,
-                bytemuck::cast_slice_mut(partials),
-            )?;
-            let mut done = 0;
-            while done < sums.len() * 2 {
-                let at = ba + first * 2 + done;
-                let (bank, addr, m) = output_span(io, chunk, at, sums.len() * 2 - done);
-                let (s, p) = (&sums[done / 2..], &partials[done / 2..]);
-                mem.write_with(self.me, space, bank, addr, m, |o, out| {
-                    fill_le_bf16_from_f32(out, &s[o / 2..], &p[o / 2..])
-                })?;
-                done += m;
-            }
-        }
-        Ok(())
+        self.slot_blocks(
+            mem,
+            Some(slot),
+            (a, sums.len()),
+            block,
+            |first, n, partials| {
+                let (sums, partials) = (&sums[first..first + n], partials.expect(SLOT_GIVEN));
+                let at = (chunk, ba + first * 2);
+                output_spans(io, at, n * 2, |bank, addr, m, off| {
+                    let (s, p) = (&sums[off / 2..], &partials[off / 2..]);
+                    mem.write_with(self.me, space, bank, addr, m, |o, out| {
+                        fill_le_bf16_from_f32(out, &s[o / 2..], &p[o / 2..])
+                    })
+                })
+            },
+        )
     }
 
     /// `input_plus_slot` written straight into block `chunk`'s output pages from byte `ba`
-    /// (a bf16 chunk's last add): each input span (at most a page) is copied into `input`,
-    /// in L1, and the sums computed in place in the output's memory, so no piece of sums is
-    /// written and read back to be copied out (that copy was ~18% of a line-2 1 MiB
+    /// (a bf16 chunk's last add): the input under each output page span is copied into
+    /// `input`, in L1, and the sums computed in place in the output's memory, so no piece of
+    /// sums is written and read back to be copied out (that copy was ~18% of a line-2 1 MiB
     /// all_reduce).
     fn input_plus_slot_to_output(
         &self,
@@ -462,42 +490,18 @@ impl Endpoint {
         ba: usize,
         (block, input): (&mut Vec<u16>, &mut Vec<u16>),
     ) -> Result<(), StepError> {
-        let (space_in, space_out) = (io.input_pages.0.map.space, io.output_pages.0.map.space);
-        for k in 0..piece_count(len, SLOT_BLOCK) {
-            let (ka, ke) = piece_range(len, SLOT_BLOCK, k);
-            let partials = sized(block, ke - ka);
-            if let Some(from) = from {
-                self.read_slot(mem, from, (a + ka) * 2, bytemuck::cast_slice_mut(partials))?;
-            }
-            let partials = from.map(|_| &*partials);
-            // Bytes of this block's input handled so far.
-            let mut done = 0;
-            let span = (chunk, (a + ka) * 2);
-            input_spans(io, (mem, self.me), span, (ke - ka) * 2, |bank, addr, n| {
-                let mut off = 0;
-                while off < n {
-                    let at = ba + ka * 2 + done + off;
-                    let (out_bank, out_addr, m) = output_span(io, chunk, at, n - off);
-                    let x = sized(input, m / 2);
-                    let from_addr = addr + off as u64;
-                    mem.read(
-                        self.me,
-                        space_in,
-                        bank,
-                        from_addr,
-                        bytemuck::cast_slice_mut(x),
-                    )?;
-                    let y = partials.map(|p| &p[(done + off) / 2..]);
-                    mem.write_with(self.me, space_out, out_bank, out_addr, m, |o, out| {
-                        fill_le_bf16(out, &x[o / 2..], y.map(|y| &y[o / 2..]))
-                    })?;
-                    off += m;
-                }
-                done += n;
-                Ok(())
-            })?;
-        }
-        Ok(())
+        let space = io.output_pages.0.map.space;
+        self.slot_blocks(mem, from, (a, len), block, |first, n, partials| {
+            output_spans(io, (chunk, ba + first * 2), n * 2, |bank, addr, m, off| {
+                let x = sized(input, m / 2);
+                let at = (chunk, (a + first) * 2 + off);
+                copy_input(io, mem, self.me, at, bytemuck::cast_slice_mut(x))?;
+                let y = partials.map(|p| &p[off / 2..]);
+                mem.write_with(self.me, space, bank, addr, m, |o, out| {
+                    fill_le_bf16(out, &x[o / 2..], y.map(|y| &y[o / 2..]))
+                })
+            })
+        })
     }
 
     /// Does one step; a receiving step first waits (bounded by `timeout`) for its slot.
