@@ -28,14 +28,13 @@ pub(crate) fn zip_chunks<A: Send, B: Sync>(
     elems: usize,
     f: impl Fn(&mut [A], &[B]) + Sync + Send,
 ) {
-    if parallel(elems) {
-        out.par_chunks_mut(out_len)
-            .zip(inp.par_chunks(in_len))
-            .for_each(|(o, i)| f(o, i));
-    } else {
-        out.chunks_mut(out_len)
-            .zip(inp.chunks(in_len))
-            .for_each(|(o, i)| f(o, i));
+    let done = try_zip_chunks(out, out_len, inp, in_len, elems, |o, i| {
+        f(o, i);
+        Ok::<(), std::convert::Infallible>(())
+    });
+    match done {
+        Ok(()) => {}
+        Err(never) => match never {},
     }
 }
 

@@ -30,9 +30,10 @@
 //! outlives the caller's buffer. A one-packet message is copied and the send returns at
 //! once, unless it goes one hop to a router that is free with nothing queued before it: the
 //! sender's own pass then delivers it at once, so it is lent too (a neighbour write of a
-//! small collective's step, copied once instead of twice). The receiving router writes lent packets of one message that land back to back with
-//! one `ChipMemory::write` (always before their credits return), so a large neighbour write
-//! is copied once, in chunks of a few packets.
+//! small collective's step, copied once instead of twice). The receiving router writes lent
+//! packets of one message that land back to back with one `ChipMemory::write` (always before
+//! their credits return), so a large neighbour write is copied once, in chunks of a few
+//! packets.
 //!
 //! **Threads.** One router thread per chip, line and direction that has an inbound hop. It
 //! drains all inbound channels of that hop (links x VCs) and, per the route's 2 bits for this
