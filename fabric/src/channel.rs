@@ -220,6 +220,9 @@ pub(crate) struct Channel {
     /// The draining router's wake, shared by all its inbound channels.
     pub consumer: Arc<Wake>,
     counts: Box<[SlotCount]>,
+    /// Traffic delivered past the slots (`FabricSender`'s direct path), written only by the
+    /// holder of the draining router's token.
+    direct: SlotCount,
     pub router: OnceLock<Weak<Router>>,
     waiters: Mutex<Vec<Thread>>,
     n_waiters: AtomicUsize,
@@ -257,6 +260,7 @@ impl Channel {
             .collect();
         Self {
             counts: (0..slots.len()).map(|_| SlotCount::default()).collect(),
+            direct: SlotCount::default(),
             n: slots.len() as u64,
             slots: slots.into_boxed_slice(),
             head: AtomicU64::new(0),
@@ -365,9 +369,17 @@ impl Channel {
         &self.counts[(idx % self.n) as usize]
     }
 
+    /// Counts `packets` carrying `payload` bytes that crossed without a slot. Call only while
+    /// holding the token of the router that drains this channel (its single writer).
+    pub fn count_direct(&self, packets: u64, payload: u64) {
+        SlotCount::bump(&self.direct.packets, packets);
+        SlotCount::bump(&self.direct.payload, payload);
+    }
+
     /// (packets, payload bytes, slow extra ps) through this channel so far.
     pub fn totals(&self) -> (u64, u64, u64) {
-        self.counts.iter().fold((0, 0, 0), |(p, b, x), c| {
+        let counts = self.counts.iter().chain(std::iter::once(&self.direct));
+        counts.fold((0, 0, 0), |(p, b, x), c| {
             (
                 p + c.packets.load(Relaxed),
                 b + c.payload.load(Relaxed),

@@ -541,6 +541,26 @@ impl Inner {
         }
     }
 
+    /// Does a whole message's work on `chip` at once (`FabricSender`'s direct path): writes
+    /// `bytes` at `at`, then adds the semaphore increment. False, with nothing done, if the
+    /// chip rejects the write: the caller then delivers the message packet by packet, so
+    /// losses are recorded per packet exactly as a router records them.
+    pub fn deliver_message(
+        &self,
+        chip: u32,
+        at: NocAddr,
+        bytes: &[u8],
+        sem: Option<(u32, u32)>,
+    ) -> bool {
+        if !bytes.is_empty() && self.mems[chip as usize].write(at, bytes).is_err() {
+            return false;
+        }
+        if let Some((s, by)) = sem.filter(|&(_, by)| by > 0) {
+            self.sem_add(chip, s, by as u64);
+        }
+        true
+    }
+
     /// Writes the payloads of `packets` consecutive packets in one call (see the router's
     /// `Run`), completing them all, or failing them all with the write's error.
     #[allow(clippy::too_many_arguments)]

@@ -35,6 +35,17 @@
 //! their credits return), so a large neighbour write is copied once, in chunks of a few
 //! packets.
 //!
+//! **Direct delivery.** A message that goes one hop over a link with no fault, fits the
+//! channel (at most `channel_slots` packets) and finds the receiving router idle with
+//! nothing queued is delivered on the sender's thread: the sender takes that router's token
+//! and does what its pass would do (one `ChipMemory::write`, then the increment), with no
+//! slot, credit or header. An empty channel would have taken the message without a credit
+//! stall, so the link counts the same packets and bytes; nothing of this sender is queued
+//! before it, so order holds; a write the chip rejects is replayed packet by packet, so its
+//! losses are recorded exactly as the router records them. Faulted links always take the
+//! packet path. This is a small collective's every step: per step the slots, credits and
+//! router pass had cost about as much as the data's copy.
+//!
 //! **Threads.** One router thread per chip, line and direction that has an inbound hop. It
 //! drains all inbound channels of that hop (links x VCs) and, per the route's 2 bits for this
 //! hop, writes locally (`ChipMemory::write`, semaphore increment), forwards, or both. It

@@ -115,6 +115,20 @@ impl Router {
         self.token.try_lock().is_some()
     }
 
+    /// Runs `f` holding this router's token if no pass is running, so no packet of its
+    /// inbound channels moves meanwhile; None if the token is taken. Like a helper's pass,
+    /// it wakes the router's thread afterwards if packets arrived that nobody drove.
+    pub fn run_exclusive<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
+        let stalled = self.token.try_lock()?;
+        let r = f();
+        let left = self.has_work(&stalled);
+        drop(stalled);
+        if left {
+            self.wake.wake();
+        }
+        Some(r)
+    }
+
     /// Returns once no pass of this router is running (the token is free).
     pub fn quiesce(&self) {
         drop(self.token.lock());

@@ -220,6 +220,49 @@ fn write_errors_reach_the_sender() {
     );
 }
 
+/// A fused write that the receiving chip rejects: the waiter on its increment fails at once
+/// (not at its timeout), the sender's flush names the write, and the link counts the packets
+/// that crossed. One hop (delivered on the sender's thread when the router is idle) and two
+/// hops (through the routers' slots) must agree.
+#[test]
+fn a_rejected_write_fails_its_waiter_at_once_and_counts_its_packets() {
+    for (dst, size) in [(1u32, 100usize), (1, 6000), (2, 100), (2, 6000)] {
+        let (f, _) = open(line(3, FabricConfig::Fabric1D));
+        let tx = f.sender(0).unwrap();
+        tx.write_and_inc(dst, NocAddr::dram(0, 1 << 41), &pattern(1, size), 3, 1)
+            .unwrap();
+        let started = std::time::Instant::now();
+        let e = f
+            .wait_semaphore(dst, 3, 1, Duration::from_secs(20))
+            .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10), "{e}");
+        let packets = size.div_ceil(4352);
+        let (head, e) = (
+            format!("semaphore 3 on chip {dst} waited for 1, saw 0 after "),
+            e.to_string(),
+        );
+        assert!(e.starts_with(&head), "{e}");
+        // Each packet's loss names its own address.
+        let lost = (0..packets).map(|i| {
+            let at = (1u64 << 41) + 4352 * i as u64;
+            format!("; 1 fabric write on chip {dst} failed: address {at:#x} is past the end of the bank")
+        });
+        assert!(e.ends_with(&lost.collect::<String>()), "{dst} {size}: {e}");
+        let e = tx.flush().unwrap_err();
+        assert!(e.to_string().contains("past the end of the bank"), "{e}");
+        let stats = f.link_stats();
+        let into = stats
+            .iter()
+            .find(|s| (s.from_chip, s.to_chip) == (dst - 1, dst));
+        let into = into.unwrap();
+        assert_eq!(
+            (into.packets, into.payload_bytes),
+            (packets as u64, size as u64)
+        );
+        assert_eq!(tx.outstanding(), 0);
+    }
+}
+
 #[test]
 fn semaphores_count_and_consume() {
     let (f, mems) = open(line(3, FabricConfig::Fabric1D));
