@@ -345,7 +345,9 @@
 //! 184 -> 144 and, in a slower hour, 222 -> 185; galaxy 36 KiB 1152 -> 889 (of 3); line-2
 //! 36 KiB 30.3 -> 26.5; line-4 256 KiB 256 -> 243 (of 3); t3k 256 KiB 634 -> 524 (of 3).
 //! Sizes past a channel's worth per message (t3k 1 MiB, 16 MiB, line-2 16 MiB) are even.
-//! Decode on t3k (24 tokens, same tokens): median step 83-89 -> 75-84 ms.
+//! Decode on t3k (24 tokens, same tokens): median step 83-89 -> 75-84 ms. The fabric then
+//! found each send's route in a table built once instead of searching the lines (~2% of
+//! galaxy 36 KiB in perf): medians of 5, 1010 -> 970 us.
 
 #![forbid(unsafe_code)]
 

@@ -718,8 +718,23 @@ impl Drop for Fabric {
 
 impl Inner {
     /// Shortest path from `src` to `dst` over a line holding both: (line, forward, hops,
-    /// position of `src`). Ties go to the lower line index, then forward.
+    /// position of `src`). Ties go to the lower line index, then forward. From the table
+    /// built at construction when the mesh has one (chips checked by the caller).
     pub(crate) fn route(&self, src: u32, dst: u32) -> Result<(usize, bool, u32, usize)> {
+        let n = self.spec.num_chips as usize;
+        let (s, d) = (src as usize, dst as usize);
+        let cached = match s < n && d < n {
+            true => self.routes.get(s * n + d).copied().flatten(),
+            false => None,
+        };
+        match cached {
+            Some(r) => Ok((r.line as usize, r.forward, r.hops as u32, r.pos as usize)),
+            None => self.find_route(src, dst),
+        }
+    }
+
+    /// `route`, searched: every line holding `src` against every line holding `dst`.
+    pub(crate) fn find_route(&self, src: u32, dst: u32) -> Result<(usize, bool, u32, usize)> {
         let mut best: Option<(u32, usize, bool, usize)> = None;
         for &(li, ps) in &self.chip_lines[src as usize] {
             for &(lj, pd) in &self.chip_lines[dst as usize] {

@@ -39,6 +39,8 @@ struct Path {
     forward: bool,
     pos: usize,
     route: u32,
+    /// The farthest chip the message writes to.
+    dst: u32,
 }
 
 impl FabricSender {
@@ -176,11 +178,13 @@ impl FabricSender {
             )));
         }
         let route = packet::multicast_route(start_hops, range);
+        let far = l.step(pos, forward, start_hops + range - 1);
         let path = Path {
             line: line.axis,
             forward,
             pos,
             route,
+            dst: l.chips[far.expect("checked to lie on the line")],
         };
         self.send_path(&path, Msg::Data { sem }, addr, data, self.link)
     }
@@ -255,6 +259,7 @@ impl FabricSender {
             forward,
             pos,
             route: packet::unicast_route(hops),
+            dst: dest,
         };
         self.send_path(&path, msg, addr, data, link)
     }
@@ -319,7 +324,7 @@ impl FabricSender {
             sem: sem.map(|s| s.0),
             quiet: false,
         };
-        let dst = ctx.dst();
+        let dst = path.dst;
         // The packets: how many, and packet i's (kind, offset, len), computed as they go (a
         // list of them cost an allocation per message, one per step of a small collective).
         let (count, single) = match msg {
