@@ -347,7 +347,9 @@
 //! Sizes past a channel's worth per message (t3k 1 MiB, 16 MiB, line-2 16 MiB) are even.
 //! Decode on t3k (24 tokens, same tokens): median step 83-89 -> 75-84 ms. The fabric then
 //! found each send's route in a table built once instead of searching the lines (~2% of
-//! galaxy 36 KiB in perf): medians of 5, 1010 -> 970 us.
+//! galaxy 36 KiB in perf): medians of 5, 1010 -> 970 us. Its semaphore tables hash ids with
+//! FxHash instead of SipHash (every increment and every wait's check hashes): medians of 5,
+//! galaxy 36 KiB 962 -> 850 us, t3k 36 KiB 171.7 -> 159.1 us.
 
 #![forbid(unsafe_code)]
 
