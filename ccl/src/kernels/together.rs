@@ -506,7 +506,7 @@ fn run_all(
     progress: &Arc<AtomicU64>,
 ) -> Vec<Result<Part, ChipError>> {
     let mut parts = parts;
-    alias_slots(&mut parts);
+    alias_slots(&mut parts, !c.pair);
     let (parts, ran) = if c.pair {
         let progress = progress.clone();
         super::pair::drive(c.fabric, c.chips, c.name, c.timeout, parts, progress)
@@ -564,8 +564,18 @@ const SLOT_REGIONS: usize = 4;
 /// tests run it). Below, holding writes back costs more than the cache saves. A/B on a
 /// 2-core host, all_reduce (medians, us; separate slots / four regions): galaxy 36 KiB 784 /
 /// 831, 128 KiB 1285 / 1314, 256 KiB 2984 / 2805 and 2772 / 2413, 1 MiB 11592 / 10376; t3k
-/// 256 KiB 355 / 352, 768 KiB 947 / 886.
+/// 256 KiB 355 / 352, 768 KiB 947 / 886. Re-measured once the fabric delivered one-hop
+/// messages directly (medians of 5): galaxy 128 KiB (two threads) 1620 / 1889, so the
+/// threshold stays for two threads; but see `ALIAS_LONG_ALONE`.
 const ALIAS_MIN_SLOT_BYTES: u64 = 192 << 10;
+
+/// Lines longer than this that run on one thread share their slots' memory at every size.
+/// Once the fabric delivered one-hop messages directly, a small collective's per-step cost
+/// was mostly its writes missing the cache (32 chips' slots, inputs and outputs are ~4 MiB
+/// at 36 KiB), and one thread keeps the held-back writes cheap. Medians of 5 (us, separate
+/// slots / four regions): galaxy 36 KiB 873 / 768, 4 KiB 165 / 175 (noise); t3k 36 KiB
+/// 114.8 / 115.4 (its working set fits the cache), so 8 chips stay as they were.
+const ALIAS_LONG_ALONE: usize = 8;
 
 /// Lets the parts' slots share memory (`Endpoint::regions`) when a runner can keep them
 /// apart (`shared_regions` then says in how many regions). A collective's slots are scratch, one per step, so a
@@ -573,14 +583,15 @@ const ALIAS_MIN_SLOT_BYTES: u64 = 192 << 10;
 /// that is 8 MiB more memory the host's cache must hold. Sharing is safe when each chip's
 /// slots have one writer (every slot write goes the same way round), and the runner holds a
 /// write back until the slots it would overwrite were read (`region_busy`).
-pub(crate) fn alias_slots(parts: &mut [Part]) {
+pub(crate) fn alias_slots(parts: &mut [Part], alone: bool) {
     let slots = slot_count(parts);
     let Some(page) = parts.first().map(|p| p.ep.slots.map.page_size) else {
         return;
     };
-    let forced = step_runner() == StepRunner::Together;
+    let any_size =
+        step_runner() == StepRunner::Together || (alone && parts.len() > ALIAS_LONG_ALONE);
     // Cheap bound first: most collectives are small and stop here.
-    if slots <= SLOT_REGIONS || (!forced && slots as u64 * page < ALIAS_MIN_SLOT_BYTES) {
+    if slots <= SLOT_REGIONS || (!any_size && slots as u64 * page < ALIAS_MIN_SLOT_BYTES) {
         return;
     }
     let mut sides = parts
@@ -598,7 +609,7 @@ pub(crate) fn alias_slots(parts: &mut [Part]) {
         written[slot] = true;
     }
     let bytes = written.iter().filter(|&&w| w).count() as u64 * page;
-    if !forced && bytes < ALIAS_MIN_SLOT_BYTES {
+    if !any_size && bytes < ALIAS_MIN_SLOT_BYTES {
         return;
     }
     for p in parts.iter_mut() {
