@@ -5,7 +5,7 @@
 //! exactly what a traced launch may vary. Kernels from other crates (the collectives) implement
 //! the same trait, so the chip runs them without knowing what they do.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -207,7 +207,8 @@ pub struct ProgramCache {
 
 #[derive(Default)]
 struct CacheInner {
-    by_key: HashMap<ProgramKey, Arc<Program>>,
+    /// Keys are hashes already: Fx is enough, and every launch looks one up.
+    by_key: FxHashMap<ProgramKey, Arc<Program>>,
     by_id: Vec<Arc<Program>>,
     hits: u64,
     misses: u64,

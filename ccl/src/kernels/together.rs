@@ -8,7 +8,7 @@
 //! semaphore; the runner only knows which slots were sent so it never waits on a step that
 //! has not run.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -212,8 +212,8 @@ struct Meeting {
 }
 
 /// Open meetings by (fabric, collective). The Weak keeps the fabric's allocation, so its
-/// address is not reused while an entry names it.
-type Registry = HashMap<(usize, u64), (Weak<Fabric>, Arc<Meeting>)>;
+/// address is not reused while an entry names it. Fx-hashed: every arrival looks it up.
+type Registry = FxHashMap<(usize, u64), (Weak<Fabric>, Arc<Meeting>)>;
 
 fn registry() -> MutexGuard<'static, Registry> {
     static MEETINGS: OnceLock<Mutex<Registry>> = OnceLock::new();
