@@ -1,6 +1,8 @@
 //! The decode loop on the device against the host reference: untraced, and traced (the step
 //! captured once and replayed for every later position).
 
+mod common;
+
 use std::sync::Arc;
 
 use ttmesh::{DataType, MeshConfig, MeshDevice};
@@ -20,8 +22,7 @@ fn n150(trace_region_size: u64) -> MeshDevice {
 
 #[test]
 fn synthetic_model_on_n150_untraced_matches_host_reference() {
-    let path =
-        std::env::temp_dir().join(format!("ttmesh-models-device-{}.gguf", std::process::id()));
+    let path = common::TempFile::new("device.gguf");
     write_synthetic_llama(&path, &SyntheticConfig::small()).unwrap();
     let weights = Arc::new(LlamaWeights::load(&path, LoadOptions::default()).unwrap());
     let prompt = GgufTokenizer::load(&path)
@@ -45,10 +46,7 @@ fn synthetic_model_on_n150_untraced_matches_host_reference() {
 /// one chip and replicated on a T3K, in f32 and bf16 (bf16 against its own untraced run).
 #[test]
 fn synthetic_model_traced_matches_untraced_and_host_reference() {
-    let path = std::env::temp_dir().join(format!(
-        "ttmesh-models-device-traced-{}.gguf",
-        std::process::id()
-    ));
+    let path = common::TempFile::new("device-traced.gguf");
     write_synthetic_llama(&path, &SyntheticConfig::small()).unwrap();
     let weights = Arc::new(LlamaWeights::load(&path, LoadOptions::default()).unwrap());
     let prompt = GgufTokenizer::load(&path)
@@ -138,10 +136,7 @@ fn smollm2_on_n150_f32_traced_and_untraced_match_host_reference() {
 
 #[test]
 fn synthetic_batch_of_32_users_untraced_matches_host_reference() {
-    let path = std::env::temp_dir().join(format!(
-        "ttmesh-models-device-b32-{}.gguf",
-        std::process::id()
-    ));
+    let path = common::TempFile::new("device-b32.gguf");
     write_synthetic_llama(&path, &SyntheticConfig::heads_9_kv_3()).unwrap();
     let weights = Arc::new(LlamaWeights::load(&path, LoadOptions::default()).unwrap());
     let prompts: Vec<Vec<u32>> = (0..32u32)

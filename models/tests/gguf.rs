@@ -1,7 +1,10 @@
 //! GGUF: dequantisation of each type against hand-computed blocks, writer -> reader round trip,
 //! and bad files (truncated, not GGUF, unsupported type, lying sizes) as named errors.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::TempFile;
+use std::path::Path;
 
 use half::{bf16, f16};
 use proptest::prelude::*;
@@ -14,10 +17,8 @@ fn h(v: f32) -> [u8; 2] {
     f16::from_f32(v).to_le_bytes()
 }
 
-fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ttmesh-models-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+fn temp_path(name: &str) -> TempFile {
+    TempFile::new(name)
 }
 
 #[test]
@@ -267,7 +268,7 @@ fn writer_reader_round_trip() {
     assert_eq!(std::fs::read(&path).unwrap(), w.to_bytes().unwrap());
 }
 
-fn open_bytes(name: &str, bytes: &[u8]) -> (PathBuf, Result<GgufFile, ModelError>) {
+fn open_bytes(name: &str, bytes: &[u8]) -> (TempFile, Result<GgufFile, ModelError>) {
     let path = temp_path(name);
     std::fs::write(&path, bytes).unwrap();
     let r = GgufFile::open(&path);

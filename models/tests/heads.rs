@@ -1,5 +1,7 @@
 //! Head layouts for tensor parallelism: padded and replicated heads change nothing.
 
+mod common;
+
 use std::sync::Arc;
 
 use ttmesh_models::synthetic::{write_synthetic_llama, SyntheticConfig};
@@ -46,8 +48,7 @@ fn smollm2_heads_on_8_chips_pad_to_16_over_8() {
 
 #[test]
 fn padded_layouts_generate_the_same_tokens() {
-    let path =
-        std::env::temp_dir().join(format!("ttmesh-models-heads-{}.gguf", std::process::id()));
+    let path = common::TempFile::new("heads.gguf");
     write_synthetic_llama(&path, &SyntheticConfig::heads_9_kv_3()).unwrap();
     let weights = Arc::new(LlamaWeights::load(&path, LoadOptions::default()).unwrap());
     let prompt = [79, 110, 99, 101, 32, 117];

@@ -1,7 +1,9 @@
 //! The llama config, the RoPE convention and un-permutation, the host-memory check and the host
 //! reference forward on the synthetic models.
 
-use std::path::PathBuf;
+mod common;
+
+use common::TempFile;
 use std::sync::Arc;
 
 use ttmesh_models::gguf::{GgufFile, GgufWriter, MetadataValue, WriteTensor};
@@ -14,13 +16,11 @@ use ttmesh_models::{
     argmax, GgufTokenizer, HostReference, LlamaConfig, LlamaWeights, LoadOptions, ModelError,
 };
 
-fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ttmesh-models-llama-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+fn temp_path(name: &str) -> TempFile {
+    TempFile::new(name)
 }
 
-fn synthetic(cfg: &SyntheticConfig, name: &str) -> (PathBuf, Arc<LlamaWeights>) {
+fn synthetic(cfg: &SyntheticConfig, name: &str) -> (TempFile, Arc<LlamaWeights>) {
     let path = temp_path(name);
     write_synthetic_llama(&path, cfg).unwrap();
     let weights = LlamaWeights::load(&path, LoadOptions::default()).unwrap();

@@ -1,6 +1,9 @@
 //! The byte-level BPE tokenizer from a GGUF's vocabulary: round trips, known ids on a
 //! vocabulary built here, and SmolLM2's real vocabulary when the model file is present.
 
+mod common;
+
+use common::TempFile;
 use std::path::PathBuf;
 
 use proptest::prelude::*;
@@ -10,10 +13,8 @@ use ttmesh_models::synthetic::{
 };
 use ttmesh_models::{GgufTokenizer, ModelError, TextStream};
 
-fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ttmesh-models-tok-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+fn temp_path(name: &str) -> TempFile {
+    TempFile::new(name)
 }
 
 /// Writes `writer` to a file of its own (tests run in parallel) and builds its tokenizer.
