@@ -1,0 +1,310 @@
+//! Where the time of a collective goes, measured with perf on a 2-core host: what each
+//! change to the data path, the scheduling and the fabric bought, with the A/B figures, and
+//! what was tried and dropped. Documentation only: the code it describes lives in
+//! `kernels` and in ttmesh-fabric.
+//!
+//! Small collectives (decode's 32x576 bf16 all_reduce; `perf record -g` on `ttmesh run
+//! --hidden 576 --ffn 256 --tokens 32`) spent their time in the scheduler, not on data:
+//! context switches 24% (sched_yield 13%, futex waits 10%), waking threads 12%, sched_yield's
+//! own work 6%, against 5% memcpy and 5% matmul. Each ring step woke two threads per chip:
+//! the receiving chip's router (a futex wake per packet burst) and then the receiving
+//! dispatcher, asleep on its semaphore's condvar; all_reduce ran two kernels (reduce_scatter
+//! and all_gather, 2(n-1) steps and a handshake each), and 32x576 over 8 chips (18 tiles) did
+//! not split into whole tiles, so it took the element-wise path (untilize, convert each value,
+//! tilize). What changed, and why:
+//!
+//! - Senders run the receiving routers themselves (`ttmesh_fabric`'s "Threads"): a
+//!   neighbour write lands in the neighbour's memory on the sending thread, no router thread
+//!   wakes. Semaphore waits check a few hundred times (yielding every 16th) before sleeping.
+//!   That leaves at most one wake per step: the receiver's, when it was asleep.
+//! - bf16/f32 all_reduce is one kernel (`CollectiveKind::AllReduce`) on pages split as evenly
+//!   as the line allows: one launch, one handshake, no element-wise path for any shape.
+//! - Every step of a ring still needed every chip's dispatcher thread to run, so with n
+//!   dispatchers on 2 cores a step cost about n/2 context switches. Now the algorithms are
+//!   step lists per chip (`kernels/steps.rs`), and a small collective runs *together*
+//!   (`kernels/together.rs`): each chip's kernel reads and decodes its input on its own
+//!   thread, registers at the collective's meeting and sleeps; the last to arrive runs every
+//!   chip's steps, each as soon as what it receives was sent, through the fabric senders
+//!   (packets, credits, faults, link statistics unchanged; receives still wait for their
+//!   semaphores), then wakes the others, which write their outputs. One sleep and one wake
+//!   per chip instead of ~n/2 switches per step; the same step lists run either way, so the
+//!   bits are the same (a test compares the two runners). Waits are bounded: a chip missing
+//!   from the meeting fails it after the operation timeout naming that chip, an aborted
+//!   fabric ends it at once, and a waiter gives up if the runner makes no progress for the
+//!   timeout. Large collectives still run on their own threads: one thread doing n chips'
+//!   copies loses both cores (1 MiB on 8 chips: 3x slower together), so the rule was input
+//!   <= 6 KiB x n per chip then (`StepRunner`, `TTMESH_CCL_RUNNER=together|own` to force one;
+//!   retuned after the deferred launch below: see `together::wanted`).
+//! - `MeshDevice::finish` paid two wake-ups per chip, chip after chip (the host queued an
+//!   event, the dispatcher woke to record it, the host woke to see it). A chip's `finish`
+//!   on a queue whose dispatcher sleeps with nothing queued now returns at once. On a loaded
+//!   2-core host this alone took the 36 KiB all_reduce on 8 chips from ~480 to ~260 us.
+//! - Measured after (perf on 2000 x 36 KiB all_reduce, 8 chips, together): ~20 context
+//!   switches per collective (8 dispatcher wakes at launch, 7 at the meeting, the rest the
+//!   host's); futex wake and switch ~30% of CPU, the runner ~130 us of ~260 us wall (memcpy
+//!   11%, `DeviceMemory::write` 6%, the f32 add 6%, zeroing fresh scratch chunks 3-4%). On
+//!   32 chips the runner's per-step overhead dominates (`DeviceMemory::write`'s locking and
+//!   chunk lookup 10%, router passes 5%) along with ~100 switches per collective. Next
+//!   gains: launching the line's programs with one deferred wake (as lockstep replays do),
+//!   scratch kept across collectives (no zeroing), and a second runner thread for the other
+//!   core.
+//! - Measured next (perf on `ccl_one all_reduce t3k|galaxy 36864`, 32x576 bf16, 2-core host
+//!   shared with other work): ~20 switches per collective on 8 chips and ~85 on 32 are at the
+//!   floor of this design: every chip's dispatcher wakes once to run its kernel (it must: it
+//!   orders the kernel after the chip's earlier commands) and every waiter once more to write
+//!   its output; the host adds ~4 (its launches preempted by the dispatchers they wake) and one
+//!   or two in `finish`. The runner's wakes of the 7 waiters cost ~10% of CPU on 8 chips.
+//!   Tried and dropped, each measured A/B in one build: launching a line with wakes held back
+//!   until the last launch, woken by the host or by the mesh's waker thread (no faster; the
+//!   waker thread 10-20% slower); a second runner (a waiting chip's thread driving half the
+//!   line, spinning on the other half's sends): no gain on 8 chips (more switches: yields),
+//!   none measurable on 32 with the second core busy; SCHED_BATCH threads: 2-5x slower. Done:
+//!   fabric waits read the clock only once their spin found nothing. What would pay: a kernel
+//!   that completes after its dispatcher returns (the chip waits for it before the queue's next
+//!   command or in `finish`), with the runner writing every chip's output, so waiters need no
+//!   wake and the host itself can run the line when the queues are idle (0 switches); that
+//!   needs the page kernels split into prologue / steps / epilogue. On 32 chips ~1 us per step:
+//!   `DeviceMemory::write` (bank lock, chunk lookup; the zeroing of pooled chunks a 4 KiB
+//!   slot only partly covers, 10% of CPU then, is gone: see the valid-bytes mark below) and
+//!   the router pass.
+//! - Done next: that deferred completion. A small all_reduce's kernel reads its input, hands
+//!   its part to the meeting and returns (`Launched::Deferred`) unless it is the last to
+//!   arrive; the last runs every chip's steps, and the steps write every chip's output (through
+//!   `Fabric::write_local`), so no chip needs its thread back. The chip runs nothing after the
+//!   kernel until the meeting is done (its next record, or `finish`, waits for it, bounded by
+//!   the timeout, and reports its error). The kernel declares it never waits at launch
+//!   (`Kernel::hands_off`), so the host runs it on its own thread when the chip's queue is
+//!   idle: an untraced all_reduce on an idle mesh is then one thread's work end to end. perf
+//!   stat on `ccl_one all_reduce t3k 36864 3000`: context switches 58,544 -> 845 (19.5 -> 0.3
+//!   per collective), 1.12 -> 0.99 CPUs busy, wall 295 -> 166 us per collective; galaxy 36 KiB
+//!   ~1.5 ms -> 1.06-1.34 ms. What is left is the runner's own work, ~1 us per step: memcpy
+//!   19%, `DeviceMemory::write` 12% (bank lock, SipHash chunk lookup), the step bookkeeping
+//!   10%, the fabric's transmit / router pass / send path ~12%. Inside a trace replay the
+//!   queue's next record still waits for the line (a sleep and a wake per chip), as it must.
+//!   With no switch left, one thread doing the line's work wins far further up: an all_reduce
+//!   now runs together up to 256 KiB of input per chip (with two threads, below: 2 MiB on
+//!   lines of 2 to 4 chips, 4 MiB on 5 to 8 and on 32; the A/B figures, re-measured after
+//!   each change to the data path, are at `together::wanted`). The page reduce_scatter, and the all_gather whose
+//!   blocks are runs of output pages, now write their outputs in steps and defer like the
+//!   all_reduce; an all_gather with data above the gathered dim writes its output after the
+//!   steps on each chip's thread, so its launches still wait and it keeps the old rule.
+//!   From 64 KiB per chip a line runs on two threads (`kernels/pair.rs`): the meeting's
+//!   and a helper thread, each taking whichever part has a step ready (a part is locked while
+//!   one runs it), so the second core works too, still with no switch per step. The helper
+//!   was first a worker of rayon's shared pool, whose wake-up woke a second worker that spun
+//!   yielding on the line's cores (~40 context switches per collective); it is now a thread
+//!   of ccl's own that spins 200 us after each job, then sleeps (`kernels/helper.rs`: 0.3
+//!   switches per collective, line-2 1 MiB ~520 -> ~420 us on a host short of memory
+//!   bandwidth). The widening and add loops run as AVX2 where the host has it
+//!   (`ttmesh_chip::format::{widen_bf16, add_f32}`: they were 15% of a small all_reduce as
+//!   SSE2), and later as AVX-512 where it has that (the bf16 add was ~20% of a 16 MiB
+//!   all_reduce's CPU: t3k 27.2 -> 25.1 ms).
+//! - Measured after all of this (`ttmesh bench ccl`, 2-core host, quiet): all_reduce 36 KiB
+//!   on 8 chips ~135-150 us (was 266-292), on 32 chips ~850-1070 us (was ~1.6-1.8 ms);
+//!   256 KiB on 8 chips 360-380 us (was 616-836). What is left per step is the emulation
+//!   itself: the piece's copy into the neighbour's memory (memcpy and the bank lock, ~25%),
+//!   the fabric's credit, packet and router bookkeeping (~15%), the sums (~15%). The runner reads slots and inputs in place through the
+//!   fabric (`Fabric::read_local_with`), like a chip's own kernel, instead of copying them.
+//!
+//! Large collectives (16 MiB bf16 all_reduce on a T3K ring; `ccl_one` example under perf).
+//! Before: memcpy 44%, page-fault work and zeroing ~15% (scratch chunks re-zeroed at every
+//! collective), the element loops ~20%. Host passes per chip per collective: the input was
+//! copied out of its pages (16 MiB) and decoded into f32 chunks of the whole tensor (32 MiB
+//! written); each of the 7 reduce hops wrote the f32 chunk into the neighbour's slot (4 MiB),
+//! copied the slot out (4 MiB) and added it into a chunk (read + write); each of the 7 gather
+//! hops wrote the neighbour's slot, copied it out, and the output was written from those
+//! copies at the end: ~370 MiB of memory traffic per chip, ~3 host copies per wire byte.
+//! What changed:
+//!
+//! - The reduction is fused (`Step::Reduce`): per piece of 256 KiB of f32 sums, the input is
+//!   decoded in place from its pages, the received partial sums are added in place from the
+//!   slot (`DeviceMemory::read_in_place`, no copy), and the sum is sent on from a buffer still
+//!   in cache. Only the chip's own chunk is ever held whole. Gather pieces are written to the
+//!   output as they land. Per wire byte: one write into the neighbour's memory and one read
+//!   there (two host passes); ~140 MiB of traffic per chip.
+//! - Pieces are separate messages and semaphore increments, so the ring pipelines: a chip
+//!   adds piece 0 while piece 1 is on the wire (`kernels/lists.rs`). Later measured: from 4
+//!   chips on, each piece's wait costs more than the pipelining gives (the chips' threads
+//!   already outnumber the cores), so chunks there move in at most two pieces, one from 16
+//!   chips (`pages::piece_bytes`): t3k 16 MiB 32.7 -> 28.9 ms, galaxy 16 MiB 142 -> 126 ms.
+//! - Memory reused from the pool is not zeroed up front: a chunk's valid-bytes mark reads
+//!   the rest as zero, and transfers write front to back.
+//! - Formats: partial sums stayed f32 on the wire then (twice a bf16 input's bytes), rounded
+//!   once at the end; now they travel in the tensor's format, as tt-metal's do (see
+//!   "Reduction order" and below). The gather moves the output format.
+//!
+//! Measured after (same host, 2 cores): CPU per 16 MiB all_reduce on 8 chips 148 -> ~113 ms
+//! (`perf stat`, 40 iterations less setup), wall 62-64 ms (was 64-67): the element loops
+//! and the neighbour writes are memory-bound streams (the decode and add loops stall on
+//! their loads; 35% of CPU), and the ring's chips, 8 threads on 2 cores, now wait on each
+//! other's pieces (1.6-1.7 CPUs busy of 2). OpenMPI on the same host moves half our reduce
+//! bytes (f32 data, no f32 widening of bf16) in 20.6 ms. Next steps, measured estimates:
+//! keeping bf16 partials as tt-metal does would cut reduce traffic from ~10 to ~6 MiB per
+//! hop; running the whole line's pieces on one worker per core (as the small-collective
+//! runner does with one) would keep both cores busy and the pieces in cache.
+//!
+//! Then, formats and passes (`ccl_one`, old and new binaries alternated on the same host):
+//!
+//! - Partial sums travel in the tensor's format: a bf16 hop is the input's bytes as they
+//!   are plus what arrived, added in f32 and rounded once (`chip::format::add_bf16`, AVX2),
+//!   never widened into memory. Reduce traffic per hop: input 2 + slot 2 + neighbour 2 bytes
+//!   per element, was 2 + 4 + 4.
+//! - The all_reduce's gather moves each piece from this chip's output straight into the
+//!   neighbour's (`Step::PassOutput`), in one write per DRAM bank run of pages; it was
+//!   neighbour slot, then a copy out into the work, then the output: 4 passes per byte
+//!   instead of 12. Every write names the slot's semaphore and only the last adds to it, so a
+//!   lost write still fails the wait.
+//! - The own chunk is encoded piece by piece right after its last add, while in cache; for
+//!   a bf16 output that last add is itself in bf16 and writes the output (`ReduceOut`), so
+//!   the own chunk is never widened to f32 in memory (a line's middle position, joining two
+//!   partial sums, keeps the f32 path).
+//! - reduce_scatter on pages runs the same fused steps (chunks are page runs per slice
+//!   above the scattered dim, read in place) and writes its output in steps, so a small one
+//!   defers like the all_reduce.
+//!
+//! all_reduce t3k 16 MiB: 50-54 -> 30-36 ms; 1 MiB 2.6 -> 1.6-1.7 ms (1.8-2.0 in `bench
+//! ccl`'s sequence); line-4 1 MiB ~1.0 -> 0.8-0.95 ms; galaxy 36 KiB 920-934 -> 775-781 us.
+//! line-2 1 MiB went 492-528 -> 314-365 us, then back to 394-418 with `ReduceOut`: its two
+//! dispatchers now reach the gather's wait sooner and switch more (10.5 vs 7.3 per
+//! collective; longer spins make it worse). The cause, found later: the two threads parked
+//! on each other's bank locks (below). reduce_scatter t3k 16 MiB 34-44 -> 29-30 ms, 1 MiB 2.3-2.5 -> 1.4-1.5 ms. perf
+//! on the 16 MiB all_reduce now: memcpy 24%, the bf16 add 12% (its loads: the slot's bytes
+//! come from memory), `DeviceMemory::write` 11% (its lock release waits for the copy's
+//! stores), 1.7 of 2 CPUs busy: the passes are memory-bound. The same output-to-output
+//! gather for all_gather was tried then and dropped: on line-2 it was faster (16 MiB: 3.9-4.9
+//! vs 4.3-5.8 ms) but on the T3K ring slower (16 MiB: 28-41 vs 18.5-23 ms): the slot path's
+//! large messages went to memory in a few big copies per chunk, the per-bank runs in
+//! packet-sized ones, each copied into a channel slot and again into memory. Since messages
+//! of two packets or more are lent to the first hop (one copy), it is back
+//! (`pages::all_gather_direct`, when nothing lies above the gathered dim), and its launches
+//! defer. A/B, medians of 5-7: line-2 36 KiB 40 -> 12 us, line-4 1 MiB 295 -> 228 us, t3k
+//! 36 KiB 248 -> 228 us; t3k 3 MiB (decode's logits) 3.40 / 3.45 ms, 1 MiB and 16 MiB and
+//! line-2 16 MiB within the noise of a busy host (t3k 16 MiB 20.1 / 21.2 ms). Sending this piece's gather right
+//! after its encode (instead of in gather order) measured slower on line-2.
+//!
+//! Locks per packet: the slot's mutex (uncontended: one producer, one consumer), per
+//! delivered write the bank's RwLock and one hash lookup per 16 KiB chunk, per semaphore
+//! increment the chip's semaphore-table mutex and a condvar notify. The bank lock was held
+//! for a whole call: a chip's thread adding a 256 KiB slot in place held its bank for the
+//! whole piece, so the neighbour's thread delivering into that bank parked, two context
+//! switches each on a 2-core host (perf, line-2 1 MiB on own threads: 12% of CPU in the lock's
+//! park and wake paths, 1.2 of 2 CPUs busy). Chip memory now takes the lock per chunk:
+//! line-2 on own threads 1 MiB 378-386 -> 301-319 us, 2 MiB 792 -> 561 us, 16 MiB 9.7-11.1
+//! -> 7.6-8.1 ms; one-thread runs unchanged.
+//!
+//! Scratch footprint: slots are one per step, so a ring writes ~n slots per chip that no later
+//! step reads (8 MiB more for the cache at 256 KiB on 32 chips; a timing-only run with every
+//! slot aliased to two measured galaxy 256 KiB -14%, t3k 1 MiB -9%). A ring that runs together
+//! now shares its slots' memory four ways (`together::alias_slots`): every slot write goes the
+//! same way round, so each chip's slots have one writer, and the runner holds a write back
+//! until the slots it would overwrite were read. galaxy 256 KiB 2900 -> 2580 us, 1 MiB 13.3
+//! -> 12.0 ms. Own threads keep a slot per step: sharing there needs a credit back per slot,
+//! one more wait per piece, and each wait costs (see `pages::piece_bytes`). Once the fabric
+//! delivered one-hop messages directly, rings of more than 8 chips on one thread share at
+//! every size (`together::ALIAS_LONG_ALONE`): galaxy 36 KiB 890 -> 791 us, 16 KiB 593 -> 557
+//! us (medians of 5).
+//!
+//! Input reads (perf on all_reduce t3k 1 MiB: copying the input into the partial-sum buffer
+//! was 19% of CPU, stalled on its loads). An input's consecutive pages sit in different DRAM
+//! banks, each its own host allocation, so the CPU's prefetchers lose the stream every page.
+//! On lines whose inputs reach 8 MiB in all, input reads hint the cache four pages ahead
+//! (`pages::prefetches_input`; below that the inputs come from the cache and the hints cost
+//! more than they save). Reading the pages bank by bank instead, one stream per bank, gained
+//! less (t3k 1 MiB about 5%). The fabric now lends every message of two or more packets to
+//! the first hop, so the gather's per-bank runs (10-20 KiB) are one copy into the neighbour,
+//! not a copy into the channel's slots and another out of them. `bench ccl`, the session's
+//! first binary and its last alternated, two runs each: t3k 16 MiB efficiency 0.38 / 0.43
+//! -> 0.40 / 0.40 (within the host's noise), galaxy 256 KiB 2847 / 3046 -> 2490 / 2336 us,
+//! line-4 256 KiB 192 / 185 -> 195 / 164 us, line-2 256 KiB 89 / 91 -> 87 / 83 us.
+//!
+//! Step order on a line (a timeline of each step's start and end, line-2 1 MiB on own
+//! threads: half of the two threads' CPU was spent waiting). The right end's list added its
+//! own chunk (waiting for the left's sums) before it sent the left its sums, so the two chips
+//! ran one after the other. A line's lists are now ordered by when each piece can be had
+//! (`lists::line_reduce_steps`): each end sends its farthest chunk first and every position
+//! takes pieces from both sides in arrival order; the gather likewise takes the left's and
+//! the right's blocks as they come. A unit-time model of the lists (`lists` tests) gives the
+//! busiest chip's steps plus the chains' fill; the old order took 2-4 units more. Sums are
+//! unchanged (each chunk's order of adds is fixed). A/B, medians of 5: all_reduce line-2 1 MiB
+//! 248 -> 188 us, 4 MiB 959 -> 729 us, 16 MiB 5.96 -> 4.40 ms; line-4 256 KiB 178 -> 137 us,
+//! 1 MiB 553 -> 405 us; all_gather line-4 256 KiB 81 -> 73 us. A line of 2 now runs together
+//! only up to 256 KiB (`together::wanted`), and from 64 KiB on two threads (256 KiB 78 -> 48
+//! us), up to 1.5 MiB.
+//!
+//! Where a 16 MiB all_reduce on the T3K ring stands (the same timeline, 8 own threads): a
+//! 1 MiB `Reduce` step takes ~210 us once its thread runs, so each chip's steps are ~5 ms and
+//! the line's ~40 ms of work needs ~20 ms of two cores; collectives took 22-33 ms from the
+//! first chip's start to the last one's end, with ~0.2 ms between them. `perf stat`: ~50 ms
+//! of CPU per collective on own threads, ~46 ms with the pair runner (27.5 vs 28.3 ms wall),
+//! 70% of it moving bytes (memmove, the bf16 add, the store drain at each write's unlock,
+//! reads, cache hints). Measured and dropped: adding each piece 16 or 64 KiB at a time while
+//! its input copy is in L1 (t3k 16 MiB 27.2 -> 29.8 / 28.6 ms: the whole-piece copy streams
+//! better), and semaphore spins from 0 to 2048 (no difference at this size).
+//!
+//! On a host starved of memory bandwidth the picture is the bytes alone. One such host
+//! (`perf bench mem memcpy`: 5-6 GB/s at 64 MB, 7 GB/s at 4 MB, 23 GB/s at 1 MB, so no L3
+//! to speak of; the bench's M 11.4 GB/s for two threads): all_reduce t3k 16 MiB took 42-82
+//! ms against OpenMPI's 31-48 ms there, line-2 1 MiB 429-577 us on own threads (paired,
+//! median of 5: 619 us) against 205 us (the host above: t3k 16 MiB about even with OpenMPI
+//! measured in the same hour, line-2 1 MiB 1.4-2.7x its time). perf: memmove, the bf16 add
+//! and the stores drained at each write's unlock are ~55% of CPU. Each reduced byte crosses
+//! memory about five times (input read, slot write and read, output write, the gather's
+//! read), MPI's about three; the staging buffers (a piece's partial sums, a gather run) stay
+//! in L2. Fewer passes need writes computed straight into another buffer of chip memory (an
+//! output page from input and slot, a neighbour's slot from input and partials), with the
+//! bank locks of two chips or two banks taken in one fixed order.
+//!
+//! A bf16 hop's sums are now written once (`Endpoint::input_plus_slot`): the received slot
+//! is copied out 16 KiB at a time into an L1-sized block and the input read in place beside
+//! it, `sums = input + slot` in one pass (`chip::format::sum_bf16`, the same bits as the add
+//! it replaces). Before, the input was copied into the piece's buffer and the slot added
+//! there, so a piece (1 MiB on a T3K at 16 MiB) was written, read and written again, mostly
+//! beyond the L2. Alternated, medians of 5-7: all_reduce t3k 16 MiB 67.7 -> 57.5 ms, line-2
+//! 16 MiB 10.8 -> 9.9 ms, galaxy 1 MiB 16.1 -> 15.0 ms; 1 MiB on line-2 and t3k, line-4 4 MiB
+//! and the small sizes even. The input's cache hints now run a second cursor ahead instead
+//! of listing the spans in a Vec: with one list per 16 KiB block, malloc's arena lock put
+//! the pair runner's two threads to sleep (70% of its context switches). Tried and dropped:
+//! sending each piece in parts of 16, 64 or 256 KiB as they are summed, the semaphore raised
+//! by the last, so the sums are still in cache when the fabric copies them (t3k 16 MiB 52-54
+//! ms every way, t3k 4 MiB 8.8 against 7.9 ms whole).
+//!
+//! A bf16 chunk's last add (`ReduceOut`) now writes its sums straight into the output's
+//! memory (`DeviceMemory::write_with`, through the fabric as `Fabric::write_local_with` when
+//! a runner does the chip's steps): each input page is copied into L1 and `input + slot`
+//! computed in place in the output page, instead of into a piece buffer that `write_output`
+//! then copied out (skipping that copy altogether, as an upper bound, took line-2 1 MiB from
+//! 371 to 305 us). Alternated, medians of 7: line-2 1 MiB 398 -> 370 us, 256 KiB 106 -> 101
+//! us, 16 MiB 8.57 -> 8.02 ms; line-4 1 MiB 992 -> 944 us (5); t3k and galaxy even (their
+//! own chunk is one of 8 or 32).
+//!
+//! A line's middle positions (Fabric1D; decode's T3K is one) hold their own chunk in f32,
+//! joining the left's and the right's partial sums. A bf16 input and the left's sums now go
+//! into the f32 chunk in one pass (`sum_bf16_to_f32`; it was a decode and then an add over
+//! the chunk), and the right's sums are added, rounded and written into the output in place
+//! (`Step::AddPartialOut`; it was an add, an encode into a block and a copy of the block).
+//! Alternated, medians of 7: line-4 256 KiB 288 -> 265 us, 1 MiB 907 -> 871 us, line-8 1 MiB
+//! 2022 -> 1945 us; line-8 36 KiB and line-4 16 MiB within the noise.
+//!
+//! Launch: each chip's program key hashed the chip list, the chunk order and both specs
+//! (SipHash, ~3% of a small collective; on 32 chips 32 such hashes per collective). The line's
+//! part is now hashed once and each chip's key is (line key, position): galaxy 4 KiB
+//! all_reduce 230 -> 209 us, t3k 36 KiB 207 -> 177 us (medians of 7, alternated). What is left
+//! of a small collective's launch on 32 chips (galaxy 4 KiB, perf): the steps ~45%, the
+//! lockstep output and scratch allocation and the scratch's free at the end (~8%: TT-NN
+//! frees it too, and the allocator must match its addresses), command encoding and dispatch,
+//! and malloc/free (~6%, spread over the meeting's bookkeeping).
+//!
+//! The fabric's send path per step (perf, `ccl_one all_reduce t3k 36864`, together): the
+//! send was 43% of the time, of which the delivery's memory write 15%; the other ~28% was
+//! the slot, the credit, the header and the receiving router's pass that the sending thread
+//! ran itself. A one-hop message of up to a channel's worth of packets to an idle router now
+//! skips all that (the fabric's direct delivery: see ttmesh-fabric's docs), keeping the link
+//! statistics, the order and the fault behaviour. Alternated, medians of 5 (us): t3k 36 KiB
+//! 184 -> 144 and, in a slower hour, 222 -> 185; galaxy 36 KiB 1152 -> 889 (of 3); line-2
+//! 36 KiB 30.3 -> 26.5; line-4 256 KiB 256 -> 243 (of 3); t3k 256 KiB 634 -> 524 (of 3).
+//! Sizes past a channel's worth per message (t3k 1 MiB, 16 MiB, line-2 16 MiB) are even.
+//! Decode on t3k (24 tokens, same tokens): median step 83-89 -> 75-84 ms. The fabric then
+//! found each send's route in a table built once instead of searching the lines (~2% of
+//! galaxy 36 KiB in perf): medians of 5, 1010 -> 970 us. Its semaphore tables hash ids with
+//! FxHash instead of SipHash (every increment and every wait's check hashes): medians of 5,
+//! galaxy 36 KiB 962 -> 850 us, t3k 36 KiB 171.7 -> 159.1 us.
