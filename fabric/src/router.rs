@@ -119,8 +119,15 @@ impl Router {
     /// inbound channels moves meanwhile; None if the token is taken. Like a helper's pass,
     /// it wakes the router's thread afterwards if packets arrived that nobody drove.
     pub fn run_exclusive<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
-        let stalled = self.token.try_lock()?;
-        let r = f();
+        self.with_token(|_| f())
+    }
+
+    /// Runs `f` with the token's state (per inbound channel, where a credit stall was last
+    /// counted) if no pass is running; then wakes the router's thread if packets arrived
+    /// that nobody drove.
+    fn with_token<R>(&self, f: impl FnOnce(&mut [u64]) -> R) -> Option<R> {
+        let mut stalled = self.token.try_lock()?;
+        let r = f(&mut stalled);
         let left = self.has_work(&stalled);
         drop(stalled);
         if left {
@@ -155,14 +162,7 @@ impl Router {
     /// sender waiting for a credit does the work it waits for instead of spinning, which
     /// keeps the fabric moving when the host has fewer cores than busy routers.
     pub fn try_help(&self, inner: &Inner) -> Option<Pass> {
-        let mut stalled = self.token.try_lock()?;
-        let pass = self.pass(inner, &mut stalled, true);
-        let left = self.has_work(&stalled);
-        drop(stalled);
-        if left {
-            self.wake.wake();
-        }
-        Some(pass)
+        self.with_token(|stalled| self.pass(inner, stalled, true))
     }
 
     /// One round over the inbound channels. A `helper` pass publishes its forwards without

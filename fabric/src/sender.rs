@@ -422,7 +422,8 @@ impl FabricSender {
         // / 6.3 ms, 1 MiB 320 / 298 / 295 us, t3k 36 KiB 139 / 139 / 138 us. A one-packet
         // message is copied, so it returns at once, as on hardware, where the sender's packet
         // waits in the ethernet core's buffer: a stalled receiver shows at `flush`. Unless it
-        // goes one hop to a router that is free and has nothing queued before it: then the
+        // goes one hop to a router that is free and has nothing queued before it (usually
+        // taken by `send_direct` above; here when that router came free since): then the
         // sender's own pass delivers it at once, and lending it saves the copy and keeps the
         // channel's slot buffers out of the host's cache (medians of 7, copied / lent: t3k
         // 36 KiB all_reduce 203 / 174 us, galaxy 36 KiB 1389 / 1272, t3k 4 KiB even).
