@@ -577,18 +577,17 @@ impl Inner {
         }
     }
 
-    /// Does a whole message's work on `chip` at once (`FabricSender`'s direct path): writes
-    /// `bytes` at `at`, then adds the semaphore increment. False, with nothing done, if the
-    /// chip rejects the write: the caller then delivers the message packet by packet, so
-    /// losses are recorded per packet exactly as a router records them.
+    /// Does a whole message's work on `chip` at once (`FabricSender`'s direct path): `write`
+    /// puts the payload into the chip's memory, then the semaphore increment is added. False,
+    /// with nothing done, if the chip rejects the write: the caller then delivers the message
+    /// packet by packet, so losses are recorded per packet exactly as a router records them.
     pub fn deliver_message(
         &self,
         chip: u32,
-        at: NocAddr,
-        bytes: &[u8],
+        write: impl FnOnce(&dyn ChipMemory) -> Result<(), crate::MemoryError>,
         sem: Option<(u32, u32)>,
     ) -> bool {
-        if !bytes.is_empty() && self.mems[chip as usize].write(at, bytes).is_err() {
+        if write(&*self.mems[chip as usize]).is_err() {
             return false;
         }
         if let Some((s, by)) = sem.filter(|&(_, by)| by > 0) {

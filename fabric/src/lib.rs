@@ -46,6 +46,13 @@
 //! packet path. This is a small collective's every step: per step the slots, credits and
 //! router pass had cost about as much as the data's copy.
 //!
+//! **Computed payloads.** `write_with_and_inc` sends bytes that a function computes where
+//! they land, as the receiving core would write them at the end of a hop (a reduction's
+//! last add). Delivered directly, the function fills the destination's memory under its
+//! bank lock; on every other path it fills a staging buffer first and the message travels
+//! as packets, so statistics, order, faults and write errors are exactly those of
+//! `write_and_inc` with the same bytes (`tests/computed.rs` compares the two on each path).
+//!
 //! **Threads.** One router thread per chip, line and direction that has an inbound hop. It
 //! drains all inbound channels of that hop (links x VCs) and, per the route's 2 bits for this
 //! hop, writes locally (`ChipMemory::write`, semaphore increment), forwards, or both. It

@@ -3,7 +3,7 @@
 //! increment, so the increment lands after all the data on the same path.
 
 use crate::channel::{Channel, DoneBatch, ExtRef, Tracker};
-use crate::config::{Dir, FabricConfig, LineDir, NocAddr};
+use crate::config::{ChipMemory, Dir, FabricConfig, LineDir, NocAddr};
 use crate::inner::{Ctx, Inner, LinkLoss};
 use crate::packet::{self, Header, Kind};
 use crate::FabricError;
@@ -22,6 +22,42 @@ enum Msg {
     Data { sem: Option<(u32, u32)> },
     Inline(u32),
     Atomic(u32, u32),
+}
+
+/// A data message's bytes: given, or computed where they land (`write_with_and_inc`).
+enum Payload<'a> {
+    Bytes(&'a [u8]),
+    Computed(Computed<'a>),
+}
+
+/// `len` bytes that `fill(offset, run)` writes in place, run by run in order; `staging`
+/// holds them when they must travel as packets instead.
+struct Computed<'a> {
+    len: usize,
+    fill: &'a mut dyn FnMut(usize, &mut [u8]),
+    staging: &'a mut Vec<u8>,
+}
+
+impl Payload<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Payload::Bytes(b) => b.len(),
+            Payload::Computed(c) => c.len,
+        }
+    }
+
+    /// The bytes, computed into the staging buffer first if they are computed.
+    fn bytes(&mut self) -> &[u8] {
+        match self {
+            Payload::Bytes(b) => b,
+            Payload::Computed(c) => {
+                c.staging.clear();
+                c.staging.resize(c.len, 0);
+                (c.fill)(0, &mut c.staging[..]);
+                &c.staging[..]
+            }
+        }
+    }
 }
 
 /// A chip's handle to the fabric. Packets of one handle to one destination over one link
@@ -135,6 +171,37 @@ impl FabricSender {
         )
     }
 
+    /// `write_and_inc` of `len` bytes that `fill(offset, run)` computes where they land, run
+    /// by run in order (it must overwrite every byte it is handed, and give the same bytes
+    /// however the runs fall). A message the fabric delivers on this thread (see `send_direct`)
+    /// is computed straight into the destination's memory, as the receiving core would write
+    /// it there; any other (a fault on the link, a busy receiver, more than a channel's
+    /// packets, several hops) is computed into `staging` and sent as packets, so its link
+    /// statistics, order, faults and errors are exactly `write_and_inc`'s. `fill` runs on this
+    /// thread and must not touch chip memory: the destination's memory may be locked.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_with_and_inc(
+        &self,
+        dest_chip: u32,
+        addr: NocAddr,
+        len: usize,
+        (sem_id, by): (u32, u32),
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+        staging: &mut Vec<u8>,
+    ) -> Result<()> {
+        let msg = Msg::Data {
+            sem: Some((sem_id, by)),
+        };
+        let mut payload = Payload::Computed(Computed { len, fill, staging });
+        if dest_chip >= self.inner.spec.num_chips || dest_chip == self.chip {
+            let data = payload.bytes();
+            return self.send_to(dest_chip, msg, addr, data, self.link);
+        }
+        self.check_live()?;
+        let path = self.path_to(dest_chip)?;
+        self.send_path(&path, msg, addr, payload, self.link)
+    }
+
     /// Writes `data` at `addr` on every chip `start_hops..start_hops + range` hops away along
     /// `line`, then (if given) increments the semaphore on each of them.
     pub fn multicast_write(
@@ -186,7 +253,13 @@ impl FabricSender {
             route,
             dst: l.chips[far.expect("checked to lie on the line")],
         };
-        self.send_path(&path, Msg::Data { sem }, addr, data, self.link)
+        self.send_path(
+            &path,
+            Msg::Data { sem },
+            addr,
+            Payload::Bytes(data),
+            self.link,
+        )
     }
 
     /// Waits (operation timeout) until every packet of this handle is delivered or lost,
@@ -253,15 +326,20 @@ impl FabricSender {
             return self.local(msg, addr, data);
         }
         self.check_live()?;
+        let path = self.path_to(dest)?;
+        self.send_path(&path, msg, addr, Payload::Bytes(data), link)
+    }
+
+    /// The unicast path from this chip to `dest`.
+    fn path_to(&self, dest: u32) -> Result<Path> {
         let (line, forward, hops, pos) = self.inner.route(self.chip, dest)?;
-        let path = Path {
+        Ok(Path {
             line,
             forward,
             pos,
             route: packet::unicast_route(hops),
             dst: dest,
-        };
-        self.send_path(&path, msg, addr, data, link)
+        })
     }
 
     /// A chip writing to itself needs no link: do it now.
@@ -293,19 +371,19 @@ impl FabricSender {
         path: &Path,
         msg: Msg,
         addr: NocAddr,
-        data: &[u8],
+        mut payload: Payload<'_>,
         link: usize,
     ) -> Result<()> {
         let inner = &*self.inner;
+        let len = payload.len();
         if link > u8::MAX as usize {
             return Err(FabricError::InvalidArgument(format!(
                 "link index {link} does not fit the header's 8 bits; pick a link below 256"
             )));
         }
-        if addr.bank > u16::MAX as u32 || addr.addr.saturating_add(data.len() as u64) > MAX_ADDR {
+        if addr.bank > u16::MAX as u32 || addr.addr.saturating_add(len as u64) > MAX_ADDR {
             return Err(FabricError::InvalidArgument(format!(
-                "{addr} (+{} B) does not fit the header's 16-bit bank and 48-bit address",
-                data.len()
+                "{addr} (+{len} B) does not fit the header's 16-bit bank and 48-bit address"
             )));
         }
         let sem = match msg {
@@ -330,17 +408,17 @@ impl FabricSender {
         let (count, single) = match msg {
             Msg::Inline(_) => (1, Some(Kind::InlineWrite)),
             Msg::Atomic(..) => (1, Some(Kind::AtomicInc)),
-            Msg::Data { sem } if data.is_empty() => match sem {
+            Msg::Data { sem } if len == 0 => match sem {
                 Some(_) => (1, Some(Kind::AtomicInc)),
                 None => return Ok(()),
             },
-            Msg::Data { .. } => (data.len().div_ceil(self.payload), None),
+            Msg::Data { .. } => (len.div_ceil(self.payload), None),
         };
         let packet = |i: usize| match single {
             Some(kind) => (kind, 0, 0),
             None => {
                 let off = i * self.payload;
-                let len = self.payload.min(data.len() - off);
+                let len = self.payload.min(len - off);
                 let kind = match sem {
                     Some(_) if i + 1 == count => Kind::WriteAtomicInc,
                     _ => Kind::Write,
@@ -392,10 +470,11 @@ impl FabricSender {
         // queued, do its work for it now (see `send_direct`).
         let one_hop = packet::write_hops(path.route).eq([1]);
         if one_hop && count as u64 <= ch.slots() && inner.faults[ch.link].get().is_none() {
-            match self.send_direct(ch, dst, msg, addr, data, count as u64) {
+            match self.send_direct(ch, dst, msg, addr, &mut payload, count as u64) {
                 Some(Direct::Done) => return Ok(()),
                 Some(Direct::Rejected { seq0 }) => {
                     // Packet by packet, as the router would have: each records its own loss.
+                    let data = payload.bytes();
                     self.tracker.add(count as u64);
                     let mut done = DoneBatch::default();
                     for (i, p) in (0..count).map(packet).enumerate() {
@@ -409,6 +488,7 @@ impl FabricSender {
                 None => {}
             }
         }
+        let data = payload.bytes();
         // Counted once for the message, so the sender does not share a cache line with the
         // delivering router per packet; unsent packets are taken back below.
         let total = count as u64;
@@ -527,7 +607,7 @@ impl FabricSender {
         dst: u32,
         msg: Msg,
         addr: NocAddr,
-        data: &[u8],
+        payload: &mut Payload<'_>,
         packets: u64,
     ) -> Option<Direct> {
         let inner = &*self.inner;
@@ -539,17 +619,21 @@ impl FabricSender {
                 }
                 // Sequence numbers stay those of the packet path (they name lost packets).
                 let seq0 = inner.next_seqs(self.chip, dst, packets);
-                ch.count_direct(packets, data.len() as u64);
-                let inline;
-                let (bytes, sem) = match msg {
-                    Msg::Data { sem } => (data, sem),
-                    Msg::Inline(v) => {
-                        inline = v.to_le_bytes();
-                        (&inline[..], None)
-                    }
-                    Msg::Atomic(s, by) => (data, Some((s, by))),
+                ch.count_direct(packets, payload.len() as u64);
+                let sem = match msg {
+                    Msg::Data { sem } => sem,
+                    Msg::Inline(_) => None,
+                    Msg::Atomic(s, by) => Some((s, by)),
                 };
-                Some(match inner.deliver_message(dst, addr, bytes, sem) {
+                let write = |mem: &dyn ChipMemory| match (msg, &mut *payload) {
+                    (Msg::Inline(v), _) => mem.write(addr, &v.to_le_bytes()),
+                    (_, Payload::Bytes([])) => Ok(()),
+                    (_, Payload::Bytes(b)) => mem.write(addr, b),
+                    (_, Payload::Computed(c)) if c.len == 0 => Ok(()),
+                    (_, Payload::Computed(c)) => mem.write_with(addr, c.len, &mut *c.fill),
+                };
+                let delivered = inner.deliver_message(dst, write, sem);
+                Some(match delivered {
                     true => Direct::Done,
                     false => Direct::Rejected { seq0 },
                 })

@@ -1,0 +1,140 @@
+//! `write_with_and_inc`: bytes computed where they land arrive, count and fail exactly as the
+//! same bytes sent with `write_and_inc`, on every path (delivered on the sending thread, as
+//! packets, over two hops, on faulty links, into memory that rejects them).
+
+mod common;
+
+use common::{open, pattern};
+use std::time::Duration;
+use ttmesh_fabric::*;
+
+/// What a receiver and the links saw of one message.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    landed: Vec<u8>,
+    writes: Vec<(NocAddr, usize)>,
+    send: Result<(), String>,
+    wait: Result<(), String>,
+    flush: Result<(), String>,
+    /// Per link: packets, payload bytes, dropped, corrupted.
+    links: Vec<(u64, u64, u64, u64)>,
+}
+
+/// Sends `data` from chip 0 to `dst` at `at` on a fresh 3-chip line (with `fault` on link
+/// 0), computed where it lands or given, and reports what was seen.
+fn send(dst: u32, at: NocAddr, data: &[u8], fault: Option<Fault>, computed: bool) -> Seen {
+    let mut spec = FabricSpec::line(3, 1, false, FabricConfig::Fabric1D);
+    spec.timeout = Duration::from_secs(20);
+    let (f, mems) = open(spec);
+    if let Some(fault) = fault {
+        f.inject(0, fault).unwrap();
+    }
+    let tx = f.sender(0).unwrap();
+    let mut staging = Vec::new();
+    let mut calls = 0;
+    let mut fill = |o: usize, out: &mut [u8]| {
+        calls += 1;
+        out.copy_from_slice(&data[o..o + out.len()]);
+    };
+    let send = match computed {
+        true => tx.write_with_and_inc(dst, at, data.len(), (7, 1), &mut fill, &mut staging),
+        false => tx.write_and_inc(dst, at, data, 7, 1),
+    }
+    .map_err(|e| e.to_string());
+    let wait = f
+        .wait_semaphore(dst, 7, 1, Duration::from_secs(20))
+        .map_err(|e| e.to_string());
+    let flush = tx.flush().map_err(|e| e.to_string());
+    assert!(!computed || calls >= 1, "the payload was computed");
+    Seen {
+        landed: mems[dst as usize].read(at, data.len()),
+        writes: mems[dst as usize]
+            .writes()
+            .into_iter()
+            .map(|(a, b)| (a, b.len()))
+            .collect(),
+        send,
+        wait,
+        flush,
+        links: f
+            .link_stats()
+            .iter()
+            .map(|s| (s.packets, s.payload_bytes, s.dropped, s.corrupted))
+            .collect(),
+    }
+}
+
+#[test]
+fn computed_writes_land_count_and_fail_like_given_ones() {
+    let ok = NocAddr::dram(3, 4096);
+    let past_the_bank = NocAddr::dram(0, 1 << 41);
+    let cases = [
+        // One hop within a channel: delivered on the sending thread.
+        (1, ok, 100, None),
+        (1, ok, 6000, None),
+        // More than a channel's packets, and two hops: packets.
+        (1, ok, 40_000, None),
+        (2, ok, 6000, None),
+        // Faulty links take the packets, whose losses fail the wait.
+        (1, ok, 9000, Some(Fault::Drop { every_nth: 2 })),
+        (1, ok, 9000, Some(Fault::Corrupt { every_nth: 2 })),
+        (1, ok, 9000, Some(Fault::Slow { factor: 3.0 })),
+        // Memory that rejects the write: each packet's loss names its address.
+        (1, past_the_bank, 100, None),
+        (1, past_the_bank, 6000, None),
+        (2, past_the_bank, 6000, None),
+    ];
+    for (dst, at, len, fault) in cases {
+        let data = pattern(dst as u64 + 3, len);
+        let given = send(dst, at, &data, fault, false);
+        let computed = send(dst, at, &data, fault, true);
+        let case = format!("to chip {dst} at {at}, {len} B, fault {fault:?}");
+        assert!(computed.landed == given.landed, "{case}: the bytes differ");
+        assert_eq!(
+            (&computed.writes, &computed.send, &computed.wait),
+            (&given.writes, &given.send, &given.wait),
+            "{case}"
+        );
+        assert_eq!(
+            (&computed.flush, &computed.links),
+            (&given.flush, &given.links),
+            "{case}"
+        );
+        match (fault, at == ok) {
+            (None | Some(Fault::Slow { .. }), true) => {
+                assert!(computed.landed == data, "{case}: not what was sent");
+                assert_eq!(computed.wait, Ok(()), "{case}");
+            }
+            (_, false) => assert!(computed.wait.is_err(), "{case}: {:?}", computed.wait),
+            _ => assert!(
+                computed.send.is_err() || computed.flush.is_err(),
+                "{case}: the fault went unseen"
+            ),
+        }
+    }
+}
+
+#[test]
+fn a_computed_write_to_its_own_chip_and_to_no_chip() {
+    let (f, mems) = open(FabricSpec::line(2, 1, false, FabricConfig::Fabric1D));
+    let tx = f.sender(1).unwrap();
+    let data = pattern(5, 3000);
+    let mut staging = Vec::new();
+    let mut fill = |o: usize, out: &mut [u8]| out.copy_from_slice(&data[o..o + out.len()]);
+    let at = NocAddr::l1(1, 64);
+    tx.write_with_and_inc(1, at, data.len(), (2, 1), &mut fill, &mut staging)
+        .unwrap();
+    f.wait_semaphore(1, 2, 1, Duration::from_secs(5)).unwrap();
+    assert_eq!(mems[1].read(at, data.len()), data);
+    let e = tx
+        .write_with_and_inc(9, at, data.len(), (2, 1), &mut fill, &mut staging)
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        f.sender(1)
+            .unwrap()
+            .write_and_inc(9, at, &data, 2, 1)
+            .unwrap_err()
+            .to_string()
+    );
+}
