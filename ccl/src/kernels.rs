@@ -19,6 +19,7 @@ use crate::{CclLine, Topology};
 mod chip_io;
 mod elements;
 mod helper;
+mod into;
 mod lists;
 mod pages;
 mod pair;
@@ -105,6 +106,9 @@ pub(crate) struct CollectiveKernel {
     /// A fused reduction's step list, built at the first launch: it depends only on the
     /// kernel (line, position, sizes), and building it was ~5% of a small line-2 collective.
     fused_steps: std::sync::OnceLock<Vec<Step>>,
+    /// Every chip's input sits at one address, so a bf16 reduction's last hop may be added
+    /// at delivery (`into`), reading the receiver's input from the sender's thread.
+    adds_at_delivery: bool,
 }
 
 impl CollectiveKernel {
@@ -120,6 +124,7 @@ impl CollectiveKernel {
         output: TensorSpec,
         scratch: TensorSpec,
         fabric: Arc<Fabric>,
+        inputs_share_address: bool,
     ) -> Self {
         let meet_key = ttmesh_chip::program::program_key(&(
             kind, &line, &order, topology, num_links, &input, &output, &scratch,
@@ -132,7 +137,12 @@ impl CollectiveKernel {
             }
             CollectiveKind::AllGather { dim } => pages::gathers_direct(&input, dim),
         };
+        let adds_at_delivery = inputs_share_address
+            && input.dtype == DataType::BFloat16
+            && output.dtype == DataType::BFloat16
+            && input.page_size() == output.page_size();
         CollectiveKernel {
+            adds_at_delivery,
             meet_key,
             defers,
             kind,

@@ -298,6 +298,11 @@ fn launch(
     // Everything but the position is the line's (every input has one spec, checked above):
     // hashed once, not once per chip (on 32 chips that was 32 hashes of the chip list, the
     // chunk order and two specs per collective).
+    // A reduction's last hop may read the receiver's input from the sender's thread only
+    // where every input sits at one address (a mesh tensor's do).
+    let address = |t: &Tensor| t.buffer_address().ok();
+    let first = plan.inputs.first().and_then(address);
+    let inputs_share_address = first.is_some() && plan.inputs.iter().all(|t| address(t) == first);
     let line_key = program_key(&(
         plan.op,
         plan.kind,
@@ -307,6 +312,7 @@ fn launch(
         num_links,
         plan.inputs.first().map(Tensor::spec),
         &plan.output_spec,
+        inputs_share_address,
     ));
     for (pos, ((input, out), scr)) in plan.inputs.iter().zip(&outputs).zip(&scratch).enumerate() {
         let key = program_key(&(line_key, pos));
@@ -342,6 +348,7 @@ fn launch(
                     plan.output_spec.clone(),
                     plan.scratch.clone(),
                     fabric.clone(),
+                    inputs_share_address,
                 )))
             },
         )?;

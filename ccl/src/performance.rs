@@ -308,3 +308,20 @@
 //! galaxy 36 KiB in perf): medians of 5, 1010 -> 970 us. Its semaphore tables hash ids with
 //! FxHash instead of SipHash (every increment and every wait's check hashes): medians of 5,
 //! galaxy 36 KiB 962 -> 850 us, t3k 36 KiB 171.7 -> 159.1 us.
+//!
+//! Against same-host OpenMPI at large sizes (`allreduce_timing`, 2 and 8 ranks, in the same
+//! hour): MPI's in-place all_reduce moves fewer bytes than TT-NN semantics allow, since it
+//! reads and writes one buffer; an out-of-place MPI_Allreduce (a new output, as TT-NN's
+//! all_reduce makes) took 2 ranks 16 MiB 4.0-4.6 ms against 3.0-3.6 in place, 8 ranks 16 MiB
+//! 33-38 ms against 27. The bf16 chunk's last hop into its owner is now added at delivery
+//! (`kernels/into.rs`): the sender adds its sums to the owner's input and writes the owner's
+//! output through the fabric's computed write, instead of writing the owner's slot for the
+//! owner to read back, add and write out. A timing-only build that skipped the slot's write
+//! and read (wrong sums) bounded the gain first: line-2 16 MiB 6.6-8.0 -> 3.5-4.9 ms, 1 MiB
+//! 327-336 -> 213-231 us. As built, alternated with the previous binary (`ccl_one`, medians
+//! of 5): line-2 16 MiB 6720 -> 4904 us, 4 MiB 1428 -> 1258 us; line-4 16 MiB even (its middle
+//! positions join two sides in f32 and keep their slots); 3 runs each: t3k 1 MiB 1.47-1.85 ->
+//! 1.39-1.42 ms, line-2 1 MiB, t3k 36 KiB to 16 MiB, galaxy 36 KiB and line-2 4 KiB within
+//! the noise. The owner's input is read per page on the sender's thread without cache hints:
+//! hints four spans ahead in chunk order named pages the next read did not want (13% of CPU
+//! until they were dropped there).

@@ -81,9 +81,21 @@ impl FusedIo {
 /// `PREFETCH_AHEAD` spans ahead when `io.prefetch_input`.
 pub(crate) fn input_spans(
     io: &FusedIo,
+    at: (Local, u32),
+    start: (usize, usize),
+    len: usize,
+    f: impl FnMut(u32, u64, usize) -> Result<(), StepError>,
+) -> Result<(), StepError> {
+    spans_hinted(io, at, start, len, io.prefetch_input, f)
+}
+
+/// `input_spans`, hinting ahead only if `hint`.
+fn spans_hinted(
+    io: &FusedIo,
     (mem, me): (Local, u32),
     (chunk, start): (usize, usize),
     len: usize,
+    hint: bool,
     mut f: impl FnMut(u32, u64, usize) -> Result<(), StepError>,
 ) -> Result<(), StepError> {
     let (pages, page_bytes) = &io.input_pages;
@@ -103,7 +115,7 @@ pub(crate) fn input_spans(
     // twice rather than kept: an allocation per call woke malloc's arena lock).
     let mut ahead = start;
     let hint_next = |ahead: &mut usize| {
-        if io.prefetch_input && *ahead < end {
+        if hint && *ahead < end {
             let (bank, addr, n) = span(*ahead);
             mem.prefetch(me, space, bank, addr, n);
             *ahead += n;
@@ -150,9 +162,21 @@ pub(crate) fn copy_input(
     start: (usize, usize),
     out: &mut [u8],
 ) -> Result<(), StepError> {
+    copy_input_hinted(io, (mem, me), start, out, io.prefetch_input)
+}
+
+/// `copy_input`, hinting the cache ahead only if `hint` (a page at a time, the hints would
+/// name pages the caller does not read next).
+pub(crate) fn copy_input_hinted(
+    io: &FusedIo,
+    (mem, me): (Local, u32),
+    start: (usize, usize),
+    out: &mut [u8],
+    hint: bool,
+) -> Result<(), StepError> {
     let space = io.input_pages.0.map.space;
     let mut off = 0;
-    input_spans(io, (mem, me), start, out.len(), |bank, addr, n| {
+    spans_hinted(io, (mem, me), start, out.len(), hint, |bank, addr, n| {
         mem.read(me, space, bank, addr, &mut out[off..off + n])?;
         off += n;
         Ok(())

@@ -185,6 +185,86 @@ pub(crate) fn encode_when_summed(steps: Vec<Step>, own: usize, bf16_out: bool) -
     out
 }
 
+/// Adds each bf16 chunk's last hop at delivery (`Step::ReduceInto`, see `into`): where
+/// position `pos` sends a piece's sums to a neighbour whose list only adds them to its input
+/// and writes the output (`ReduceOut` from that slot), this position does that add and write
+/// itself; where it is that neighbour, it only waits for them (`AwaitOutput`). `list(p)` is
+/// position `p`'s list after `encode_when_summed`, `neighbour(p, side)` the position beside
+/// it. Each position computes its own list the same way, so the pairs agree.
+pub(crate) fn reduce_at_delivery(
+    pos: usize,
+    list: impl Fn(usize) -> Vec<Step>,
+    neighbour: impl Fn(usize, Side) -> Option<usize>,
+) -> Vec<Step> {
+    let beside = [Side::Left, Side::Right].map(|side| (side, neighbour(pos, side).map(&list)));
+    let list_of = |side: Side| {
+        beside
+            .iter()
+            .find(|b| b.0 == side)
+            .and_then(|b| b.1.as_ref())
+    };
+    let back = |side| match side {
+        Side::Left => Side::Right,
+        Side::Right => Side::Left,
+    };
+    list(pos)
+        .into_iter()
+        .map(|step| match step {
+            Step::Reduce {
+                from,
+                chunk,
+                piece,
+                to: Some((to, slot)),
+            } => {
+                let last = Step::ReduceOut {
+                    from: Some(slot),
+                    chunk,
+                    piece,
+                };
+                match list_of(to).is_some_and(|l| l.contains(&last)) {
+                    true => Step::ReduceInto {
+                        from,
+                        chunk,
+                        piece,
+                        to,
+                        slot,
+                    },
+                    false => step,
+                }
+            }
+            Step::ReduceOut {
+                from: Some(slot),
+                chunk,
+                piece,
+            } => {
+                let fed = |side: Side| {
+                    list_of(side).is_some_and(|l| {
+                        l.iter().any(|s| {
+                            matches!(*s, Step::Reduce { chunk: c, piece: q, to: Some((t, sl)), .. }
+                                if c == chunk && q == piece && t == back(side) && sl == slot)
+                        })
+                    })
+                };
+                match fed(Side::Left) || fed(Side::Right) {
+                    true => Step::AwaitOutput { slot },
+                    false => step,
+                }
+            }
+            _ => step,
+        })
+        .collect()
+}
+
+/// The position beside `pos` on a line of `n` (a ring wraps round).
+pub(crate) fn neighbour_pos(topology: Topology, n: usize, pos: usize, side: Side) -> Option<usize> {
+    match (topology, side) {
+        (Topology::Ring, Side::Left) => Some((pos + n - 1) % n),
+        (Topology::Ring, Side::Right) => Some((pos + 1) % n),
+        (Topology::Linear, Side::Left) => pos.checked_sub(1),
+        (Topology::Linear, Side::Right) => (pos + 1 < n).then_some(pos + 1),
+    }
+}
+
 /// The gather steps of line position `pos` (slots `base..base + n`): block `pos` is this
 /// position's; afterwards every block `j` holds position `j`'s. A block received is passed
 /// on piece by piece as its pieces land. `direct`: blocks move between the chips' outputs
@@ -330,7 +410,8 @@ mod tests {
             | Step::Encode { piece, .. }
             | Step::SendBlock { piece, .. }
             | Step::TakeBlock { piece, .. }
-            | Step::PassOutput { piece, .. } => piece,
+            | Step::PassOutput { piece, .. }
+            | Step::ReduceInto { piece, .. } => piece,
             Step::AwaitOutput { .. } => return None,
         })
     }
@@ -460,6 +541,79 @@ mod tests {
                 for topology in [Topology::Linear, Topology::Ring] {
                     simulate_pieces(&pieces, |pos, p| fused_reduce_steps(topology, n, pos, 0, p));
                     simulate_pieces(&pieces, |pos, p| gather_steps(topology, n, pos, 0, p, true));
+                }
+            }
+        }
+    }
+    /// Each bf16 chunk's last hop moves to its sender (`reduce_at_delivery`): every owner's
+    /// `ReduceOut` from a slot becomes a wait answered by its neighbour's `ReduceInto` of the
+    /// same piece, nothing else changes, and every line still ends with its steps in order.
+    #[test]
+    fn last_hops_added_at_delivery_pair_up() {
+        for topology in [Topology::Linear, Topology::Ring] {
+            for n in 2..=8 {
+                for shift in 0..3 {
+                    let pieces: Vec<usize> = (0..n).map(|c| 1 + (c + shift) % 3).collect();
+                    let plain = |pos: usize| {
+                        let mut s = fused_reduce_steps(topology, n, pos, 0, &pieces);
+                        s.extend(gather_steps(topology, n, pos, 2 * n, &pieces, true));
+                        encode_when_summed(s, pos, true)
+                    };
+                    let beside = |p, side| neighbour_pos(topology, n, p, side);
+                    let moved = |pos: usize| reduce_at_delivery(pos, plain, beside);
+                    simulate_pieces(&pieces, |pos, _| moved(pos));
+                    let (mut into, mut awaited) = (Vec::new(), Vec::new());
+                    for pos in 0..n {
+                        let (before, after) = (plain(pos), moved(pos));
+                        assert_eq!(before.len(), after.len());
+                        for (&b, &a) in before.iter().zip(&after) {
+                            match (b, a) {
+                                (
+                                    Step::ReduceOut {
+                                        from: Some(slot), ..
+                                    },
+                                    Step::AwaitOutput { slot: s },
+                                ) => {
+                                    assert_eq!(slot, s);
+                                    awaited.push((pos, slot, b));
+                                }
+                                (
+                                    Step::Reduce {
+                                        from,
+                                        chunk,
+                                        piece,
+                                        to: Some((to, slot)),
+                                    },
+                                    Step::ReduceInto {
+                                        from: f,
+                                        chunk: c,
+                                        piece: q,
+                                        to: t,
+                                        slot: s,
+                                    },
+                                ) => {
+                                    assert_eq!((from, chunk, piece, to, slot), (f, c, q, t, s));
+                                    let owner = beside(pos, to).unwrap();
+                                    let last = Step::ReduceOut {
+                                        from: Some(slot),
+                                        chunk,
+                                        piece,
+                                    };
+                                    into.push((owner, slot, last));
+                                }
+                                _ => assert_eq!(b, a, "{topology:?} n {n} pos {pos}"),
+                            }
+                        }
+                        let end = topology == Topology::Ring || pos == 0 || pos + 1 == n;
+                        let left = after
+                            .iter()
+                            .any(|s| matches!(s, Step::ReduceOut { from: Some(_), .. }));
+                        assert!(!(end && left), "{topology:?} n {n} pos {pos}: {after:?}");
+                    }
+                    into.sort_by_key(|&(p, s, st)| (p, s, format!("{st:?}")));
+                    awaited.sort_by_key(|&(p, s, st)| (p, s, format!("{st:?}")));
+                    assert_eq!(into, awaited, "{topology:?} n {n}");
+                    assert!(!into.is_empty(), "{topology:?} n {n}");
                 }
             }
         }

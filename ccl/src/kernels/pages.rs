@@ -380,12 +380,20 @@ fn fused_io(
 fn run_fused(
     run: &Run,
     w: &mut Work,
-    build: impl FnOnce() -> Vec<Step>,
+    build: impl Fn(usize) -> Vec<Step>,
 ) -> Result<Launched, ChipError> {
     let k = run.k;
     let steps = k.fused_steps.get_or_init(|| {
         let bf16_out = k.input.dtype == DataType::BFloat16 && k.output.dtype == DataType::BFloat16;
-        lists::encode_when_summed(build(), k.pos, bf16_out)
+        let list = |pos| lists::encode_when_summed(build(pos), pos, bf16_out);
+        match k.adds_at_delivery {
+            true => {
+                let n = k.line.chips.len();
+                let beside = |pos, side| lists::neighbour_pos(k.topology, n, pos, side);
+                lists::reduce_at_delivery(k.pos, list, beside)
+            }
+            false => list(k.pos),
+        }
     });
     run.run_steps(w, steps.clone(), k.topology != Topology::Ring, true)
 }
@@ -415,8 +423,8 @@ pub(crate) fn reduce_scatter(
     let chunk_pages = vec![k.input.num_pages() as usize / n; n];
     with_work(|w| {
         let pieces = fuse(run, addresses, w, &chunk_pages, at)?;
-        run_fused(run, w, || {
-            lists::fused_reduce_steps(k.topology, n, k.pos, 0, &pieces)
+        run_fused(run, w, |pos| {
+            lists::fused_reduce_steps(k.topology, n, pos, 0, &pieces)
         })
     })
 }
@@ -459,12 +467,12 @@ pub(crate) fn all_reduce(run: &Run, addresses: &[u32]) -> Result<Launched, ChipE
     let counts: Vec<usize> = ranges.iter().map(|(a, e)| e - a).collect();
     with_work(|w| {
         let pieces = fuse(run, addresses, w, &counts, at)?;
-        run_fused(run, w, || {
-            let mut steps = lists::fused_reduce_steps(k.topology, n, k.pos, 0, &pieces);
+        run_fused(run, w, |pos| {
+            let mut steps = lists::fused_reduce_steps(k.topology, n, pos, 0, &pieces);
             steps.extend(lists::gather_steps(
                 k.topology,
                 n,
-                k.pos,
+                pos,
                 2 * n,
                 &pieces,
                 true,

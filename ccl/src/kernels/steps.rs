@@ -29,7 +29,7 @@ pub(crate) enum Side {
 /// Slots are scratch rows, guarded by semaphore `SEM_SLOT_BASE + slot`; chunk `j` (sums, f32
 /// while held; partial sums in the input's format on the wire) and block `j` (bytes) belong to
 /// line position `j`; a piece sits at the same place in its chunk, block and slot.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Step {
     /// Waits for a piece in the slot and adds its partial sums into chunk `chunk`'s f32.
     AddPartial {
@@ -93,8 +93,21 @@ pub(crate) enum Step {
         piece: usize,
     },
     /// Waits until the neighbour has written the next piece of a block into this chip's
-    /// output (its `PassOutput` raising slot `slot`'s semaphore).
+    /// output (its `PassOutput` or `ReduceInto` raising slot `slot`'s semaphore).
     AwaitOutput { slot: usize },
+    /// The last hop of chunk `chunk`'s reduction, added at delivery (bf16 partials and
+    /// output): this chip's sums as `Reduce` makes them (its input plus slot `from`), added
+    /// to the neighbour's input and rounded once, written into the neighbour's output pages,
+    /// raising its semaphore for `slot`. The neighbour's `ReduceOut` would have made the
+    /// same bits from the same two operands after a write into its slot and a read back;
+    /// it only waits (`AwaitOutput`). See `into`.
+    ReduceInto {
+        from: Option<usize>,
+        chunk: usize,
+        piece: usize,
+        to: Side,
+        slot: usize,
+    },
 }
 
 impl Step {
@@ -105,7 +118,9 @@ impl Step {
             | Step::AddPartialOut { slot, .. }
             | Step::TakeBlock { slot, .. }
             | Step::AwaitOutput { slot, .. } => Some(slot),
-            Step::Reduce { from, .. } | Step::ReduceOut { from, .. } => from,
+            Step::Reduce { from, .. }
+            | Step::ReduceOut { from, .. }
+            | Step::ReduceInto { from, .. } => from,
             _ => None,
         }
     }
@@ -119,11 +134,12 @@ impl Step {
         }
     }
 
-    /// The neighbour and slot whose memory this step writes (`sends`, less a gather's pass,
-    /// which writes the neighbour's output and only raises the slot's semaphore).
+    /// The neighbour and slot whose memory this step writes (`sends`, less a gather's pass
+    /// and a sum added at delivery, which write the neighbour's output and only raise the
+    /// slot's semaphore).
     pub(crate) fn writes_slot(&self) -> Option<(Side, usize)> {
         match self {
-            Step::PassOutput { .. } => None,
+            Step::PassOutput { .. } | Step::ReduceInto { .. } => None,
             _ => self.sends(),
         }
     }
@@ -131,9 +147,9 @@ impl Step {
     /// The neighbour and slot this step writes into, if it sends.
     pub(crate) fn sends(&self) -> Option<(Side, usize)> {
         match *self {
-            Step::SendBlock { to, slot, .. } | Step::PassOutput { to, slot, .. } => {
-                Some((to, slot))
-            }
+            Step::SendBlock { to, slot, .. }
+            | Step::PassOutput { to, slot, .. }
+            | Step::ReduceInto { to, slot, .. } => Some((to, slot)),
             Step::Reduce { to, .. } => to,
             _ => None,
         }
@@ -172,6 +188,10 @@ pub(crate) struct Work {
     /// Bytes on their way from this chip's memory to a neighbour's (`PassOutput`), and where.
     pub staged: Vec<u8>,
     pub runs: Vec<BankRun>,
+    /// A run of the neighbour's input pages and of this chip's sums beside them, in L1, for a
+    /// sum added at delivery (`ReduceInto`).
+    pub into_input: Vec<u16>,
+    pub into_sums: Vec<u16>,
     pub out_dtype: Option<DataType>,
     /// Piece sizes: elements of a chunk, bytes of a block (`usize::MAX`: one piece).
     pub chunk_piece: usize,
@@ -357,7 +377,7 @@ impl Endpoint {
     /// slot. The slot is copied out a block at a time into `block` (L1-sized) and the input
     /// read in place, so `sums` is written once: copying the input into `sums` first and
     /// adding the slot there wrote and read a piece (up to 1 MiB) once more.
-    fn input_plus_slot(
+    pub(crate) fn input_plus_slot(
         &self,
         io: &FusedIo,
         mem: Local,
@@ -658,6 +678,20 @@ impl Endpoint {
             }
             // The piece is already in the output: the wait was all.
             Step::AwaitOutput { .. } => Ok(()),
+            Step::ReduceInto {
+                from,
+                chunk,
+                piece,
+                to,
+                slot,
+            } => {
+                let (a, e) = f32_piece(w, chunk, piece);
+                let (ba, be) = piece_range(w.block_lens[chunk], w.block_piece, piece);
+                let io = w.fused.as_ref().expect(FUSED);
+                let sums = sized(&mut w.partials16, e - a);
+                self.input_plus_slot(io, mem, from, (chunk, a), sums, &mut w.slot_block)?;
+                self.sums_into(fabric, (self.neighbour(to), slot), (chunk, a, ba, be), w)
+            }
             Step::Encode { chunk, piece } => {
                 let dtype = w
                     .out_dtype

@@ -1,0 +1,107 @@
+//! A reduction's last hop added at delivery (`Step::ReduceInto`). A bf16 chunk's owner used
+//! to receive the last partial sums into its slot, read them back, add its input and write
+//! its output: the sums crossed host memory three times (slot write, slot read, output
+//! write) besides the input read. Here the sender adds them to the owner's input as they
+//! land and writes the owner's output, as the owner's core would at the end of that hop:
+//! one write. The wire carries the same bytes (the link counts the same packets); a message
+//! the fabric cannot deliver on this thread (a fault, a busy receiver) travels as packets
+//! whose payload is the finished sums, so a dropped one still fails the owner's wait.
+//!
+//! The owner's input is read on this thread (through the fabric, like any chip memory a
+//! runner reads), so every chip's input must sit at one address: the kernel enables this
+//! only then (`CollectiveKernel::adds_at_delivery`).
+
+use ttmesh_fabric::Fabric;
+
+use super::chip_io::{copy_input_hinted, noc, BankRun, FusedIo, Local, StepError};
+use super::elements::fill_le_bf16;
+use super::steps::{sized, Endpoint, Work};
+
+/// Bytes per message at most: a message the fabric can deliver on the sending thread fits
+/// one channel (8 packets of 4,352 bytes by default, 34 KiB); 16 pages of a bf16 tile are
+/// 32 KiB.
+const MESSAGE_BYTES: usize = 32 * 1024;
+
+impl Endpoint {
+    /// Writes `sums` (this chip's bf16 sums of block `chunk`'s bytes `ba..be`, staged in
+    /// `w.partials16`) plus chip `dest`'s input at the same place, rounded once, into
+    /// `dest`'s output pages, one message per run of pages in one bank; the last raises
+    /// `dest`'s semaphore for `slot`.
+    pub(crate) fn sums_into(
+        &self,
+        fabric: &Fabric,
+        (dest, slot): (u32, usize),
+        (chunk, a, ba, be): (usize, usize, usize, usize),
+        w: &mut Work,
+    ) -> Result<(), StepError> {
+        let Work {
+            fused,
+            partials16: sums,
+            staged,
+            runs,
+            into_input,
+            into_sums,
+            ..
+        } = w;
+        let io = fused
+            .as_ref()
+            .expect("a ReduceInto step's collective sets its fused io");
+        let (pages, page_bytes, _) = &io.output_pages;
+        let (page_bytes, space) = (*page_bytes, pages.map.space);
+        piece_pages(io, chunk, (ba, be), runs);
+        let sender = &self.senders[slot % self.senders.len()];
+        let sem = super::SEM_SLOT_BASE + slot as u32;
+        let per_message = (MESSAGE_BYTES / page_bytes).max(1);
+        let mut i = 0;
+        while i < runs.len() {
+            let (bank, addr, _) = runs[i];
+            let mut j = i + 1;
+            while j < runs.len()
+                && j - i < per_message
+                && runs[j].0 == bank
+                && runs[j].1 == addr + ((j - i) * page_bytes) as u64
+            {
+                j += 1;
+            }
+            let len = (j - i) * page_bytes;
+            let (x, y) = (sized(into_input, len / 2), sized(into_sums, len / 2));
+            for (k, &(_, _, off)) in runs[i..j].iter().enumerate() {
+                let at = k * page_bytes / 2..(k + 1) * page_bytes / 2;
+                let input = (chunk, a * 2 + off - ba);
+                let x_page = bytemuck::cast_slice_mut(&mut x[at.clone()]);
+                copy_input_hinted(io, (Local::Fabric(fabric), dest), input, x_page, false)?;
+                let s = (off - ba) / 2;
+                y[at].copy_from_slice(&sums[s..s + page_bytes / 2]);
+            }
+            let by = u32::from(j == runs.len());
+            let (x, y) = (&*x, &*y);
+            let mut fill =
+                |o: usize, out: &mut [u8]| fill_le_bf16(out, &x[o / 2..], Some(&y[o / 2..]));
+            sender
+                .write_with_and_inc(
+                    dest,
+                    noc(dest, space, bank, addr)?,
+                    len,
+                    (sem, by),
+                    &mut fill,
+                    staged,
+                )
+                .map_err(StepError::Fabric)?;
+            i = j;
+        }
+        Ok(())
+    }
+}
+
+/// The output pages of block `block`'s bytes `ba..be` (whole pages) as (bank, address,
+/// byte within the block), in bank and address order: an interleaved tensor's pages of one
+/// bank lie back to back, so runs of them move as one message.
+fn piece_pages(io: &FusedIo, block: usize, (ba, be): (usize, usize), out: &mut Vec<BankRun>) {
+    let (pages, page_bytes, first) = &io.output_pages;
+    out.clear();
+    out.extend((ba..be).step_by(*page_bytes).map(|o| {
+        let (bank, addr) = pages.location(((first[block] + o) / page_bytes) as u64);
+        (bank, addr, o)
+    }));
+    out.sort_unstable();
+}
