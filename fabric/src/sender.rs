@@ -131,12 +131,24 @@ impl FabricSender {
         data: &[u8],
         link: usize,
     ) -> Result<()> {
-        self.send_to(dest_chip, Msg::Data { sem: None }, addr, data, link)
+        self.send_to(
+            dest_chip,
+            Msg::Data { sem: None },
+            addr,
+            Payload::Bytes(data),
+            link,
+        )
     }
 
     /// Writes a 32-bit value carried in the header (no payload).
     pub fn inline_write(&self, dest_chip: u32, addr: NocAddr, value: u32) -> Result<()> {
-        self.send_to(dest_chip, Msg::Inline(value), addr, &[], self.link)
+        self.send_to(
+            dest_chip,
+            Msg::Inline(value),
+            addr,
+            Payload::Bytes(&[]),
+            self.link,
+        )
     }
 
     /// Adds `by` to semaphore `sem_id` on `dest_chip`.
@@ -145,7 +157,7 @@ impl FabricSender {
             dest_chip,
             Msg::Atomic(sem_id, by),
             NocAddr::dram(0, 0),
-            &[],
+            Payload::Bytes(&[]),
             self.link,
         )
     }
@@ -166,7 +178,7 @@ impl FabricSender {
                 sem: Some((sem_id, by)),
             },
             addr,
-            data,
+            Payload::Bytes(data),
             self.link,
         )
     }
@@ -192,14 +204,8 @@ impl FabricSender {
         let msg = Msg::Data {
             sem: Some((sem_id, by)),
         };
-        let mut payload = Payload::Computed(Computed { len, fill, staging });
-        if dest_chip >= self.inner.spec.num_chips || dest_chip == self.chip {
-            let data = payload.bytes();
-            return self.send_to(dest_chip, msg, addr, data, self.link);
-        }
-        self.check_live()?;
-        let path = self.path_to(dest_chip)?;
-        self.send_path(&path, msg, addr, payload, self.link)
+        let payload = Payload::Computed(Computed { len, fill, staging });
+        self.send_to(dest_chip, msg, addr, payload, self.link)
     }
 
     /// Writes `data` at `addr` on every chip `start_hops..start_hops + range` hops away along
@@ -314,7 +320,14 @@ impl FabricSender {
         Ok(())
     }
 
-    fn send_to(&self, dest: u32, msg: Msg, addr: NocAddr, data: &[u8], link: usize) -> Result<()> {
+    fn send_to(
+        &self,
+        dest: u32,
+        msg: Msg,
+        addr: NocAddr,
+        mut payload: Payload<'_>,
+        link: usize,
+    ) -> Result<()> {
         let n = self.inner.spec.num_chips;
         if dest >= n {
             return Err(FabricError::NoSuchChip {
@@ -323,11 +336,11 @@ impl FabricSender {
             });
         }
         if dest == self.chip {
-            return self.local(msg, addr, data);
+            return self.local(msg, addr, payload.bytes());
         }
         self.check_live()?;
         let path = self.path_to(dest)?;
-        self.send_path(&path, msg, addr, Payload::Bytes(data), link)
+        self.send_path(&path, msg, addr, payload, link)
     }
 
     /// The unicast path from this chip to `dest`.
