@@ -44,7 +44,9 @@
 //! before it, so order holds; a write the chip rejects is replayed packet by packet, so its
 //! losses are recorded exactly as the router records them. Faulted links always take the
 //! packet path. This is a small collective's every step: per step the slots, credits and
-//! router pass had cost about as much as the data's copy.
+//! router pass had cost about as much as the data's copy. A message longer than a channel
+//! (`FabricSender::direct_message_bytes`) always travels as packets, so callers that stage
+//! or compute what they send a part at a time send parts no longer than that.
 //!
 //! **Computed payloads.** `write_with_and_inc` sends bytes that a function computes where
 //! they land, as the receiving core would write them at the end of a hop (a reduction's

@@ -118,6 +118,14 @@ impl FabricSender {
         self.payload
     }
 
+    /// The longest message this handle can deliver on the sending thread: a channel's worth
+    /// of packets (see `send_direct`), when it goes one hop over a link without a fault to a
+    /// router with nothing queued. Longer messages always travel as packets, which costs the
+    /// slots, credits and router passes a direct delivery skips.
+    pub fn direct_message_bytes(&self) -> usize {
+        self.payload.saturating_mul(self.inner.spec.channel_slots)
+    }
+
     /// Deliveries sent by this handle and not yet completed.
     pub fn outstanding(&self) -> u64 {
         self.tracker.outstanding()

@@ -15,18 +15,13 @@ use ttmesh_fabric::Fabric;
 
 use super::chip_io::{copy_input_hinted, noc, BankRun, FusedIo, Local, StepError};
 use super::elements::fill_le_bf16;
-use super::steps::{sized, Endpoint, Work};
-
-/// Bytes per message at most: a message the fabric can deliver on the sending thread fits
-/// one channel (8 packets of 4,352 bytes by default, 34 KiB); 16 pages of a bf16 tile are
-/// 32 KiB.
-const MESSAGE_BYTES: usize = 32 * 1024;
+use super::steps::{message_bytes, sized, Endpoint, Work};
 
 impl Endpoint {
     /// Writes `sums` (this chip's bf16 sums of block `chunk`'s bytes `ba..be`, staged in
     /// `w.partials16`) plus chip `dest`'s input at the same place, rounded once, into
-    /// `dest`'s output pages, one message per run of pages in one bank; the last raises
-    /// `dest`'s semaphore for `slot`.
+    /// `dest`'s output pages, one message per run of pages in one bank (at most
+    /// `message_bytes`); the last raises `dest`'s semaphore for `slot`.
     pub(crate) fn sums_into(
         &self,
         fabric: &Fabric,
@@ -49,9 +44,9 @@ impl Endpoint {
         let (pages, page_bytes, _) = &io.output_pages;
         let (page_bytes, space) = (*page_bytes, pages.map.space);
         piece_pages(io, chunk, (ba, be), runs);
-        let sender = &self.senders[slot % self.senders.len()];
+        let sender = self.slot_sender(slot);
         let sem = super::SEM_SLOT_BASE + slot as u32;
-        let per_message = (MESSAGE_BYTES / page_bytes).max(1);
+        let per_message = (message_bytes(sender) / page_bytes).max(1);
         let mut i = 0;
         while i < runs.len() {
             let (bank, addr, _) = runs[i];
