@@ -183,6 +183,32 @@ pub(crate) fn copy_input_hinted(
     })
 }
 
+/// `copy_input` of the same bytes from two chips whose inputs sit at one address, in one
+/// walk over the spans, unhinted: `(mem, chip, out)` each.
+pub(crate) fn copy_input_of_two(
+    io: &FusedIo,
+    (mem_x, x, out_x): (Local, u32, &mut [u8]),
+    (mem_y, y, out_y): (Local, u32, &mut [u8]),
+    start: (usize, usize),
+) -> Result<(), StepError> {
+    debug_assert_eq!(out_x.len(), out_y.len());
+    let space = io.input_pages.0.map.space;
+    let mut off = 0;
+    spans_hinted(
+        io,
+        (mem_x, x),
+        start,
+        out_x.len(),
+        false,
+        |bank, addr, n| {
+            mem_x.read(x, space, bank, addr, &mut out_x[off..off + n])?;
+            mem_y.read(y, space, bank, addr, &mut out_y[off..off + n])?;
+            off += n;
+            Ok(())
+        },
+    )
+}
+
 /// Where block `block`'s output byte `a` lies, and how many bytes (at most `most`) follow
 /// it on the same page: (bank, address, bytes).
 fn output_span(io: &FusedIo, block: usize, a: usize, most: usize) -> BankRun {

@@ -13,18 +13,21 @@
 
 use ttmesh_fabric::Fabric;
 
-use super::chip_io::{copy_input_hinted, noc, BankRun, FusedIo, Local, StepError};
+use super::chip_io::{
+    copy_input_hinted, copy_input_of_two, noc, BankRun, FusedIo, Local, StepError,
+};
 use super::elements::fill_le_bf16;
 use super::steps::{message_bytes, sized, Endpoint, Work};
 
 impl Endpoint {
-    /// Writes `sums` (this chip's bf16 sums of block `chunk`'s bytes `ba..be`, staged in
-    /// `w.partials16`) plus chip `dest`'s input at the same place, rounded once, into
-    /// `dest`'s output pages, one message per run of pages in one bank (at most
-    /// `message_bytes`); the last raises `dest`'s semaphore for `slot`.
+    /// Writes this chip's bf16 sums of block `chunk`'s bytes `ba..be` plus chip `dest`'s
+    /// input at the same place, rounded once, into `dest`'s output pages, one message per
+    /// run of pages in one bank (at most `message_bytes`); the last raises `dest`'s semaphore
+    /// for `slot`. The sums are staged in `w.partials16`, or, at a line's end where they are
+    /// this chip's input as it is, read from `own_input` page by page beside `dest`'s.
     pub(crate) fn sums_into(
         &self,
-        fabric: &Fabric,
+        (fabric, own_input): (&Fabric, Option<Local>),
         (dest, slot): (u32, usize),
         (chunk, a, ba, be): (usize, usize, usize, usize),
         w: &mut Work,
@@ -64,9 +67,19 @@ impl Endpoint {
                 let at = k * page_bytes / 2..(k + 1) * page_bytes / 2;
                 let input = (chunk, a * 2 + off - ba);
                 let x_page = bytemuck::cast_slice_mut(&mut x[at.clone()]);
-                copy_input_hinted(io, (Local::Fabric(fabric), dest), input, x_page, false)?;
-                let s = (off - ba) / 2;
-                y[at].copy_from_slice(&sums[s..s + page_bytes / 2]);
+                let dest_input = Local::Fabric(fabric);
+                match own_input {
+                    Some(mem) => {
+                        let y_page = bytemuck::cast_slice_mut(&mut y[at]);
+                        let (x, y) = ((dest_input, dest, x_page), (mem, self.me, y_page));
+                        copy_input_of_two(io, x, y, input)?;
+                    }
+                    None => {
+                        copy_input_hinted(io, (dest_input, dest), input, x_page, false)?;
+                        let s = (off - ba) / 2;
+                        y[at].copy_from_slice(&sums[s..s + page_bytes / 2]);
+                    }
+                }
             }
             let by = u32::from(j == runs.len());
             let (x, y) = (&*x, &*y);

@@ -733,9 +733,18 @@ impl Endpoint {
                 let (a, e) = f32_piece(w, chunk, piece);
                 let (ba, be) = piece_range(w.block_lens[chunk], w.block_piece, piece);
                 let io = w.fused.as_ref().expect(FUSED);
-                let sums = sized(&mut w.partials16, e - a);
-                self.input_plus_slot(io, mem, from, (chunk, a), sums, &mut w.slot_block)?;
-                self.sums_into(fabric, (self.neighbour(to), slot), (chunk, a, ba, be), w)
+                // At a line's end the sums are the input as it is: read beside the
+                // neighbour's, page by page, not staged whole first.
+                let own_input = match from {
+                    Some(_) => {
+                        let sums = sized(&mut w.partials16, e - a);
+                        self.input_plus_slot(io, mem, from, (chunk, a), sums, &mut w.slot_block)?;
+                        None
+                    }
+                    None => Some(mem),
+                };
+                let dest = (self.neighbour(to), slot);
+                self.sums_into((fabric, own_input), dest, (chunk, a, ba, be), w)
             }
             Step::Encode { chunk, piece } => {
                 let dtype = w
