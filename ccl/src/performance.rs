@@ -345,3 +345,11 @@
 //! now each page of both inputs is read in one walk over the spans (`copy_input_of_two`,
 //! the inputs sit at one address). Alternated, medians of 7: line-2 1 MiB 349 -> 318 us;
 //! line-2 256 KiB (76.4 / 76.4 us) and line-4 4 MiB even.
+//!
+//! Tried and dropped: the output-to-output gather for an all_gather with data above its dim
+//! (the benchmark's `[1, 1, rows, 1024]` gathered on the last dim: a block is 4 tiles of
+//! every tile row on 8 chips). Its pages of one bank are never back to back, so every page
+//! (2 KiB) was a message of its own. 3 runs each, slot path / direct: t3k 16 MiB 34.0 /
+//! 31.4 ms, 1 MiB 1474 / 1202 us, 36 KiB 326 / 298 us; line-4 1 MiB 799 / 724 us; but line-2
+//! 16 MiB 5.27 / 6.11 ms, where the slot path moves each block as one 8 MiB message. A
+//! message that carries several runs (a scatter write) would serve both.
