@@ -338,7 +338,11 @@
 //! (above). A/B, medians of 5 in one build: t3k 16 MiB 44.5 -> 40.1 ms, 1 MiB 1.61 -> 1.44
 //! ms; line-2 16 MiB 5.99 -> 4.81 ms; line-4 1 MiB 785 -> 751 us; line-2 1 MiB 353 -> 345
 //! us; medians of 3: galaxy 1 MiB 10.6 -> 10.0 ms, reduce_scatter t3k 16 MiB 35.2 -> 32.1
-//! ms, t3k 36 KiB and 256 KiB and all_gather t3k 1 MiB even.
+//! ms, t3k 36 KiB and 256 KiB and all_gather t3k 1 MiB even. The slot path's blocks
+//! (`SendBlock`: an all_gather with data above its dim) and f32 partial sums now go the same
+//! way; all_gather of the benchmark's `[1, 1, rows, 1024]`, medians of 5: t3k 16 MiB 39.2 ->
+//! 36.3 ms, 1 MiB 1504 -> 1400 us; line-2 16 MiB 6.21 -> 5.88 ms, 1 MiB 360 -> 344 us;
+//! line-4 1 MiB 717 -> 670 us.
 //!
 //! At a line's end a `ReduceInto` has no slot: its sums are its input as it is. They were
 //! copied whole into the piece buffer and then page by page beside the neighbour's input;
@@ -353,3 +357,8 @@
 //! 31.4 ms, 1 MiB 1474 / 1202 us, 36 KiB 326 / 298 us; line-4 1 MiB 799 / 724 us; but line-2
 //! 16 MiB 5.27 / 6.11 ms, where the slot path moves each block as one 8 MiB message. A
 //! message that carries several runs (a scatter write) would serve both.
+//! Also dropped: writing each received block into the output as it is taken (in 32 KiB
+//! parts, from L1) instead of assembling the output after the steps, which let those
+//! launches defer. Medians of 5 against the change above: t3k 1 MiB 1400 -> 1192 us, but t3k
+//! 16 MiB 36.3 -> 42.6 ms, line-2 1 MiB 344 -> 483 us, line-4 1 MiB 670 -> 777 us (the line
+//! then ran on the meeting's threads instead of each chip's own).

@@ -525,6 +525,31 @@ fn all_reduce_in_many_pieces() {
     }
 }
 
+/// An all_gather on the last dim with rows above it (as a prefill's activations are
+/// gathered) sends each block through the slots, in messages of at most a channel's worth
+/// (`steps::message_bytes`): here 128 KiB blocks of 8 tile rows, so each crosses a link as
+/// four messages, only the last raising the semaphore. Every chip gets every block in place.
+#[test]
+fn all_gather_with_rows_above_in_many_messages() {
+    for (topo, fabric) in [
+        ("t3k", FabricConfig::Fabric1DRing),
+        ("t3k", FabricConfig::Fabric1D),
+        ("n300", FabricConfig::Fabric1D),
+    ] {
+        let mesh = open(topo, fabric);
+        for dtype in [DataType::BFloat16, DataType::Float32] {
+            let width = if dtype == DataType::BFloat16 {
+                256
+            } else {
+                128
+            };
+            let c = Case::new(Op::AllGather, &[1, 1, 256, width], 3, dtype, None);
+            check(&mesh, &c, 13);
+        }
+        mesh.close().unwrap();
+    }
+}
+
 /// Decode's all_reduce (32x576: 18 tiles) splits unevenly over 8 chips and leaves 14 of 32
 /// chips without a tile of their own; every chip still gets the exact sum, the same bits twice.
 #[test]

@@ -328,6 +328,28 @@ impl Endpoint {
         self.send_part(to, slot, offset, data, true)
     }
 
+    /// `send` in messages of at most `message_bytes`, so each can land with one copy on
+    /// the sending thread; only the last raises the semaphore.
+    fn send_in_parts(
+        &self,
+        to: u32,
+        slot: usize,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), FabricError> {
+        let per_message = message_bytes(self.slot_sender(slot));
+        let mut parts = data.chunks(per_message).peekable();
+        if parts.peek().is_none() {
+            return self.send(to, slot, offset, data);
+        }
+        let mut at = offset;
+        while let Some(part) = parts.next() {
+            self.send_part(to, slot, at, part, parts.peek().is_none())?;
+            at += part.len();
+        }
+        Ok(())
+    }
+
     /// `send`, raising the semaphore only if `last`: every part names it, so a lost part
     /// still fails the wait, and the last raises it once all have landed (a handle's
     /// messages to one chip arrive in order).
@@ -658,7 +680,7 @@ impl Endpoint {
                 }
                 match to {
                     Some((side, slot)) => self
-                        .send(
+                        .send_in_parts(
                             self.neighbour(side),
                             slot,
                             a * 4,
@@ -675,7 +697,7 @@ impl Endpoint {
                 piece,
             } => {
                 let (a, e) = piece_range(w.block_lens[block], w.block_piece, piece);
-                self.send(self.neighbour(to), slot, a, &w.blocks[block][a..e])
+                self.send_in_parts(self.neighbour(to), slot, a, &w.blocks[block][a..e])
                     .map_err(StepError::Fabric)
             }
             Step::TakeBlock { slot, block, piece } => {
