@@ -185,6 +185,60 @@ pub(crate) fn encode_when_summed(steps: Vec<Step>, own: usize, bf16_out: bool) -
     out
 }
 
+/// At a line's middle position with bf16 partials and output, the own chunk's first add
+/// (`Reduce` of the input and the left's sums into the f32 chunk) and its last
+/// (`AddPartialOut` of the right's) become one step when the second piece arrives: `Hold`
+/// waits for the left's piece where the `Reduce` was, and `JoinOut` adds both where the
+/// `AddPartialOut` was, in the same order, so the f32 sums never go to memory. Other lists
+/// are returned as they are.
+pub(crate) fn join_middle_sums(steps: Vec<Step>, own: usize) -> Vec<Step> {
+    // left[q]: the slot the own chunk's piece q takes from the left, when it has both sides.
+    let mut left: Vec<Option<usize>> = Vec::new();
+    for s in &steps {
+        if let Step::Reduce {
+            from: Some(slot),
+            chunk,
+            piece,
+            to: None,
+        } = *s
+        {
+            if chunk == own {
+                left.resize(left.len().max(piece + 1), None);
+                left[piece] = Some(slot);
+            }
+        }
+    }
+    let joined = |q: usize| {
+        steps.iter().any(
+            |s| matches!(*s, Step::AddPartialOut { chunk, piece, .. } if chunk == own && piece == q),
+        )
+    };
+    let joined: Vec<bool> = (0..left.len()).map(joined).collect();
+    steps
+        .iter()
+        .map(|&s| match s {
+            Step::Reduce {
+                from: Some(slot),
+                chunk,
+                piece,
+                to: None,
+            } if chunk == own && joined[piece] => Step::Hold { slot },
+            Step::AddPartialOut { slot, chunk, piece } if chunk == own => {
+                match left.get(piece).copied().flatten() {
+                    Some(l) => Step::JoinOut {
+                        left: l,
+                        right: slot,
+                        chunk,
+                        piece,
+                    },
+                    None => s,
+                }
+            }
+            _ => s,
+        })
+        .collect()
+}
+
 /// Adds each bf16 chunk's last hop at delivery (`Step::ReduceInto`, see `into`): where
 /// position `pos` sends a piece's sums to a neighbour whose list only adds them to its input
 /// and writes the output (`ReduceOut` from that slot), this position does that add and write
@@ -411,8 +465,9 @@ mod tests {
             | Step::SendBlock { piece, .. }
             | Step::TakeBlock { piece, .. }
             | Step::PassOutput { piece, .. }
+            | Step::JoinOut { piece, .. }
             | Step::ReduceInto { piece, .. } => piece,
-            Step::AwaitOutput { .. } => return None,
+            Step::AwaitOutput { .. } | Step::Hold { .. } => return None,
         })
     }
 
@@ -545,6 +600,71 @@ mod tests {
             }
         }
     }
+    /// A line's middle positions join their own chunk's two sides in one step
+    /// (`join_middle_sums`): each `AddPartialOut` becomes a `JoinOut` of the same piece that
+    /// reads the slot its `Reduce` (now a `Hold`, where it was) took from the left; nothing
+    /// else changes, rings and line ends not at all, and every line still ends in order.
+    #[test]
+    fn middle_sums_join_when_both_sides_arrive() {
+        for topology in [Topology::Linear, Topology::Ring] {
+            for n in 1..=8 {
+                for shift in 0..3 {
+                    let pieces: Vec<usize> = (0..n).map(|c| (c + shift) % 3).collect();
+                    let plain = |pos: usize| {
+                        let mut s = fused_reduce_steps(topology, n, pos, 0, &pieces);
+                        s.extend(gather_steps(topology, n, pos, 2 * n, &pieces, true));
+                        encode_when_summed(s, pos, true)
+                    };
+                    let joined = |pos: usize| join_middle_sums(plain(pos), pos);
+                    simulate_pieces(&pieces, |pos, _| joined(pos));
+                    for (pos, &count) in pieces.iter().enumerate() {
+                        let (before, after) = (plain(pos), joined(pos));
+                        let middle = topology == Topology::Linear && pos > 0 && pos + 1 < n;
+                        if !middle || count == 0 {
+                            assert_eq!(before, after, "{topology:?} n {n} pos {pos}");
+                            continue;
+                        }
+                        assert_eq!(before.len(), after.len());
+                        let mut holds = Vec::new();
+                        let mut joins = Vec::new();
+                        for (&b, &a) in before.iter().zip(&after) {
+                            match (b, a) {
+                                (
+                                    Step::Reduce {
+                                        from: Some(l),
+                                        chunk,
+                                        piece,
+                                        to: None,
+                                    },
+                                    Step::Hold { slot },
+                                ) => {
+                                    assert_eq!((chunk, l), (pos, slot));
+                                    holds.push((piece, l));
+                                }
+                                (
+                                    Step::AddPartialOut { slot, chunk, piece },
+                                    Step::JoinOut {
+                                        left,
+                                        right,
+                                        chunk: c,
+                                        piece: q,
+                                    },
+                                ) => {
+                                    assert_eq!((slot, chunk, piece), (right, c, q));
+                                    joins.push((piece, left));
+                                }
+                                _ => assert_eq!(b, a, "n {n} pos {pos}: only the joins change"),
+                            }
+                        }
+                        let all: Vec<(usize, usize)> = (0..count).map(|q| (q, pos)).collect();
+                        assert_eq!(holds, all, "n {n} pos {pos}: one hold per piece");
+                        assert_eq!(joins, all, "n {n} pos {pos}: one join per piece");
+                    }
+                }
+            }
+        }
+    }
+
     /// Each bf16 chunk's last hop moves to its sender (`reduce_at_delivery`): every owner's
     /// `ReduceOut` from a slot becomes a wait answered by its neighbour's `ReduceInto` of the
     /// same piece, nothing else changes, and every line still ends with its steps in order.

@@ -386,14 +386,15 @@ fn run_fused(
     let steps = k.fused_steps.get_or_init(|| {
         let bf16_out = k.input.dtype == DataType::BFloat16 && k.output.dtype == DataType::BFloat16;
         let list = |pos| lists::encode_when_summed(build(pos), pos, bf16_out);
-        match k.adds_at_delivery {
+        let steps = match k.adds_at_delivery {
             true => {
                 let n = k.line.chips.len();
                 let beside = |pos, side| lists::neighbour_pos(k.topology, n, pos, side);
                 lists::reduce_at_delivery(k.pos, list, beside)
             }
             false => list(k.pos),
-        }
+        };
+        lists::join_middle_sums(steps, k.pos)
     });
     run.run_steps(w, steps.clone(), k.topology != Topology::Ring, true)
 }

@@ -65,6 +65,20 @@ pub(crate) enum Step {
         chunk: usize,
         piece: usize,
     },
+    /// The own chunk's sum at a line's middle position when partial sums and output are
+    /// bf16: this chip's input plus the partial sums in slot `left`, plus those in slot
+    /// `right`, added in that order in f32, rounded once and written straight into the
+    /// output, a block at a time in L1 (bit for bit the `Reduce` into the f32 chunk and the
+    /// `AddPartialOut` it replaces, without the f32 sums going to memory and back). Waits for
+    /// `right`; a `Hold` earlier in the list waited for `left`.
+    JoinOut {
+        left: usize,
+        right: usize,
+        chunk: usize,
+        piece: usize,
+    },
+    /// Waits for a piece in slot `slot` that a later step of this chip reads (`JoinOut`).
+    Hold { slot: usize },
     /// Encodes a piece of chunk `chunk`'s sums in the output format as block `chunk`'s and
     /// writes it to the output, once the piece's sum is complete: it is still in the host's
     /// cache.
@@ -117,6 +131,8 @@ impl Step {
             Step::AddPartial { slot, .. }
             | Step::AddPartialOut { slot, .. }
             | Step::TakeBlock { slot, .. }
+            | Step::Hold { slot }
+            | Step::JoinOut { right: slot, .. }
             | Step::AwaitOutput { slot, .. } => Some(slot),
             Step::Reduce { from, .. }
             | Step::ReduceOut { from, .. }
@@ -126,10 +142,12 @@ impl Step {
     }
 
     /// The slot whose memory this step reads (`receives`, less a gather's wait, whose piece
-    /// is already in the output).
+    /// is already in the output, and a `Hold`, whose piece its `JoinOut` reads: only lists
+    /// whose slot writes all go one way share slot memory, and a line's middle position
+    /// receives from both sides).
     pub(crate) fn reads_slot(&self) -> Option<usize> {
         match self {
-            Step::AwaitOutput { .. } => None,
+            Step::AwaitOutput { .. } | Step::Hold { .. } => None,
             _ => self.receives(),
         }
     }
@@ -743,8 +761,33 @@ impl Endpoint {
                 }
                 Ok(())
             }
-            // The piece is already in the output: the wait was all.
-            Step::AwaitOutput { .. } => Ok(()),
+            // The piece is already in the output (or read by a later `JoinOut`): the wait
+            // was all.
+            Step::AwaitOutput { .. } | Step::Hold { .. } => Ok(()),
+            Step::JoinOut {
+                left,
+                right,
+                chunk,
+                piece,
+            } => {
+                let (a, e) = f32_piece(w, chunk, piece);
+                let (ba, _) = piece_range(w.block_lens[chunk], w.block_piece, piece);
+                let Work {
+                    fused,
+                    recv,
+                    slot_block,
+                    ..
+                } = w;
+                let io = fused.as_ref().expect(FUSED);
+                for first in (a..e).step_by(SLOT_BLOCK) {
+                    let sums = sized(recv, SLOT_BLOCK.min(e - first));
+                    let at = (chunk, first);
+                    self.input_and_slot(io, mem, left, at, sums, slot_block, sum_le_bf16_to_f32)?;
+                    let out = (chunk, ba + (first - a) * 2);
+                    self.sums_plus_slot_to_output(io, mem, right, (first, sums), out, slot_block)?;
+                }
+                Ok(())
+            }
             Step::ReduceInto {
                 from,
                 chunk,
