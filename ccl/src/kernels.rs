@@ -23,6 +23,7 @@ mod into;
 mod lists;
 mod pages;
 mod pair;
+mod step;
 mod steps;
 mod together;
 
