@@ -192,48 +192,48 @@ pub(crate) fn encode_when_summed(steps: Vec<Step>, own: usize, bf16_out: bool) -
 /// `AddPartialOut` was, in the same order, so the f32 sums never go to memory. Other lists
 /// are returned as they are.
 pub(crate) fn join_middle_sums(steps: Vec<Step>, own: usize) -> Vec<Step> {
-    // left[q]: the slot the own chunk's piece q takes from the left, when it has both sides.
-    let mut left: Vec<Option<usize>> = Vec::new();
-    for s in &steps {
-        if let Step::Reduce {
-            from: Some(slot),
-            chunk,
-            piece,
-            to: None,
-        } = *s
-        {
-            if chunk == own {
-                left.resize(left.len().max(piece + 1), None);
-                left[piece] = Some(slot);
-            }
+    // Per piece of the own chunk: the slot its first add takes from the left, and whether a
+    // last add from the right follows (only a middle position has both).
+    let mut pieces: Vec<(Option<usize>, bool)> = Vec::new();
+    fn piece_at(pieces: &mut Vec<(Option<usize>, bool)>, q: usize) -> &mut (Option<usize>, bool) {
+        if pieces.len() <= q {
+            pieces.resize(q + 1, (None, false));
         }
+        &mut pieces[q]
     }
-    let joined = |q: usize| {
-        steps.iter().any(
-            |s| matches!(*s, Step::AddPartialOut { chunk, piece, .. } if chunk == own && piece == q),
-        )
-    };
-    let joined: Vec<bool> = (0..left.len()).map(joined).collect();
-    steps
-        .iter()
-        .map(|&s| match s {
+    for s in &steps {
+        match *s {
             Step::Reduce {
                 from: Some(slot),
                 chunk,
                 piece,
                 to: None,
-            } if chunk == own && joined[piece] => Step::Hold { slot },
-            Step::AddPartialOut { slot, chunk, piece } if chunk == own => {
-                match left.get(piece).copied().flatten() {
-                    Some(l) => Step::JoinOut {
-                        left: l,
-                        right: slot,
-                        chunk,
-                        piece,
-                    },
-                    None => s,
-                }
+            } if chunk == own => piece_at(&mut pieces, piece).0 = Some(slot),
+            Step::AddPartialOut { chunk, piece, .. } if chunk == own => {
+                piece_at(&mut pieces, piece).1 = true
             }
+            _ => {}
+        }
+    }
+    let both = |q: usize| pieces.get(q).and_then(|&(l, joined)| l.filter(|_| joined));
+    steps
+        .into_iter()
+        .map(|s| match s {
+            Step::Reduce {
+                from: Some(slot),
+                chunk,
+                piece,
+                to: None,
+            } if chunk == own && both(piece).is_some() => Step::Hold { slot },
+            Step::AddPartialOut { slot, chunk, piece } if chunk == own => match both(piece) {
+                Some(l) => Step::JoinOut {
+                    left: l,
+                    right: slot,
+                    chunk,
+                    piece,
+                },
+                None => s,
+            },
             _ => s,
         })
         .collect()

@@ -46,6 +46,7 @@ const SLOT_BLOCK: usize = 8192;
 /// line-4 1 MiB 785 / 751 us; line-2 1 MiB 353 / 345 us.
 pub(crate) fn message_bytes(sender: &FabricSender) -> usize {
     const MESSAGE_BYTES: usize = 32 * 1024;
+    // At least one bf16 element: callers cut messages into whole elements.
     MESSAGE_BYTES.min(sender.direct_message_bytes()).max(2)
 }
 
@@ -79,6 +80,17 @@ pub(crate) struct Work {
 }
 
 impl Work {
+    /// Elements `a..e` of chunk `chunk` that piece `piece` covers.
+    fn chunk_piece(&self, chunk: usize, piece: usize) -> (usize, usize) {
+        piece_range(self.chunk_lens[chunk], self.chunk_piece, piece)
+    }
+
+    /// Bytes `a..e` of block `block` that piece `piece` covers (the same piece of the chunk
+    /// of the same index, in the output's format).
+    fn block_piece(&self, block: usize, piece: usize) -> (usize, usize) {
+        piece_range(self.block_lens[block], self.block_piece, piece)
+    }
+
     /// Room for `n` chunks and blocks of the given lengths (elements / bytes). With `keep`,
     /// only that chunk holds its sums in the work (the fused all_reduce streams the others).
     pub(crate) fn shape(
@@ -463,17 +475,15 @@ impl Endpoint {
                 )
                 .map_err(StepError::Fabric)?;
         }
-        let f32_piece =
-            |w: &Work, chunk, piece| piece_range(w.chunk_lens[chunk], w.chunk_piece, piece);
         match s {
             Step::AddPartial { slot, chunk, piece } => {
-                let (a, e) = f32_piece(w, chunk, piece);
+                let (a, e) = w.chunk_piece(chunk, piece);
                 let bf16 = w.fused.as_ref().expect(FUSED).partials_bf16();
                 self.add_slot(mem, slot, a, bf16, &mut w.chunks[chunk][a..e])
             }
             Step::AddPartialOut { slot, chunk, piece } => {
-                let (a, e) = f32_piece(w, chunk, piece);
-                let (ba, _) = piece_range(w.block_lens[chunk], w.block_piece, piece);
+                let (a, e) = w.chunk_piece(chunk, piece);
+                let (ba, _) = w.block_piece(chunk, piece);
                 let Work {
                     chunks,
                     fused,
@@ -490,7 +500,7 @@ impl Endpoint {
                 piece,
                 to,
             } => {
-                let (a, e) = f32_piece(w, chunk, piece);
+                let (a, e) = w.chunk_piece(chunk, piece);
                 let Work {
                     chunks,
                     recv,
@@ -561,12 +571,12 @@ impl Endpoint {
                 block,
                 piece,
             } => {
-                let (a, e) = piece_range(w.block_lens[block], w.block_piece, piece);
+                let (a, e) = w.block_piece(block, piece);
                 self.send_in_parts(self.neighbour(to), slot, a, &w.blocks[block][a..e])
                     .map_err(StepError::Fabric)
             }
             Step::TakeBlock { slot, block, piece } => {
-                let (a, e) = piece_range(w.block_lens[block], w.block_piece, piece);
+                let (a, e) = w.block_piece(block, piece);
                 self.read_slot(mem, slot, a, &mut w.blocks[block][a..e])
             }
             Step::PassOutput {
@@ -575,7 +585,7 @@ impl Endpoint {
                 block,
                 piece,
             } => {
-                let (a, e) = piece_range(w.block_lens[block], w.block_piece, piece);
+                let (a, e) = w.block_piece(block, piece);
                 let Work {
                     fused,
                     staged,
@@ -617,8 +627,8 @@ impl Endpoint {
                 chunk,
                 piece,
             } => {
-                let (a, e) = f32_piece(w, chunk, piece);
-                let (ba, _) = piece_range(w.block_lens[chunk], w.block_piece, piece);
+                let (a, e) = w.chunk_piece(chunk, piece);
+                let (ba, _) = w.block_piece(chunk, piece);
                 let Work {
                     fused,
                     recv,
@@ -642,8 +652,8 @@ impl Endpoint {
                 to,
                 slot,
             } => {
-                let (a, e) = f32_piece(w, chunk, piece);
-                let (ba, be) = piece_range(w.block_lens[chunk], w.block_piece, piece);
+                let (a, e) = w.chunk_piece(chunk, piece);
+                let (ba, be) = w.block_piece(chunk, piece);
                 let io = w.fused.as_ref().expect(FUSED);
                 // At a line's end the sums are the input as it is: read beside the
                 // neighbour's, page by page, not staged whole first.
@@ -662,8 +672,8 @@ impl Endpoint {
                 let dtype = w
                     .out_dtype
                     .expect("an encoding collective sets its output format");
-                let (a, e) = f32_piece(w, chunk, piece);
-                let (ba, be) = piece_range(w.block_lens[chunk], w.block_piece, piece);
+                let (a, e) = w.chunk_piece(chunk, piece);
+                let (ba, be) = w.block_piece(chunk, piece);
                 let Work {
                     chunks,
                     blocks,
@@ -676,8 +686,8 @@ impl Endpoint {
                 write_output(io, mem, self.me, (chunk, ba), bytes)
             }
             Step::ReduceOut { from, chunk, piece } => {
-                let (a, e) = f32_piece(w, chunk, piece);
-                let (ba, _) = piece_range(w.block_lens[chunk], w.block_piece, piece);
+                let (a, e) = w.chunk_piece(chunk, piece);
+                let (ba, _) = w.block_piece(chunk, piece);
                 let Work {
                     fused,
                     partials16,
