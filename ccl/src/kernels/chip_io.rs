@@ -183,30 +183,49 @@ pub(crate) fn copy_input_hinted(
     })
 }
 
-/// `copy_input` of the same bytes from two chips whose inputs sit at one address, in one
-/// walk over the spans, unhinted: `(mem, chip, out)` each.
-pub(crate) fn copy_input_of_two(
+/// The input pages of an output run, copied from one or two chips (`into`'s sender reads
+/// the owner's input and, at a line's end, its own): `starts` gives each page's (chunk,
+/// byte), and page `k` lands at `k * page_len` in every reader's buffer. Spans that lie back
+/// to back in one bank are read as one, so a run of pages costs one bank lock per chip, not
+/// one per page (per page, the shared lock's atomics and their store drain were a third of
+/// a reduce_scatter's reads).
+pub(crate) fn copy_input_pages(
     io: &FusedIo,
-    (mem_x, x, out_x): (Local, u32, &mut [u8]),
-    (mem_y, y, out_y): (Local, u32, &mut [u8]),
-    start: (usize, usize),
+    starts: impl Iterator<Item = (usize, usize)>,
+    page_len: usize,
+    readers: &mut [(Local, u32, &mut [u8])],
 ) -> Result<(), StepError> {
-    debug_assert_eq!(out_x.len(), out_y.len());
+    let Some((mem, me)) = readers.first().map(|r| (r.0, r.1)) else {
+        return Ok(());
+    };
     let space = io.input_pages.0.map.space;
+    // (bank, address, offset in the buffers, bytes) not yet read.
+    let mut pending: Option<(u32, u64, usize, usize)> = None;
+    let flush = |run: (u32, u64, usize, usize), readers: &mut [(Local, u32, &mut [u8])]| {
+        let (bank, addr, off, n) = run;
+        readers.iter_mut().try_for_each(|(mem, chip, out)| {
+            mem.read(*chip, space, bank, addr, &mut out[off..off + n])
+        })
+    };
     let mut off = 0;
-    spans_hinted(
-        io,
-        (mem_x, x),
-        start,
-        out_x.len(),
-        false,
-        |bank, addr, n| {
-            mem_x.read(x, space, bank, addr, &mut out_x[off..off + n])?;
-            mem_y.read(y, space, bank, addr, &mut out_y[off..off + n])?;
+    for start in starts {
+        spans_hinted(io, (mem, me), start, page_len, false, |bank, addr, n| {
+            match &mut pending {
+                Some(p) if p.0 == bank && p.1 + p.3 as u64 == addr => p.3 += n,
+                _ => {
+                    if let Some(run) = pending.replace((bank, addr, off, n)) {
+                        flush(run, readers)?;
+                    }
+                }
+            }
             off += n;
             Ok(())
-        },
-    )
+        })?;
+    }
+    match pending {
+        Some(run) => flush(run, readers),
+        None => Ok(()),
+    }
 }
 
 /// Where block `block`'s output byte `a` lies, and how many bytes (at most `most`) follow

@@ -13,9 +13,7 @@
 
 use ttmesh_fabric::Fabric;
 
-use super::chip_io::{
-    copy_input_hinted, copy_input_of_two, noc, BankRun, FusedIo, Local, StepError,
-};
+use super::chip_io::{copy_input_pages, noc, BankRun, FusedIo, Local, StepError};
 use super::elements::fill_le_bf16;
 use super::steps::{message_bytes, sized, Endpoint, Work};
 
@@ -63,21 +61,25 @@ impl Endpoint {
             }
             let len = (j - i) * page_bytes;
             let (x, y) = (sized(into_input, len / 2), sized(into_sums, len / 2));
-            for (k, &(_, _, off)) in runs[i..j].iter().enumerate() {
-                let at = k * page_bytes / 2..(k + 1) * page_bytes / 2;
-                let input = (chunk, a * 2 + off - ba);
-                let x_page = bytemuck::cast_slice_mut(&mut x[at.clone()]);
-                let dest_input = Local::Fabric(fabric);
-                match own_input {
-                    Some(mem) => {
-                        let y_page = bytemuck::cast_slice_mut(&mut y[at]);
-                        let (x, y) = ((dest_input, dest, x_page), (mem, self.me, y_page));
-                        copy_input_of_two(io, x, y, input)?;
-                    }
-                    None => {
-                        copy_input_hinted(io, (dest_input, dest), input, x_page, false)?;
-                        let s = (off - ba) / 2;
-                        y[at].copy_from_slice(&sums[s..s + page_bytes / 2]);
+            // Page k of the run: its byte in the chunk's input, and its place in x and y.
+            let starts = runs[i..j]
+                .iter()
+                .map(|&(_, _, off)| (chunk, a * 2 + off - ba));
+            let dest_input = (
+                Local::Fabric(fabric),
+                dest,
+                bytemuck::cast_slice_mut(&mut x[..]),
+            );
+            match own_input {
+                Some(mem) => {
+                    let mine = (mem, self.me, bytemuck::cast_slice_mut(&mut y[..]));
+                    copy_input_pages(io, starts, page_bytes, &mut [dest_input, mine])?;
+                }
+                None => {
+                    copy_input_pages(io, starts, page_bytes, &mut [dest_input])?;
+                    for (k, &(_, _, off)) in runs[i..j].iter().enumerate() {
+                        let (at, s) = (k * page_bytes / 2, (off - ba) / 2);
+                        y[at..at + page_bytes / 2].copy_from_slice(&sums[s..s + page_bytes / 2]);
                     }
                 }
             }
