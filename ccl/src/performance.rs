@@ -346,8 +346,8 @@
 //!
 //! At a line's end a `ReduceInto` has no slot: its sums are its input as it is. They were
 //! copied whole into the piece buffer and then page by page beside the neighbour's input;
-//! now each page of both inputs is read in one walk over the spans (`copy_input_of_two`,
-//! the inputs sit at one address). Alternated, medians of 7: line-2 1 MiB 349 -> 318 us;
+//! now each page of both inputs is read in one walk over the spans (the inputs sit at one
+//! address; since then a whole bank run at once, below). Alternated, medians of 7: line-2 1 MiB 349 -> 318 us;
 //! line-2 256 KiB (76.4 / 76.4 us) and line-4 4 MiB even.
 //!
 //! Tried and dropped: the output-to-output gather for an all_gather with data above its dim
@@ -372,3 +372,20 @@
 //! MiB 20.6 -> 19.5 ms, 4 MiB 4.69 -> 4.11 ms, line-8 16 MiB 42.2 / 43.6 ms (the noise);
 //! medians of 5: line-4 1 MiB 749 -> 721 us, line-8 1 MiB, line-4 256 KiB and line-8 36 KiB
 //! even.
+//!
+//! Bank locks per page, and a gather's second pass. perf on reduce_scatter line-2 16 MiB: a
+//! third of the input reads at a delivered sum (`ReduceInto`) was the bank's shared lock,
+//! taken and dropped per 2 KiB page (its atomics, and the store drain they wait for). The
+//! pages of one output run lie back to back in one bank, and so do their inputs, so they are
+//! now read as one span per chip (`chip_io::copy_input_pages`). Alternated, medians of 5:
+//! all_reduce line-2 1 MiB 264 -> 206 us, 4 MiB 952 -> 771 us, 16 MiB 3.64 -> 2.89 ms,
+//! 256 KiB 71 -> 60 us; reduce_scatter line-2 16 MiB 2.86 -> 2.61 ms; t3k and line-4 even.
+//! Then the gather: `PassOutput` read each bank run of this chip's output into a staging
+//! buffer and the fabric copied that into the neighbour's output, two passes per wire byte.
+//! A timing-only build that skipped the first (wrong bytes) bounded the gain at line-2 1
+//! MiB 207 -> 167 us, t3k 1 MiB 1438 -> 1307 us, t3k 16 MiB 34.4 -> 32.1 ms. The fabric now
+//! copies the run from memory to memory (`FabricSender::copy_and_inc`; on the packet path
+//! it is read into staging as before). Alternated, medians of 7: line-2 1 MiB 207 -> 192
+//! us, line-4 1 MiB 712 -> 669 us, t3k 36 KiB 127 -> 116 us, t3k 16 MiB 44.5 -> 41.0 ms (a
+//! loaded hour), all_gather t3k 256 KiB 460 -> 344 us; t3k 1 MiB even (1377 / 1376 us; 1514
+//! -> 1330 in an earlier run of 5).

@@ -24,6 +24,24 @@ struct Bank {
     chunks: FxHashMap<u64, Chunk>,
 }
 
+impl Bank {
+    /// Copies the bytes at `addr` out; unwritten memory reads as zero.
+    fn read_into(&self, addr: u64, out: &mut [u8]) {
+        let mut off = 0usize;
+        while off < out.len() {
+            let a = addr + off as u64;
+            let chunk = a / CHUNK_SIZE;
+            let in_chunk = (a % CHUNK_SIZE) as usize;
+            let n = (CHUNK_SIZE as usize - in_chunk).min(out.len() - off);
+            match self.chunks.get(&chunk) {
+                Some(c) => c.read(in_chunk, &mut out[off..off + n]),
+                None => out[off..off + n].fill(0),
+            }
+            off += n;
+        }
+    }
+}
+
 /// Chunks held per space (DRAM, L1, host) and per bank, kept beside the banks' locks:
 /// freeing a range of a space or bank that holds nothing (buffers never written) takes no
 /// lock.
@@ -134,6 +152,11 @@ impl Chunk {
     /// Copies `src` in at `at`, zeroing any gap between the valid bytes and `at` first.
     fn write(&mut self, at: usize, src: &[u8]) {
         self.fill(at, src.len()).copy_from_slice(src);
+    }
+
+    /// Lets `f` overwrite the `len` bytes at `at` (see `fill`).
+    fn write_with(&mut self, at: usize, len: usize, f: impl FnOnce(&mut [u8])) {
+        f(self.fill(at, len));
     }
 
     /// The `len` bytes at `at` for a writer that overwrites all of them, zeroing any gap
@@ -262,13 +285,7 @@ impl DeviceMemory {
             let in_chunk = (a % CHUNK_SIZE) as usize;
             let n = (CHUNK_SIZE as usize - in_chunk).min(data.len() - off);
             // Locked per chunk (see `read_in_place`).
-            lock.write()
-                .chunks
-                .entry(chunk)
-                .or_insert_with(|| {
-                    self.resident.add(space, bank, chunk, 1);
-                    self.new_chunk()
-                })
+            self.chunk_to_fill(&mut lock.write(), space, bank, chunk)
                 .write(in_chunk, &data[off..off + n]);
             off += n;
         }
@@ -297,11 +314,11 @@ impl DeviceMemory {
             let in_chunk = (a % CHUNK_SIZE) as usize;
             let n = (CHUNK_SIZE as usize - in_chunk).min(len - off);
             let mut b = lock.write();
-            let c = b.chunks.entry(chunk).or_insert_with(|| {
-                self.resident.add(space, bank, chunk, 1);
-                self.new_chunk()
-            });
-            f(off, c.fill(in_chunk, n));
+            f(
+                off,
+                self.chunk_to_fill(&mut b, space, bank, chunk)
+                    .fill(in_chunk, n),
+            );
             off += n;
         }
         Ok(())
@@ -329,20 +346,72 @@ impl DeviceMemory {
 
     pub fn read(&self, space: MemSpace, bank: u32, addr: u64, out: &mut [u8]) -> Result<()> {
         let lock = self.bank(space, bank, addr, out.len() as u64)?;
-        let b = lock.read();
+        lock.read().read_into(addr, out);
+        Ok(())
+    }
+
+    /// Copies `len` bytes of `src`'s memory at `from` into this memory at `to`, in one pass:
+    /// a neighbour's write whose bytes come straight from chip memory (a gather passing its
+    /// output on), with no buffer between the two. Each destination chunk is written under
+    /// its write lock while the source bank's read lock is only *tried*: a thread holding one
+    /// bank lock never waits for a second, so no order of two chips' copies can deadlock.
+    /// When the source is busy, that chunk goes through a buffer.
+    pub fn copy_from(
+        &self,
+        (space, bank, to): (MemSpace, u32, u64),
+        src: &DeviceMemory,
+        (src_space, src_bank, from): (MemSpace, u32, u64),
+        len: usize,
+    ) -> Result<()> {
+        let lock = self.bank(space, bank, to, len as u64)?;
+        let src_lock = src.bank(src_space, src_bank, from, len as u64)?;
+        if std::ptr::eq(lock, src_lock) {
+            // One bank, maybe overlapping: read it all first, as a buffered copy would.
+            let mut staged = vec![0u8; len];
+            src_lock.read().read_into(from, &mut staged);
+            return self.write(space, bank, to, &staged);
+        }
+        self.touch(space, to + len as u64);
+        let mut staged = Vec::new();
         let mut off = 0usize;
-        while off < out.len() {
-            let a = addr + off as u64;
+        while off < len {
+            let a = to + off as u64;
             let chunk = a / CHUNK_SIZE;
             let in_chunk = (a % CHUNK_SIZE) as usize;
-            let n = (CHUNK_SIZE as usize - in_chunk).min(out.len() - off);
-            match b.chunks.get(&chunk) {
-                Some(c) => c.read(in_chunk, &mut out[off..off + n]),
-                None => out[off..off + n].fill(0),
+            let n = (CHUNK_SIZE as usize - in_chunk).min(len - off);
+            let from = from + off as u64;
+            let mut b = lock.write();
+            match src_lock.try_read() {
+                Some(s) => {
+                    self.chunk_to_fill(&mut b, space, bank, chunk)
+                        .write_with(in_chunk, n, |out| s.read_into(from, out))
+                }
+                None => {
+                    drop(b);
+                    staged.resize(n, 0);
+                    src_lock.read().read_into(from, &mut staged[..n]);
+                    let mut b = lock.write();
+                    self.chunk_to_fill(&mut b, space, bank, chunk)
+                        .write(in_chunk, &staged[..n]);
+                }
             }
             off += n;
         }
         Ok(())
+    }
+
+    /// Chunk `chunk` of a bank about to be written, taken from the pool if it is new.
+    fn chunk_to_fill<'b>(
+        &self,
+        b: &'b mut Bank,
+        space: MemSpace,
+        bank: u32,
+        chunk: u64,
+    ) -> &'b mut Chunk {
+        b.chunks.entry(chunk).or_insert_with(|| {
+            self.resident.add(space, bank, chunk, 1);
+            self.new_chunk()
+        })
     }
 
     /// Asks the host's cache to start loading the `len` bytes at `addr` of one bank (a hint:
@@ -714,5 +783,73 @@ mod tests {
         assert!(m.read(MemSpace::L1, 64, 0, &mut back).is_err());
         assert!(m.read_in_place(MemSpace::L1, 64, 0, 4, |_, _| ()).is_err());
         assert!(m.write(MemSpace::L1, 0, 1_499_130, &[0u8; 16]).is_err());
+    }
+
+    #[test]
+    fn copies_between_memories_read_as_the_source_did() {
+        let (src, dst) = (
+            DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20),
+            DeviceMemory::new(1, 2, 1 << 24, 1, 1 << 20, 1 << 20),
+        );
+        let data: Vec<u8> = (0..40_000u32).map(|i| (i * 7 + 1) as u8).collect();
+        src.write(MemSpace::Dram, 0, 1000, &data).unwrap();
+        dst.write(MemSpace::Dram, 0, 0, &[9u8; 70_000]).unwrap();
+        // Across chunks at other offsets, with unwritten source bytes at both ends (zeros).
+        let (from, to, len) = (500, CHUNK_SIZE + 300, 41_000);
+        let d = (MemSpace::Dram, 0, to);
+        dst.copy_from(d, &src, (MemSpace::Dram, 0, from), len)
+            .unwrap();
+        let want = {
+            let mut v = vec![0u8; len];
+            src.read(MemSpace::Dram, 0, from, &mut v).unwrap();
+            v
+        };
+        assert_eq!(read_both(&dst, to, len), want);
+        // Bytes around the copy are untouched.
+        assert_eq!(read_both(&dst, to - 300, 300), vec![9u8; 300]);
+        // Within one memory and one bank, overlapping: as if read first, then written.
+        let before = read_both(&src, 1000, 20_000);
+        src.copy_from(
+            (MemSpace::Dram, 0, 1100),
+            &src,
+            (MemSpace::Dram, 0, 1000),
+            20_000,
+        )
+        .unwrap();
+        assert_eq!(read_both(&src, 1100, 20_000), before);
+        // Out of range on either side is an error naming the bank.
+        let far = (MemSpace::Dram, 0, (1 << 24) - 10);
+        let e = dst.copy_from(far, &src, (MemSpace::Dram, 0, 0), 100);
+        assert!(e.unwrap_err().to_string().contains("beyond the bank"));
+        let e = dst.copy_from((MemSpace::Dram, 0, 0), &src, (MemSpace::Dram, 5, 0), 100);
+        assert!(e.unwrap_err().to_string().contains("no Dram bank 5"));
+    }
+
+    #[test]
+    fn copies_both_ways_at_once_never_deadlock() {
+        let a = std::sync::Arc::new(DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20));
+        let b = std::sync::Arc::new(DeviceMemory::new(1, 1, 1 << 24, 1, 1 << 20, 1 << 20));
+        a.write(MemSpace::Dram, 0, 0, &[1u8; 1 << 16]).unwrap();
+        b.write(MemSpace::Dram, 0, 0, &[2u8; 1 << 16]).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (x, y) in [(a.clone(), b.clone()), (b.clone(), a.clone())] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for i in 0..2000u64 {
+                    let at = (i % 8) * 4096;
+                    let d = (MemSpace::Dram, 0, (1 << 16) + at);
+                    x.copy_from(d, &y, (MemSpace::Dram, 0, at), 24 * 1024)
+                        .unwrap();
+                }
+                tx.send(()).unwrap();
+            });
+        }
+        for _ in 0..2 {
+            rx.recv_timeout(std::time::Duration::from_secs(60))
+                .expect("two chips copying to each other at once finish");
+        }
+        let mut out = vec![0u8; 4096];
+        a.read(MemSpace::Dram, 0, 1 << 16, &mut out).unwrap();
+        assert_eq!(out, vec![2u8; 4096]);
     }
 }

@@ -304,6 +304,28 @@ pub trait ChipMemory: Send + Sync {
         Ok(())
     }
 
+    /// Writes `len` bytes at `dest` copied from `src`'s memory at `from` (a message whose
+    /// payload is chip memory: a gather passing its output on). By default through a buffer:
+    /// `src.read`, then `write`; a memory that can copy between two chips in one pass
+    /// overrides it (it must never wait for a second lock while holding one: two chips copy
+    /// to each other at once).
+    fn copy_from(
+        &self,
+        dest: NocAddr,
+        src: &dyn ChipMemory,
+        from: NocAddr,
+        len: usize,
+    ) -> Result<(), crate::MemoryError> {
+        let mut buf = vec![0u8; len];
+        src.read(from, &mut buf)?;
+        self.write(dest, &buf)
+    }
+
+    /// This memory as `Any`, for a `copy_from` that needs the source's concrete type.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+
     /// Hands `f` the `len` bytes at `dest` to fill in place, in order, as `(offset, bytes)`
     /// runs: what a kernel on this chip writes when it computes its output straight into
     /// memory. `f` must overwrite every byte it is handed. By default one run, filled in a

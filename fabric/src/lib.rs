@@ -54,6 +54,11 @@
 //! bank lock; on every other path it fills a staging buffer first and the message travels
 //! as packets, so statistics, order, faults and write errors are exactly those of
 //! `write_and_inc` with the same bytes (`tests/computed.rs` compares the two on each path).
+//! `copy_and_inc` sends bytes of the sending chip's own memory (a gather passing on its
+//! output). Delivered directly, they go from memory to memory in one pass
+//! (`ChipMemory::copy_from`: the destination's bank locked per chunk, the source's read lock
+//! only tried, so two chips copying to each other never wait on each other); on every other
+//! path they are read into a staging buffer and travel as packets, as above.
 //!
 //! **Threads.** One router thread per chip, line and direction that has an inbound hop. It
 //! drains all inbound channels of that hop (links x VCs) and, per the route's 2 bits for this

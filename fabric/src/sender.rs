@@ -24,10 +24,22 @@ enum Msg {
     Atomic(u32, u32),
 }
 
-/// A data message's bytes: given, or computed where they land (`write_with_and_inc`).
+/// A data message's bytes: given, computed where they land (`write_with_and_inc`), or
+/// copied from the sending chip's memory (`copy_and_inc`).
 enum Payload<'a> {
     Bytes(&'a [u8]),
     Computed(Computed<'a>),
+    Copied(Copied<'a>),
+}
+
+/// `len` bytes of the sending chip's memory at `from`; `staging` holds them when they must
+/// travel as packets.
+struct Copied<'a> {
+    mem: &'a dyn ChipMemory,
+    chip: u32,
+    from: NocAddr,
+    len: usize,
+    staging: &'a mut Vec<u8>,
 }
 
 /// `len` bytes that `fill(offset, run)` writes in place, run by run in order; `staging`
@@ -43,12 +55,13 @@ impl Payload<'_> {
         match self {
             Payload::Bytes(b) => b.len(),
             Payload::Computed(c) => c.len,
+            Payload::Copied(c) => c.len,
         }
     }
 
-    /// The bytes, computed into the staging buffer first if they are computed.
-    fn bytes(&mut self) -> &[u8] {
-        match self {
+    /// The bytes, computed or read into the staging buffer first if they are not given.
+    fn bytes(&mut self) -> Result<&[u8]> {
+        Ok(match self {
             Payload::Bytes(b) => b,
             Payload::Computed(c) => {
                 c.staging.clear();
@@ -56,7 +69,19 @@ impl Payload<'_> {
                 (c.fill)(0, &mut c.staging[..]);
                 &c.staging[..]
             }
-        }
+            Payload::Copied(c) => {
+                c.staging.clear();
+                c.staging.resize(c.len, 0);
+                c.mem.read(c.from, &mut c.staging[..]).map_err(|source| {
+                    FabricError::ReadFailed {
+                        chip: c.chip,
+                        addr: c.from.to_string(),
+                        source,
+                    }
+                })?;
+                &c.staging[..]
+            }
+        })
     }
 }
 
@@ -216,6 +241,32 @@ impl FabricSender {
         self.send_to(dest_chip, msg, addr, payload, self.link)
     }
 
+    /// `write_and_inc` of the `len` bytes of this chip's own memory at `from`. A message the
+    /// fabric delivers on this thread (see `send_direct`) is copied from memory to memory in
+    /// one pass, as the receiving core's write would land; any other is read into `staging`
+    /// and sent as packets, so its link statistics, order, faults and errors are exactly
+    /// `write_and_inc`'s.
+    pub fn copy_and_inc(
+        &self,
+        dest_chip: u32,
+        addr: NocAddr,
+        (from, len): (NocAddr, usize),
+        (sem_id, by): (u32, u32),
+        staging: &mut Vec<u8>,
+    ) -> Result<()> {
+        let msg = Msg::Data {
+            sem: Some((sem_id, by)),
+        };
+        let payload = Payload::Copied(Copied {
+            mem: &*self.inner.mems[self.chip as usize],
+            chip: self.chip,
+            from,
+            len,
+            staging,
+        });
+        self.send_to(dest_chip, msg, addr, payload, self.link)
+    }
+
     /// Writes `data` at `addr` on every chip `start_hops..start_hops + range` hops away along
     /// `line`, then (if given) increments the semaphore on each of them.
     pub fn multicast_write(
@@ -344,7 +395,7 @@ impl FabricSender {
             });
         }
         if dest == self.chip {
-            return self.local(msg, addr, payload.bytes());
+            return self.local(msg, addr, payload.bytes()?);
         }
         self.check_live()?;
         let path = self.path_to(dest)?;
@@ -495,7 +546,7 @@ impl FabricSender {
                 Some(Direct::Done) => return Ok(()),
                 Some(Direct::Rejected { seq0 }) => {
                     // Packet by packet, as the router would have: each records its own loss.
-                    let data = payload.bytes();
+                    let data = payload.bytes()?;
                     self.tracker.add(count as u64);
                     let mut done = DoneBatch::default();
                     for (i, p) in (0..count).map(packet).enumerate() {
@@ -509,7 +560,7 @@ impl FabricSender {
                 None => {}
             }
         }
-        let data = payload.bytes();
+        let data = payload.bytes()?;
         // Counted once for the message, so the sender does not share a cache line with the
         // delivering router per packet; unsent packets are taken back below.
         let total = count as u64;
@@ -652,6 +703,8 @@ impl FabricSender {
                     (_, Payload::Bytes(b)) => mem.write(addr, b),
                     (_, Payload::Computed(c)) if c.len == 0 => Ok(()),
                     (_, Payload::Computed(c)) => mem.write_with(addr, c.len, &mut *c.fill),
+                    (_, Payload::Copied(c)) if c.len == 0 => Ok(()),
+                    (_, Payload::Copied(c)) => mem.copy_from(addr, c.mem, c.from, c.len),
                 };
                 let delivered = inner.deliver_message(dst, write, sem);
                 Some(match delivered {

@@ -1,6 +1,7 @@
-//! `write_with_and_inc`: bytes computed where they land arrive, count and fail exactly as the
-//! same bytes sent with `write_and_inc`, on every path (delivered on the sending thread, as
-//! packets, over two hops, on faulty links, into memory that rejects them).
+//! `write_with_and_inc` and `copy_and_inc`: bytes computed where they land, or copied from the
+//! sender's memory, arrive, count and fail exactly as the same bytes sent with
+//! `write_and_inc`, on every path (delivered on the sending thread, as packets, over two hops,
+//! on faulty links, into memory that rejects them).
 
 mod common;
 
@@ -20,9 +21,18 @@ struct Seen {
     links: Vec<(u64, u64, u64, u64)>,
 }
 
+/// How a message's bytes are handed to the fabric.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum How {
+    Given,
+    Computed,
+    /// Copied from chip 0's memory, where they were written first.
+    Copied,
+}
+
 /// Sends `data` from chip 0 to `dst` at `at` on a fresh 3-chip line (with `fault` on link
-/// 0), computed where it lands or given, and reports what was seen.
-fn send(dst: u32, at: NocAddr, data: &[u8], fault: Option<Fault>, computed: bool) -> Seen {
+/// 0), handed over `how`, and reports what was seen.
+fn send(dst: u32, at: NocAddr, data: &[u8], fault: Option<Fault>, how: How) -> Seen {
     let mut spec = FabricSpec::line(3, 1, false, FabricConfig::Fabric1D);
     spec.timeout = Duration::from_secs(20);
     let (f, mems) = open(spec);
@@ -36,16 +46,24 @@ fn send(dst: u32, at: NocAddr, data: &[u8], fault: Option<Fault>, computed: bool
         calls += 1;
         out.copy_from_slice(&data[o..o + out.len()]);
     };
-    let send = match computed {
-        true => tx.write_with_and_inc(dst, at, data.len(), (7, 1), &mut fill, &mut staging),
-        false => tx.write_and_inc(dst, at, data, 7, 1),
+    let from = NocAddr::l1(2, 512);
+    mems[0].write(from, data).unwrap();
+    let send = match how {
+        How::Computed => {
+            tx.write_with_and_inc(dst, at, data.len(), (7, 1), &mut fill, &mut staging)
+        }
+        How::Given => tx.write_and_inc(dst, at, data, 7, 1),
+        How::Copied => tx.copy_and_inc(dst, at, (from, data.len()), (7, 1), &mut staging),
     }
     .map_err(|e| e.to_string());
     let wait = f
         .wait_semaphore(dst, 7, 1, Duration::from_secs(20))
         .map_err(|e| e.to_string());
     let flush = tx.flush().map_err(|e| e.to_string());
-    assert!(!computed || calls >= 1, "the payload was computed");
+    assert!(
+        how != How::Computed || calls >= 1,
+        "the payload was computed"
+    );
     Seen {
         landed: mems[dst as usize].read(at, data.len()),
         writes: coalesced(mems[dst as usize].writes()),
@@ -76,7 +94,7 @@ fn coalesced(writes: Vec<(NocAddr, Vec<u8>)>) -> Vec<(NocAddr, usize)> {
 }
 
 #[test]
-fn computed_writes_land_count_and_fail_like_given_ones() {
+fn computed_and_copied_writes_land_count_and_fail_like_given_ones() {
     let ok = NocAddr::dram(3, 4096);
     let past_the_bank = NocAddr::dram(0, 1 << 41);
     let cases = [
@@ -97,30 +115,32 @@ fn computed_writes_land_count_and_fail_like_given_ones() {
     ];
     for (dst, at, len, fault) in cases {
         let data = pattern(dst as u64 + 3, len);
-        let given = send(dst, at, &data, fault, false);
-        let computed = send(dst, at, &data, fault, true);
-        let case = format!("to chip {dst} at {at}, {len} B, fault {fault:?}");
-        assert!(computed.landed == given.landed, "{case}: the bytes differ");
-        assert_eq!(
-            (&computed.writes, &computed.send, &computed.wait),
-            (&given.writes, &given.send, &given.wait),
-            "{case}"
-        );
-        assert_eq!(
-            (&computed.flush, &computed.links),
-            (&given.flush, &given.links),
-            "{case}"
-        );
-        match (fault, at == ok) {
-            (None | Some(Fault::Slow { .. }), true) => {
-                assert!(computed.landed == data, "{case}: not what was sent");
-                assert_eq!(computed.wait, Ok(()), "{case}");
+        let given = send(dst, at, &data, fault, How::Given);
+        for how in [How::Computed, How::Copied] {
+            let sent = send(dst, at, &data, fault, how);
+            let case = format!("{how:?} to chip {dst} at {at}, {len} B, fault {fault:?}");
+            assert!(sent.landed == given.landed, "{case}: the bytes differ");
+            assert_eq!(
+                (&sent.writes, &sent.send, &sent.wait),
+                (&given.writes, &given.send, &given.wait),
+                "{case}"
+            );
+            assert_eq!(
+                (&sent.flush, &sent.links),
+                (&given.flush, &given.links),
+                "{case}"
+            );
+            match (fault, at == ok) {
+                (None | Some(Fault::Slow { .. }), true) => {
+                    assert!(sent.landed == data, "{case}: not what was sent");
+                    assert_eq!(sent.wait, Ok(()), "{case}");
+                }
+                (_, false) => assert!(sent.wait.is_err(), "{case}: {:?}", sent.wait),
+                _ => assert!(
+                    sent.send.is_err() || sent.flush.is_err(),
+                    "{case}: the fault went unseen"
+                ),
             }
-            (_, false) => assert!(computed.wait.is_err(), "{case}: {:?}", computed.wait),
-            _ => assert!(
-                computed.send.is_err() || computed.flush.is_err(),
-                "{case}: the fault went unseen"
-            ),
         }
     }
 }

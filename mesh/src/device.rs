@@ -174,6 +174,33 @@ impl ChipMemory for ChipPort {
             .map_err(MemoryError::new)
     }
 
+    fn copy_from(
+        &self,
+        dest: NocAddr,
+        src: &dyn ChipMemory,
+        from: NocAddr,
+        len: usize,
+    ) -> std::result::Result<(), MemoryError> {
+        let Some(source) = src.as_any().and_then(|a| a.downcast_ref::<ChipPort>()) else {
+            let mut buf = vec![0u8; len];
+            src.read(from, &mut buf)?;
+            return self.write(dest, &buf);
+        };
+        self.chip()?
+            .memory()
+            .copy_from(
+                (chip_space(&dest), dest.bank, dest.addr),
+                source.chip()?.memory(),
+                (chip_space(&from), from.bank, from.addr),
+                len,
+            )
+            .map_err(MemoryError::new)
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn prefetch(&self, src: NocAddr, len: usize) {
         if let Ok(chip) = self.chip() {
             chip.memory()

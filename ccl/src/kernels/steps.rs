@@ -606,14 +606,14 @@ impl Endpoint {
                 });
                 let mut messages = messages.peekable();
                 while let Some((bank, addr, len)) = messages.next() {
-                    let data = sized(staged, len);
-                    mem.read(self.me, space, bank, addr, data)?;
                     // Every write names the semaphore, so a lost one fails the wait; only the
-                    // last raises it, once the piece has landed (order holds per link).
+                    // last raises it, once the piece has landed (order holds per link). The
+                    // fabric copies the run from this chip's output into the neighbour's.
                     let by = u32::from(messages.peek().is_none());
                     let at = noc(self.me, space, bank, addr)?;
+                    let sem = (SEM_SLOT_BASE + slot as u32, by);
                     sender
-                        .write_and_inc(dest, at, data, SEM_SLOT_BASE + slot as u32, by)
+                        .copy_and_inc(dest, at, (at, len), sem, staged)
                         .map_err(StepError::Fabric)?;
                 }
                 Ok(())

@@ -37,6 +37,11 @@ impl ChipMemory for LogMemory {
         self.log.lock().push((dest, data.to_vec()));
         Ok(())
     }
+
+    fn read(&self, src: NocAddr, out: &mut [u8]) -> Result<(), ttmesh_fabric::MemoryError> {
+        out.copy_from_slice(&LogMemory::read(self, src, out.len()));
+        Ok(())
+    }
 }
 
 pub fn open(spec: FabricSpec) -> (Fabric, Vec<Arc<LogMemory>>) {
