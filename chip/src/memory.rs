@@ -24,20 +24,30 @@ struct Bank {
     chunks: FxHashMap<u64, Chunk>,
 }
 
+/// The pieces of `len` bytes at `addr` that lie in one chunk each, in order: (offset from
+/// `addr`, chunk index, offset in the chunk, bytes).
+fn chunk_spans(addr: u64, len: usize) -> impl Iterator<Item = (usize, u64, usize, usize)> {
+    let mut off = 0usize;
+    std::iter::from_fn(move || {
+        (off < len).then(|| {
+            let a = addr + off as u64;
+            let in_chunk = (a % CHUNK_SIZE) as usize;
+            let n = (CHUNK_SIZE as usize - in_chunk).min(len - off);
+            let span = (off, a / CHUNK_SIZE, in_chunk, n);
+            off += n;
+            span
+        })
+    })
+}
+
 impl Bank {
     /// Copies the bytes at `addr` out; unwritten memory reads as zero.
     fn read_into(&self, addr: u64, out: &mut [u8]) {
-        let mut off = 0usize;
-        while off < out.len() {
-            let a = addr + off as u64;
-            let chunk = a / CHUNK_SIZE;
-            let in_chunk = (a % CHUNK_SIZE) as usize;
-            let n = (CHUNK_SIZE as usize - in_chunk).min(out.len() - off);
+        for (off, chunk, in_chunk, n) in chunk_spans(addr, out.len()) {
             match self.chunks.get(&chunk) {
                 Some(c) => c.read(in_chunk, &mut out[off..off + n]),
                 None => out[off..off + n].fill(0),
             }
-            off += n;
         }
     }
 }
@@ -278,16 +288,10 @@ impl DeviceMemory {
     pub fn write(&self, space: MemSpace, bank: u32, addr: u64, data: &[u8]) -> Result<()> {
         let lock = self.bank(space, bank, addr, data.len() as u64)?;
         self.touch(space, addr + data.len() as u64);
-        let mut off = 0usize;
-        while off < data.len() {
-            let a = addr + off as u64;
-            let chunk = a / CHUNK_SIZE;
-            let in_chunk = (a % CHUNK_SIZE) as usize;
-            let n = (CHUNK_SIZE as usize - in_chunk).min(data.len() - off);
+        for (off, chunk, in_chunk, n) in chunk_spans(addr, data.len()) {
             // Locked per chunk (see `read_in_place`).
             self.chunk_to_fill(&mut lock.write(), space, bank, chunk)
                 .write(in_chunk, &data[off..off + n]);
-            off += n;
         }
         Ok(())
     }
@@ -373,12 +377,7 @@ impl DeviceMemory {
         }
         self.touch(space, to + len as u64);
         let mut staged = Vec::new();
-        let mut off = 0usize;
-        while off < len {
-            let a = to + off as u64;
-            let chunk = a / CHUNK_SIZE;
-            let in_chunk = (a % CHUNK_SIZE) as usize;
-            let n = (CHUNK_SIZE as usize - in_chunk).min(len - off);
+        for (off, chunk, in_chunk, n) in chunk_spans(to, len) {
             let from = from + off as u64;
             let mut b = lock.write();
             match src_lock.try_read() {
@@ -395,7 +394,6 @@ impl DeviceMemory {
                         .write(in_chunk, &staged[..n]);
                 }
             }
-            off += n;
         }
         Ok(())
     }

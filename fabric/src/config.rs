@@ -277,6 +277,19 @@ impl fmt::Display for NocAddr {
 /// A chip's memory as the fabric sees it. Called from router threads and from the threads
 /// of senders on other chips that help a router along; must not block long, and must not
 /// wait on a fabric operation.
+/// `ChipMemory::copy_from` the plain way: `src.read` into a buffer, then `dst.write`.
+pub fn copy_through_buffer(
+    dst: &(impl ChipMemory + ?Sized),
+    dest: NocAddr,
+    src: &dyn ChipMemory,
+    from: NocAddr,
+    len: usize,
+) -> Result<(), crate::MemoryError> {
+    let mut buf = vec![0u8; len];
+    src.read(from, &mut buf)?;
+    dst.write(dest, &buf)
+}
+
 pub trait ChipMemory: Send + Sync {
     fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), crate::MemoryError>;
 
@@ -316,9 +329,7 @@ pub trait ChipMemory: Send + Sync {
         from: NocAddr,
         len: usize,
     ) -> Result<(), crate::MemoryError> {
-        let mut buf = vec![0u8; len];
-        src.read(from, &mut buf)?;
-        self.write(dest, &buf)
+        copy_through_buffer(self, dest, src, from, len)
     }
 
     /// This memory as `Any`, for a `copy_from` that needs the source's concrete type.

@@ -141,8 +141,8 @@ mod sender;
 pub mod testing;
 
 pub use config::{
-    AxisLine, ChipMemory, Dir, EthLink, FabricConfig, FabricSpec, Fault, LineDir, LinkDirection,
-    LinkParams, LinkStats, MemSpace, NocAddr, RouteInfo,
+    copy_through_buffer, AxisLine, ChipMemory, Dir, EthLink, FabricConfig, FabricSpec, Fault,
+    LineDir, LinkDirection, LinkParams, LinkStats, MemSpace, NocAddr, RouteInfo,
 };
 pub use error::{FabricError, MemoryError};
 pub use fabric::Fabric;

@@ -182,9 +182,7 @@ impl ChipMemory for ChipPort {
         len: usize,
     ) -> std::result::Result<(), MemoryError> {
         let Some(source) = src.as_any().and_then(|a| a.downcast_ref::<ChipPort>()) else {
-            let mut buf = vec![0u8; len];
-            src.read(from, &mut buf)?;
-            return self.write(dest, &buf);
+            return ttmesh_fabric::copy_through_buffer(self, dest, src, from, len);
         };
         self.chip()?
             .memory()
