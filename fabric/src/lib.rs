@@ -136,6 +136,7 @@ mod error;
 mod fabric;
 mod inner;
 pub mod packet;
+mod payload;
 mod router;
 mod sender;
 pub mod testing;

@@ -6,6 +6,7 @@ use crate::channel::{Channel, DoneBatch, ExtRef, Tracker};
 use crate::config::{ChipMemory, Dir, FabricConfig, LineDir, NocAddr};
 use crate::inner::{Ctx, Inner, LinkLoss};
 use crate::packet::{self, Header, Kind};
+use crate::payload::{Computed, Copied, Payload, RefGuard};
 use crate::FabricError;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
@@ -22,67 +23,6 @@ enum Msg {
     Data { sem: Option<(u32, u32)> },
     Inline(u32),
     Atomic(u32, u32),
-}
-
-/// A data message's bytes: given, computed where they land (`write_with_and_inc`), or
-/// copied from the sending chip's memory (`copy_and_inc`).
-enum Payload<'a> {
-    Bytes(&'a [u8]),
-    Computed(Computed<'a>),
-    Copied(Copied<'a>),
-}
-
-/// `len` bytes of the sending chip's memory at `from`; `staging` holds them when they must
-/// travel as packets.
-struct Copied<'a> {
-    mem: &'a dyn ChipMemory,
-    chip: u32,
-    from: NocAddr,
-    len: usize,
-    staging: &'a mut Vec<u8>,
-}
-
-/// `len` bytes that `fill(offset, run)` writes in place, run by run in order; `staging`
-/// holds them when they must travel as packets instead.
-struct Computed<'a> {
-    len: usize,
-    fill: &'a mut dyn FnMut(usize, &mut [u8]),
-    staging: &'a mut Vec<u8>,
-}
-
-impl Payload<'_> {
-    fn len(&self) -> usize {
-        match self {
-            Payload::Bytes(b) => b.len(),
-            Payload::Computed(c) => c.len,
-            Payload::Copied(c) => c.len,
-        }
-    }
-
-    /// The bytes, computed or read into the staging buffer first if they are not given.
-    fn bytes(&mut self) -> Result<&[u8]> {
-        Ok(match self {
-            Payload::Bytes(b) => b,
-            Payload::Computed(c) => {
-                c.staging.clear();
-                c.staging.resize(c.len, 0);
-                (c.fill)(0, &mut c.staging[..]);
-                &c.staging[..]
-            }
-            Payload::Copied(c) => {
-                c.staging.clear();
-                c.staging.resize(c.len, 0);
-                c.mem.read(c.from, &mut c.staging[..]).map_err(|source| {
-                    FabricError::ReadFailed {
-                        chip: c.chip,
-                        addr: c.from.to_string(),
-                        source,
-                    }
-                })?;
-                &c.staging[..]
-            }
-        })
-    }
 }
 
 /// A chip's handle to the fabric. Packets of one handle to one destination over one link
@@ -724,78 +664,4 @@ enum Direct {
     Rejected {
         seq0: u16,
     },
-}
-
-/// Keeps a message's lent payloads alive: `settle` (or drop, on an error path) waits until
-/// the first hop has taken every lent packet, and voids under the slot lock any it has not
-/// taken by the timeout or shutdown, so no slot outlives the sender's buffer.
-struct RefGuard<'a> {
-    ch: &'a Channel,
-    data: &'a [u8],
-    first: Option<u64>,
-    last: u64,
-    tracker: &'a Arc<Tracker>,
-    inner: &'a Inner,
-    writes: u64,
-    src: u32,
-}
-
-impl RefGuard<'_> {
-    fn settle(&mut self) -> Result<()> {
-        let Some(first) = self.first.take() else {
-            return Ok(());
-        };
-        let timeout = self.inner.spec.timeout;
-        let last = self.last;
-        match self
-            .inner
-            .wait_with_help(self.ch, timeout, self.src, true, || self.ch.head() > last)
-        {
-            Ok(()) => Ok(()),
-            Err(shut) => {
-                self.revoke(first);
-                Err(if shut {
-                    FabricError::ShutDown
-                } else {
-                    FabricError::SendTimeout {
-                        link: self.inner.link_name(self.ch.link),
-                        src: self.src,
-                        dst: self.ch.to,
-                        waited: timeout,
-                    }
-                })
-            }
-        }
-    }
-
-    fn revoke(&self, first: u64) {
-        for idx in first..=self.last {
-            if self.ch.head() > idx {
-                continue;
-            }
-            let mut s = self.ch.slot(idx);
-            let ours = s.full
-                && s.ext.is_some_and(|e| e.within(self.data))
-                && s.tracker
-                    .as_ref()
-                    .is_some_and(|t| Arc::ptr_eq(t, self.tracker));
-            if ours {
-                s.hdr = packet::VOID_HEADER;
-                s.ext = None;
-                s.tracker = None;
-                self.tracker.done(self.writes);
-            }
-        }
-        // A pass may have taken lent packets into a write run that it has not issued yet
-        // (their slots are free but the credits not returned): wait for that pass to end.
-        if let Some(r) = self.ch.router() {
-            r.quiesce();
-        }
-    }
-}
-
-impl Drop for RefGuard<'_> {
-    fn drop(&mut self) {
-        let _ = self.settle();
-    }
 }

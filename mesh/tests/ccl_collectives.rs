@@ -503,26 +503,36 @@ fn chunk_order_must_be_a_permutation() {
     mesh.close().unwrap();
 }
 
+/// The T3K as a ring and as a line, and the two-chip n300.
+const T3K_AND_N300: &[(&str, FabricConfig)] = &[
+    ("t3k", FabricConfig::Fabric1DRing),
+    ("t3k", FabricConfig::Fabric1D),
+    ("n300", FabricConfig::Fabric1D),
+];
+
+/// Runs `f` on each mesh (opened, then closed) for bf16 and f32.
+fn each_mesh_and_dtype(meshes: &[(&str, FabricConfig)], f: impl Fn(&MeshDevice, DataType)) {
+    for &(topo, fabric) in meshes {
+        let mesh = open(topo, fabric);
+        for dtype in [DataType::BFloat16, DataType::Float32] {
+            f(&mesh, dtype);
+        }
+        mesh.close().unwrap();
+    }
+}
+
 /// Large all_reduces move in pieces (several per chunk, chunks of unequal page counts), each
 /// its own message and semaphore increment: every chip still gets the exact sum, twice alike.
 /// On the T3K the line's inputs (14 MiB bf16) are large enough that input reads hint the
 /// host's cache ahead; on the n300 (3.5 MiB) they do not: both read paths are checked.
 #[test]
 fn all_reduce_in_many_pieces() {
-    for (topo, fabric) in [
-        ("t3k", FabricConfig::Fabric1DRing),
-        ("t3k", FabricConfig::Fabric1D),
-        ("n300", FabricConfig::Fabric1D),
-    ] {
-        let mesh = open(topo, fabric);
-        for dtype in [DataType::BFloat16, DataType::Float32] {
-            // 864 tiles: 108 per chip of 8 (f32: two pieces of at most 64 pages; bf16: one),
-            // 432 per chip of 2 (bf16: four pieces of 128 pages).
-            let c = Case::new(Op::AllReduce, &[1, 1, 864, 1024], 3, dtype, None);
-            check(&mesh, &c, 11);
-        }
-        mesh.close().unwrap();
-    }
+    each_mesh_and_dtype(T3K_AND_N300, |mesh, dtype| {
+        // 864 tiles: 108 per chip of 8 (f32: two pieces of at most 64 pages; bf16: one),
+        // 432 per chip of 2 (bf16: four pieces of 128 pages).
+        let c = Case::new(Op::AllReduce, &[1, 1, 864, 1024], 3, dtype, None);
+        check(mesh, &c, 11);
+    });
 }
 
 /// An all_gather on the last dim with rows above it (as a prefill's activations are
@@ -531,23 +541,15 @@ fn all_reduce_in_many_pieces() {
 /// four messages, only the last raising the semaphore. Every chip gets every block in place.
 #[test]
 fn all_gather_with_rows_above_in_many_messages() {
-    for (topo, fabric) in [
-        ("t3k", FabricConfig::Fabric1DRing),
-        ("t3k", FabricConfig::Fabric1D),
-        ("n300", FabricConfig::Fabric1D),
-    ] {
-        let mesh = open(topo, fabric);
-        for dtype in [DataType::BFloat16, DataType::Float32] {
-            let width = if dtype == DataType::BFloat16 {
-                256
-            } else {
-                128
-            };
-            let c = Case::new(Op::AllGather, &[1, 1, 256, width], 3, dtype, None);
-            check(&mesh, &c, 13);
-        }
-        mesh.close().unwrap();
-    }
+    each_mesh_and_dtype(T3K_AND_N300, |mesh, dtype| {
+        let width = if dtype == DataType::BFloat16 {
+            256
+        } else {
+            128
+        };
+        let c = Case::new(Op::AllGather, &[1, 1, 256, width], 3, dtype, None);
+        check(mesh, &c, 13);
+    });
 }
 
 /// Decode's all_reduce (32x576: 18 tiles) splits unevenly over 8 chips and leaves 14 of 32
@@ -574,17 +576,14 @@ fn all_reduce_of_tiles_that_do_not_divide_over_the_line() {
 /// ends, and every chip still gets its documented sum bit for bit, twice alike.
 #[test]
 fn reduce_scatter_of_strided_chunks_in_many_blocks() {
-    for (topo, fabric) in [
+    let meshes = [
         ("t3k", FabricConfig::Fabric1DRing),
         ("n300", FabricConfig::Fabric1D),
-    ] {
-        let mesh = open(topo, fabric);
+    ];
+    each_mesh_and_dtype(&meshes, |mesh, dtype| {
+        // Per chip: 2 slices x one tile row x 24 tiles = runs of 24,576 elements.
         let n = mesh.num_devices();
-        for dtype in [DataType::BFloat16, DataType::Float32] {
-            // Per chip: 2 slices x one tile row x 24 tiles = runs of 24,576 elements.
-            let c = Case::new(Op::ReduceScatter, &[2, 1, 32 * n, 768], 2, dtype, None);
-            check(&mesh, &c, 23);
-        }
-        mesh.close().unwrap();
-    }
+        let c = Case::new(Op::ReduceScatter, &[2, 1, 32 * n, 768], 2, dtype, None);
+        check(mesh, &c, 23);
+    });
 }

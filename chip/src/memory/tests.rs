@@ -1,0 +1,254 @@
+//! DeviceMemory: sparse chunks, in-place reads and writes, copies between memories.
+use super::*;
+
+/// Reads `len` bytes at `addr` of DRAM bank 0 both ways; they must agree.
+fn read_both(m: &DeviceMemory, addr: u64, len: usize) -> Vec<u8> {
+    let mut copied = vec![0xAAu8; len];
+    m.read(MemSpace::Dram, 0, addr, &mut copied).unwrap();
+    let mut pieces = vec![0x55u8; len];
+    let mut next = 0;
+    m.read_in_place(MemSpace::Dram, 0, addr, len, |off, bytes| {
+        assert_eq!(off, next, "pieces come in order, without gaps");
+        pieces[off..off + bytes.len()].copy_from_slice(bytes);
+        next = off + bytes.len();
+    })
+    .unwrap();
+    assert_eq!(next, len);
+    assert_eq!(copied, pieces);
+    copied
+}
+
+#[test]
+fn prefetch_is_only_a_hint_anywhere() {
+    let m = DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20);
+    m.write(MemSpace::Dram, 0, CHUNK_SIZE - 10, &[7u8; 30])
+        .unwrap();
+    let before = read_both(&m, 0, 3 * CHUNK_SIZE as usize);
+    // Written, partly written, never written, across chunks, beyond the bank, no bank.
+    m.prefetch(MemSpace::Dram, 0, CHUNK_SIZE - 10, 30);
+    m.prefetch(MemSpace::Dram, 0, 0, 3 * CHUNK_SIZE as usize);
+    m.prefetch(MemSpace::Dram, 1, 5 * CHUNK_SIZE, 2048);
+    m.prefetch(MemSpace::Dram, 0, (1 << 24) - 8, 64);
+    m.prefetch(MemSpace::Dram, 9, 0, 64);
+    assert_eq!(read_both(&m, 0, 3 * CHUNK_SIZE as usize), before);
+    assert_eq!(m.resident_bytes(), 2 * CHUNK_SIZE);
+}
+
+#[test]
+fn holds_in_sees_chunks_of_any_bank_until_they_are_dropped() {
+    let m = DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20);
+    let mib = 1u64 << 20;
+    assert!(!m.holds_in(MemSpace::Dram, 0, 16 * mib));
+    m.write(MemSpace::Dram, 1, 5 * mib + 100, &[1u8; 8])
+        .unwrap();
+    assert!(m.holds_in(MemSpace::Dram, 5 * mib, 5 * mib + CHUNK_SIZE));
+    assert!(m.holds_in(MemSpace::Dram, 0, 16 * mib));
+    assert!(
+        !m.holds_in(MemSpace::Dram, 0, 5 * mib),
+        "below the written MiB"
+    );
+    assert!(!m.holds_in(MemSpace::Dram, 6 * mib, 16 * mib), "above it");
+    assert!(!m.holds_in(MemSpace::L1, 0, mib), "another space");
+    // Dropped in bank 0 (which holds nothing there): still held in bank 1.
+    m.discard(MemSpace::Dram, 0, 5 * mib, mib);
+    assert!(m.holds_in(MemSpace::Dram, 5 * mib, 6 * mib));
+    m.discard(MemSpace::Dram, 1, 5 * mib, mib);
+    assert!(!m.holds_in(MemSpace::Dram, 0, 16 * mib));
+}
+
+/// A neighbour's write into a bank lands while this chip's thread is inside a long
+/// in-place read of the same bank: the read holds the bank's lock one chunk at a time.
+#[test]
+fn a_long_read_does_not_hold_off_writes_until_it_ends() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let m = Arc::new(DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20));
+    let c = CHUNK_SIZE as usize;
+    m.write(MemSpace::Dram, 0, 0, &vec![1u8; 4 * c]).unwrap();
+    let (started, written) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let mut writer = None;
+    let mut seen_at_end = false;
+    m.read_in_place(MemSpace::Dram, 0, 0, 4 * c, |off, _| {
+        if off == 0 {
+            // Another thread writes a new chunk; it finds the bank locked and waits. Once it
+            // has started, give it time to reach the lock (a parked writer is let in before
+            // the next read, so the write lands between two chunks of this read).
+            let (m2, s, w) = (m.clone(), started.clone(), written.clone());
+            writer = Some(std::thread::spawn(move || {
+                s.store(true, Ordering::SeqCst);
+                m2.write(MemSpace::Dram, 0, 8 * CHUNK_SIZE, &[7; 64])
+                    .unwrap();
+                w.store(true, Ordering::SeqCst);
+            }));
+            let t = std::time::Instant::now();
+            while !started.load(Ordering::SeqCst) && t.elapsed().as_secs() < 30 {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        if off == 3 * c {
+            seen_at_end = written.load(Ordering::SeqCst);
+        }
+    })
+    .unwrap();
+    writer.unwrap().join().unwrap();
+    assert!(seen_at_end, "the write waited for the whole read");
+    let mut back = [0u8; 64];
+    m.read(MemSpace::Dram, 0, 8 * CHUNK_SIZE, &mut back)
+        .unwrap();
+    assert_eq!(back, [7; 64]);
+}
+
+#[test]
+fn write_with_fills_in_place_across_chunks_like_write() {
+    let m = DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20);
+    let c = CHUNK_SIZE as usize;
+    // Garbage freed into the pool, so the chunks written next are reused ones.
+    m.write(MemSpace::Dram, 0, 0, &vec![0xEEu8; 3 * c]).unwrap();
+    m.discard(MemSpace::Dram, 0, 0, 3 * c as u64);
+    let (at, len) = (c as u64 + 100, c + 50);
+    let want: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+    let mut pieces = Vec::new();
+    m.write_with(MemSpace::Dram, 0, at, len, |off, bytes| {
+        pieces.push((off, bytes.len()));
+        bytes.copy_from_slice(&want[off..off + bytes.len()]);
+    })
+    .unwrap();
+    // One piece per chunk touched, in order, covering the range once.
+    assert_eq!(pieces, vec![(0, c - 100), (c - 100, 150)]);
+    let back = read_both(&m, c as u64, 2 * c);
+    assert!(back[..100].iter().all(|&b| b == 0), "gap before the write");
+    assert_eq!(&back[100..100 + len], &want[..]);
+    assert!(back[100 + len..].iter().all(|&b| b == 0), "garbage past it");
+    // Out of range: an error naming the bank, and nothing handed out.
+    let err = m
+        .write_with(MemSpace::Dram, 0, (1 << 24) - 4, 8, |_, _| {
+            panic!("no bytes")
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("beyond the bank"), "{err}");
+}
+
+#[test]
+fn reused_chunks_read_zero_where_never_written() {
+    let m = DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20);
+    let c = CHUNK_SIZE as usize;
+    // Fill two chunks with garbage, free them into the pool.
+    m.write(MemSpace::Dram, 0, 0, &vec![0xEEu8; 2 * c]).unwrap();
+    m.discard(MemSpace::Dram, 0, 0, 2 * c as u64);
+    assert_eq!(m.resident_bytes(), 0);
+    // A write in the middle of a reused chunk: the bytes before and after read as zero.
+    m.write(MemSpace::Dram, 0, 100, &[7u8; 50]).unwrap();
+    let back = read_both(&m, 0, c);
+    assert!(back[..100].iter().all(|&b| b == 0));
+    assert!(back[100..150].iter().all(|&b| b == 7));
+    assert!(
+        back[150..].iter().all(|&b| b == 0),
+        "garbage past the write"
+    );
+    // A later write past a gap zeroes the gap; earlier data stays.
+    m.write(MemSpace::Dram, 0, 1000, &[9u8; 10]).unwrap();
+    let back = read_both(&m, 0, c);
+    assert!(back[150..1000].iter().all(|&b| b == 0));
+    assert!(back[100..150].iter().all(|&b| b == 7));
+    assert!(back[1000..1010].iter().all(|&b| b == 9));
+    // A range over a reused chunk, a missing chunk and another reused one.
+    m.write(MemSpace::Dram, 0, 3 * c as u64, &[1u8; 4]).unwrap();
+    let back = read_both(&m, c as u64 - 8, 2 * c + 16);
+    assert!(back[..8].iter().all(|&b| b == 0));
+    assert!(back[2 * c + 8..2 * c + 12].iter().all(|&b| b == 1));
+}
+
+#[test]
+fn sparse_read_write_discard() {
+    let m = DeviceMemory::new(0, 12, 1 << 30, 64, 1_499_136, 1 << 20);
+    let data: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
+    m.write(MemSpace::Dram, 3, 1_000_000, &data).unwrap();
+    let mut back = vec![0u8; data.len()];
+    m.read(MemSpace::Dram, 3, 1_000_000, &mut back).unwrap();
+    assert_eq!(back, data);
+    assert!(m.resident_bytes() <= 4 * CHUNK_SIZE);
+    m.discard(MemSpace::Dram, 3, 0, 1 << 30);
+    assert_eq!(m.resident_bytes(), 0);
+    // L1's top ends the last chunk: a range reaching the top drops it.
+    let top = 1_499_136;
+    m.write(MemSpace::L1, 5, top - 4000, &[1u8; 4000]).unwrap();
+    m.discard(MemSpace::L1, 5, top - 8000, 7999);
+    assert_eq!(m.resident_bytes(), CHUNK_SIZE, "a partly freed chunk stays");
+    m.discard(MemSpace::L1, 5, 91 * CHUNK_SIZE, 1 << 30);
+    assert_eq!(m.resident_bytes(), 0);
+    assert!(m.read(MemSpace::L1, 64, 0, &mut back).is_err());
+    assert!(m.read_in_place(MemSpace::L1, 64, 0, 4, |_, _| ()).is_err());
+    assert!(m.write(MemSpace::L1, 0, 1_499_130, &[0u8; 16]).is_err());
+}
+
+#[test]
+fn copies_between_memories_read_as_the_source_did() {
+    let (src, dst) = (
+        DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20),
+        DeviceMemory::new(1, 2, 1 << 24, 1, 1 << 20, 1 << 20),
+    );
+    let data: Vec<u8> = (0..40_000u32).map(|i| (i * 7 + 1) as u8).collect();
+    src.write(MemSpace::Dram, 0, 1000, &data).unwrap();
+    dst.write(MemSpace::Dram, 0, 0, &[9u8; 70_000]).unwrap();
+    // Across chunks at other offsets, with unwritten source bytes at both ends (zeros).
+    let (from, to, len) = (500, CHUNK_SIZE + 300, 41_000);
+    let d = (MemSpace::Dram, 0, to);
+    dst.copy_from(d, &src, (MemSpace::Dram, 0, from), len)
+        .unwrap();
+    let want = {
+        let mut v = vec![0u8; len];
+        src.read(MemSpace::Dram, 0, from, &mut v).unwrap();
+        v
+    };
+    assert_eq!(read_both(&dst, to, len), want);
+    // Bytes around the copy are untouched.
+    assert_eq!(read_both(&dst, to - 300, 300), vec![9u8; 300]);
+    // Within one memory and one bank, overlapping: as if read first, then written.
+    let before = read_both(&src, 1000, 20_000);
+    src.copy_from(
+        (MemSpace::Dram, 0, 1100),
+        &src,
+        (MemSpace::Dram, 0, 1000),
+        20_000,
+    )
+    .unwrap();
+    assert_eq!(read_both(&src, 1100, 20_000), before);
+    // Out of range on either side is an error naming the bank.
+    let far = (MemSpace::Dram, 0, (1 << 24) - 10);
+    let e = dst.copy_from(far, &src, (MemSpace::Dram, 0, 0), 100);
+    assert!(e.unwrap_err().to_string().contains("beyond the bank"));
+    let e = dst.copy_from((MemSpace::Dram, 0, 0), &src, (MemSpace::Dram, 5, 0), 100);
+    assert!(e.unwrap_err().to_string().contains("no Dram bank 5"));
+}
+
+#[test]
+fn copies_both_ways_at_once_never_deadlock() {
+    let a = std::sync::Arc::new(DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20));
+    let b = std::sync::Arc::new(DeviceMemory::new(1, 1, 1 << 24, 1, 1 << 20, 1 << 20));
+    a.write(MemSpace::Dram, 0, 0, &[1u8; 1 << 16]).unwrap();
+    b.write(MemSpace::Dram, 0, 0, &[2u8; 1 << 16]).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (x, y) in [(a.clone(), b.clone()), (b.clone(), a.clone())] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for i in 0..2000u64 {
+                let at = (i % 8) * 4096;
+                let d = (MemSpace::Dram, 0, (1 << 16) + at);
+                x.copy_from(d, &y, (MemSpace::Dram, 0, at), 24 * 1024)
+                    .unwrap();
+            }
+            tx.send(()).unwrap();
+        });
+    }
+    for _ in 0..2 {
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("two chips copying to each other at once finish");
+    }
+    let mut out = vec![0u8; 4096];
+    a.read(MemSpace::Dram, 0, 1 << 16, &mut out).unwrap();
+    assert_eq!(out, vec![2u8; 4096]);
+}
