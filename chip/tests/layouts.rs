@@ -273,10 +273,14 @@ proptest! {
 
     /// Kernels read and write float TILE tensors through a fused page path; it must agree bit
     /// for bit with the host's page codec (encode_pages / decode_pages) for every float dtype,
-    /// odd shape and memory config.
+    /// odd shape and memory config. Half the widths are whole tiles, up to 20 of them: bands
+    /// of whole tiles are converted a row at a time through groups of pages (16 bf16 or 8 f32
+    /// tiles), and must agree too.
     #[test]
-    fn kernel_page_io_matches_the_host_codec(batch in 1usize..3, h in 1usize..100, w in 1usize..100, dt in 0u8..3,
+    fn kernel_page_io_matches_the_host_codec(batch in 1usize..3, h in 1usize..100, odd_w in 1usize..100, tiles_w in 1usize..=20,
+                                             whole in any::<bool>(), dt in 0u8..3,
                                              pick in proptest::collection::vec(0usize..100, 4), c in 0usize..100, seed in any::<u64>()) {
+        let w = if whole { 32 * tiles_w } else { odd_w };
         use ttmesh_chip::program::KernelContext;
         let chip = chip();
         let dtype = [DataType::Float32, DataType::BFloat16, DataType::BFloat8B][dt as usize];
@@ -333,11 +337,15 @@ fn kernel_page_io_converts_special_values_like_the_host_codec() {
     ];
     let chip = chip();
     // 40 x 70: whole tiles and right / bottom edge tiles, every value at every lane offset.
-    let (h, w) = (40, 70);
-    let vals: Vec<f32> = (0..h * w)
-        .map(|i| f32::from_bits(special[(i * 7 + i / w) % special.len()]))
-        .collect();
-    for dtype in [DataType::BFloat16, DataType::Float32] {
+    // 64 x 640: bands of whole tiles, converted by rows in groups of pages (16 + 4 bf16
+    // tiles, 8 + 8 + 4 f32 ones).
+    for ((h, w), dtype) in [(40, 70), (64, 640)]
+        .into_iter()
+        .flat_map(|hw| [(hw, DataType::BFloat16), (hw, DataType::Float32)])
+    {
+        let vals: Vec<f32> = (0..h * w)
+            .map(|i| f32::from_bits(special[(i * 7 + i / w) % special.len()]))
+            .collect();
         let (t, _) = upload(
             &chip,
             &[h, w],
