@@ -209,9 +209,14 @@ impl Tiles {
         (GROUP_BYTES / self.page.max(1)).clamp(1, self.wt.max(1))
     }
 
-    /// Scratch bytes a band needs: a group of pages (one page, at least).
-    fn group_bytes(&self) -> usize {
-        self.group_tiles() * self.page
+    /// Scratch bytes a band needs: a group of pages if any band goes by rows, else a page
+    /// (a decode step's one-row activations read 2 KiB pages, not a zeroed 32 KiB).
+    fn scratch_bytes(&self) -> usize {
+        if self.h >= TILE_HEIGHT && self.by_rows(TILE_HEIGHT) {
+            self.group_tiles() * self.page
+        } else {
+            self.page
+        }
     }
 }
 
@@ -309,7 +314,7 @@ fn read_tiles_into(
         bands(out, t.h, t.w),
         elems,
         TILE_HEIGHT * t.w,
-        || (vec![0u8; t.group_bytes()], vec![0f32; TILE_ELEMS]),
+        || (vec![0u8; t.scratch_bytes()], vec![0f32; TILE_ELEMS]),
         |(scratch, tile), (b, tr, band)| {
             let rows = band.len() / t.w;
             let first = (b * t.ht + tr) * t.wt;
@@ -369,7 +374,7 @@ fn write_tiles_f32(
         bands,
         elems,
         TILE_HEIGHT * t.w,
-        || (vec![0u8; t.group_bytes()], vec![0f32; TILE_ELEMS]),
+        || (vec![0u8; t.scratch_bytes()], vec![0f32; TILE_ELEMS]),
         |(scratch, tile), (b, tr, band)| {
             let rows = band.len() / t.w;
             let first = (b * t.ht + tr) * t.wt;
