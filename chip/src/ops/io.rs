@@ -17,7 +17,6 @@ use crate::allocator::MemSpace;
 use crate::error::{ChipError, Result};
 use crate::format::{TILE_ELEMS, TILE_HEIGHT, TILE_WIDTH};
 use crate::program::KernelContext;
-
 use crate::tensor::{
     decode_pages, encode_pages, DataType, HostData, Layout, TensorPages, TensorSpec,
 };
@@ -196,7 +195,7 @@ impl Tiles {
     /// bands of whole bf16 or f32 tiles. A tile at a time writes the f32 side 32 rows apart
     /// (2 KiB at width 512); a row at a time writes it in order, reading the pages from a
     /// small copy in L1. Decoding a 512x512 bf16 matmul's two operands: 171-190 -> 142-155 us
-    /// (three runs each, alternated); the encode of its output came out even (89-104 us).
+    /// (six runs each, alternated); the encode of its output came out even (89-104 us).
     fn by_rows(&self, rows: usize) -> bool {
         rows == TILE_HEIGHT
             && self.w.is_multiple_of(TILE_WIDTH)

@@ -125,10 +125,17 @@ fn decode_rows_of<const SIZE: usize>(
     for r in 0..TILE_HEIGHT {
         let row = &mut band[r * w + tc0 * TILE_WIDTH..][..width];
         for (i, run) in row.chunks_exact_mut(FACE_WIDTH).enumerate() {
-            let at = (i / 2) * page + face_offset(r, i % 2) * SIZE;
+            let at = run_in_pages::<SIZE>(page, r, i);
             decode_run::<SIZE>(&pages[at..][..FACE_WIDTH * SIZE], run);
         }
     }
+}
+
+/// Byte offset, in a group of pages `page` bytes apart, of the `i`th 16-value run of logical
+/// row `r` (run `i` is face column `i % 2` of the group's tile `i / 2`).
+#[inline(always)]
+fn run_in_pages<const SIZE: usize>(page: usize, r: usize, i: usize) -> usize {
+    (i / 2) * page + face_offset(r, i % 2) * SIZE
 }
 
 /// Encodes whole tiles `tc0..` of a full band into their pages, `page` bytes apart in
@@ -162,7 +169,7 @@ fn encode_rows_of<const SIZE: usize>(
     for r in 0..TILE_HEIGHT {
         let row = &band[r * w + tc0 * TILE_WIDTH..][..width];
         for (i, run) in row.chunks_exact(FACE_WIDTH).enumerate() {
-            let at = (i / 2) * page + face_offset(r, i % 2) * SIZE;
+            let at = run_in_pages::<SIZE>(page, r, i);
             encode_run::<SIZE>(run, &mut pages[at..][..FACE_WIDTH * SIZE]);
         }
     }
