@@ -219,10 +219,15 @@ impl<'a> Run<'a> {
 
     fn read_slot(&self, slot: usize, len: usize) -> Result<Vec<u8>, ChipError> {
         let mut buf = vec![0u8; len];
-        self.ep
-            .read_slot(Local::Memory(self.ctx.memory), slot, 0, &mut buf)
-            .map_err(|e| self.step_error(e))?;
+        self.read_slot_into(slot, 0, &mut buf)?;
         Ok(buf)
+    }
+
+    /// Copies the bytes at byte `offset` of this chip's slot into `out`.
+    fn read_slot_into(&self, slot: usize, offset: usize, out: &mut [u8]) -> Result<(), ChipError> {
+        self.ep
+            .read_slot(Local::Memory(self.ctx.memory), slot, offset, out)
+            .map_err(|e| self.step_error(e))
     }
 
     fn write_slot_local(&self, slot: usize, data: &[u8]) -> Result<(), ChipError> {

@@ -389,3 +389,26 @@
 //! us, line-4 1 MiB 712 -> 669 us, t3k 36 KiB 127 -> 116 us, t3k 16 MiB 44.5 -> 41.0 ms (a
 //! loaded hour), all_gather t3k 256 KiB 460 -> 344 us; t3k 1 MiB even (1377 / 1376 us; 1514
 //! -> 1330 in an earlier run of 5).
+//!
+//! Blocks left in their slots. An all_gather with data above its dim (the benchmark's `[1, 1,
+//! rows, 1024]` on the last dim) moved each received byte three times: the neighbour's write
+//! into the slot, `TakeBlock`'s copy out into the work's block, and the output's assembly
+//! from that block (a send also read the block into an L1 buffer first). Now a received
+//! block stays in its slot: `PassSlot` has the fabric copy it from this chip's slot into the
+//! neighbour's (`copy_and_inc`, memory to memory) and the output is assembled from the slots
+//! 32 KiB at a time, so two passes per received byte; such lists keep a slot per step
+//! (`together::alias_slots`). Alternated with the previous binary (`ccl_one all_gather`,
+//! medians of 3-7): t3k 16 MiB 34.0 -> 29.8 ms, 1 MiB 1337 -> 1190 us, 36 KiB 346 -> 304 us;
+//! line-2 16 MiB 5.75 -> 3.88 ms, 1 MiB 312 -> 279 us; galaxy 1 MiB 8.05 -> 6.12 ms; line-2
+//! 256 KiB (56.6 / 57.0 us) and line-4 1 MiB (669 / 671 us) even.
+//!
+//! Tried and dropped: a ring's steps in piece order when one or two threads run the line
+//! (every hop of piece 0, then of piece 1, ...; on a ring each hop waits only for the
+//! neighbour's previous hop of the same piece), so a piece would travel round the ring while
+//! its partial sums are in the cache, with pieces of 16-64 KiB. The same bits, but slower at
+//! every size tried (`ccl_one all_reduce`, together): t3k 16 MiB with 64 KiB pieces 55.0 /
+//! 56.1 ms in piece order against 41.4 / 46.1 in chunk order, 1 MiB with 32 KiB pieces 2.31
+//! / 2.41 against 2.14 / 2.19 ms (the default's 64 KiB pieces: 1.69 / 1.59). Likely why, not
+//! measured: a step's input is a few pages in each DRAM bank, each bank its own host
+//! allocation, so small pieces read from many short streams that the prefetchers do not
+//! follow, and the slots' reuse in the cache did not make up for it.

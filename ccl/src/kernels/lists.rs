@@ -322,8 +322,8 @@ pub(crate) fn neighbour_pos(topology: Topology, n: usize, pos: usize, side: Side
 /// The gather steps of line position `pos` (slots `base..base + n`): block `pos` is this
 /// position's; afterwards every block `j` holds position `j`'s. A block received is passed
 /// on piece by piece as its pieces land. `direct`: blocks move between the chips' outputs
-/// (`PassOutput`, `AwaitOutput`; slots only name semaphores), else through the slots into
-/// the work's blocks.
+/// (`PassOutput`, `AwaitOutput`; slots only name semaphores), else through the slots, where
+/// received blocks stay (`SendBlock` of this position's, `TakeBlock`, `PassSlot`).
 pub(crate) fn gather_steps(
     topology: Topology,
     n: usize,
@@ -342,7 +342,14 @@ pub(crate) fn gather_steps(
                 block,
                 piece,
             },
-            false => Step::SendBlock {
+            // A received block is forwarded from the slot it landed in.
+            false if c == pos => Step::SendBlock {
+                to,
+                slot,
+                block,
+                piece,
+            },
+            false => Step::PassSlot {
                 to,
                 slot,
                 block,
@@ -464,6 +471,7 @@ mod tests {
             | Step::Encode { piece, .. }
             | Step::SendBlock { piece, .. }
             | Step::TakeBlock { piece, .. }
+            | Step::PassSlot { piece, .. }
             | Step::PassOutput { piece, .. }
             | Step::JoinOut { piece, .. }
             | Step::ReduceInto { piece, .. } => piece,
@@ -582,6 +590,41 @@ mod tests {
                         "{topology:?} n {n}, {per} pieces: {took}"
                     );
                 }
+            }
+        }
+    }
+
+    /// Through the slots, a position sends only its own block from its work (`SendBlock`);
+    /// every other block it forwards from the slot it landed in, after taking it there.
+    #[test]
+    fn slot_gathers_forward_received_blocks_from_their_slots() {
+        for topology in [Topology::Linear, Topology::Ring] {
+            for n in 2..=6 {
+                for pos in 0..n {
+                    let list = gather_steps(topology, n, pos, 0, &vec![2; n], false);
+                    let mut taken = std::collections::HashSet::new();
+                    for step in &list {
+                        match *step {
+                            Step::SendBlock { block, .. } => assert_eq!(block, pos),
+                            Step::TakeBlock { slot, block, piece } => {
+                                assert_eq!(slot, block);
+                                taken.insert((block, piece));
+                            }
+                            Step::PassSlot {
+                                slot, block, piece, ..
+                            } => {
+                                assert_eq!(slot, block);
+                                assert!(taken.contains(&(block, piece)), "{topology:?} n {n}");
+                            }
+                            other => panic!("unexpected step {other:?}"),
+                        }
+                    }
+                    assert_eq!(taken.len(), 2 * (n - 1), "{topology:?} n {n} pos {pos}");
+                }
+                let (_, took) = simulate(n, 2, |pos, pieces| {
+                    gather_steps(topology, n, pos, 0, pieces, false)
+                });
+                assert!(took > 0);
             }
         }
     }

@@ -14,7 +14,7 @@ use ttmesh_chip::ChipError;
 
 use super::chip_io::FusedIo;
 use super::lists;
-use super::steps::{piece_count, Step, Work};
+use super::steps::{piece_count, sized, Step, Work};
 use super::Run;
 use crate::Topology;
 
@@ -234,8 +234,12 @@ pub(crate) fn all_gather_direct(run: &Run, addresses: &[u32]) -> Result<Launched
     })
 }
 
-/// all_gather on pages: every chip's input pages travel as they are; the output is assembled
-/// page run by page run straight from the received blocks.
+/// Bytes of a received block an all_gather copies from its slot into the output at a time.
+const ASSEMBLY_BYTES: usize = 32 << 10;
+
+/// all_gather on pages: every chip's input pages travel as they are, and received blocks are
+/// forwarded from the slots they land in; the output is assembled page run by page run from
+/// this chip's block and the slots.
 pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Result<(), ChipError> {
     let k = run.k;
     let n = k.line.chips.len();
@@ -253,15 +257,30 @@ pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Resu
         for (p, &blk) in k.order.iter().enumerate() {
             from_position[blk] = p;
         }
+        // Received blocks stay in their slots (`Step::TakeBlock`): each run is read from
+        // there a few pages at a time, through a buffer that stays in the host's cache.
         let ps = k.input.page_size() as usize;
-        let run_bytes = split.extent * split.inner * ps;
+        let run_pages = split.extent * split.inner;
+        let pages_at_once = (ASSEMBLY_BYTES / ps).clamp(1, run_pages.max(1));
+        let mut buf = std::mem::take(&mut w.staged);
         for o in 0..split.outer {
             for (blk, &j) in from_position.iter().enumerate() {
-                let src = &w.block(j)[o * run_bytes..(o + 1) * run_bytes];
-                let first = (o * n + blk) * split.extent * split.inner;
-                write_pages(run.ctx, &k.output, addresses[2], first, src)?;
+                for p in (0..run_pages).step_by(pages_at_once) {
+                    let count = pages_at_once.min(run_pages - p);
+                    let (at, len) = ((o * run_pages + p) * ps, count * ps);
+                    let src = match j == pos {
+                        true => &w.block(j)[at..at + len],
+                        false => {
+                            run.read_slot_into(j, at, sized(&mut buf, len))?;
+                            &buf[..len]
+                        }
+                    };
+                    let first = (o * n + blk) * run_pages + p;
+                    write_pages(run.ctx, &k.output, addresses[2], first, src)?;
+                }
             }
         }
+        w.staged = buf;
         Ok(())
     })
 }

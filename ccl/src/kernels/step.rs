@@ -73,8 +73,19 @@ pub(crate) enum Step {
         block: usize,
         piece: usize,
     },
-    /// Waits for a piece in the slot and keeps its bytes as block `block`'s.
+    /// Waits for a piece of block `block` in slot `slot`. The bytes stay in the slot: a
+    /// `PassSlot` forwards them from there and the kernel writes its output from the slots
+    /// (so those slots never share memory: see `together::alias_slots`).
     TakeBlock {
+        slot: usize,
+        block: usize,
+        piece: usize,
+    },
+    /// Forwards a piece of block `block` that a `TakeBlock` saw land in this chip's slot
+    /// `slot` into the neighbour's slot `slot`, copied from memory to memory by the fabric:
+    /// one host copy per wire byte, where a copy out of the slot and a send from it were two.
+    PassSlot {
+        to: Side,
         slot: usize,
         block: usize,
         piece: usize,
@@ -124,13 +135,14 @@ impl Step {
         }
     }
 
-    /// The slot whose memory this step reads (`receives`, less a gather's wait, whose piece
-    /// is already in the output, and a `Hold`, whose piece its `JoinOut` reads: only lists
+    /// The slot whose memory this step reads (`receives`, less a gather's waits, whose piece
+    /// is already in the output or stays in the slot, and a `Hold`, whose piece its `JoinOut`
+    /// reads: only lists
     /// whose slot writes all go one way share slot memory, and a line's middle position
     /// receives from both sides).
     pub(crate) fn reads_slot(&self) -> Option<usize> {
         match self {
-            Step::AwaitOutput { .. } | Step::Hold { .. } => None,
+            Step::AwaitOutput { .. } | Step::Hold { .. } | Step::TakeBlock { .. } => None,
             _ => self.receives(),
         }
     }
@@ -149,6 +161,7 @@ impl Step {
     pub(crate) fn sends(&self) -> Option<(Side, usize)> {
         match *self {
             Step::SendBlock { to, slot, .. }
+            | Step::PassSlot { to, slot, .. }
             | Step::PassOutput { to, slot, .. }
             | Step::ReduceInto { to, slot, .. } => Some((to, slot)),
             Step::Reduce { to, .. } => to,

@@ -575,9 +575,33 @@ impl Endpoint {
                 self.send_in_parts(self.neighbour(to), slot, a, &w.blocks[block][a..e])
                     .map_err(StepError::Fabric)
             }
-            Step::TakeBlock { slot, block, piece } => {
+            // The piece stays in the slot (see `Step::TakeBlock`).
+            Step::TakeBlock { .. } => Ok(()),
+            Step::PassSlot {
+                to,
+                slot,
+                block,
+                piece,
+            } => {
                 let (a, e) = w.block_piece(block, piece);
-                self.read_slot(mem, slot, a, &mut w.blocks[block][a..e])
+                let (dest, sender) = (self.neighbour(to), self.slot_sender(slot));
+                let per_message = message_bytes(sender);
+                let mut at = a;
+                loop {
+                    // Every part names the semaphore and the last raises it, as in
+                    // `send_in_parts`; slots sit at one address on every chip.
+                    let len = per_message.min(e - at);
+                    let last = at + len == e;
+                    let addr = self.slot_addr(slot).offset(at as u64);
+                    let sem = (SEM_SLOT_BASE + slot as u32, u32::from(last));
+                    sender
+                        .copy_and_inc(dest, addr, (addr, len), sem, &mut w.staged)
+                        .map_err(StepError::Fabric)?;
+                    at += len;
+                    if last {
+                        return Ok(());
+                    }
+                }
             }
             Step::PassOutput {
                 to,

@@ -582,9 +582,15 @@ const ALIAS_LONG_ALONE: usize = 8;
 /// line of n writes ~n slots per chip that no later step reads again: at 256 KiB on 32 chips
 /// that is 8 MiB more memory the host's cache must hold. Sharing is safe when each chip's
 /// slots have one writer (every slot write goes the same way round), and the runner holds a
-/// write back until the slots it would overwrite were read (`region_busy`).
+/// write back until the slots it would overwrite were read (`region_busy`). Lists that keep
+/// received blocks in their slots until the kernel writes its output (`Step::TakeBlock`)
+/// keep a slot per step.
 pub(crate) fn alias_slots(parts: &mut [Part], alone: bool) {
     let slots = slot_count(parts);
+    let keeps_blocks = |p: &Part| p.steps.iter().any(|s| matches!(s, Step::TakeBlock { .. }));
+    if parts.iter().any(keeps_blocks) {
+        return;
+    }
     let Some(page) = parts.first().map(|p| p.ep.slots.map.page_size) else {
         return;
     };
