@@ -399,8 +399,9 @@
 //! 32 KiB at a time, so two passes per received byte; such lists keep a slot per step
 //! (`together::alias_slots`). Alternated with the previous binary (`ccl_one all_gather`,
 //! medians of 3-7): t3k 16 MiB 34.0 -> 29.8 ms, 1 MiB 1337 -> 1190 us, 36 KiB 346 -> 304 us;
-//! line-2 16 MiB 5.75 -> 3.88 ms, 1 MiB 312 -> 279 us; galaxy 1 MiB 8.05 -> 6.12 ms; line-2
-//! 256 KiB (56.6 / 57.0 us) and line-4 1 MiB (669 / 671 us) even.
+//! line-2 16 MiB 5.75 -> 3.88 ms (4.64 -> 3.76 in five more), 1 MiB 312 -> 279 us; line-4
+//! 16 MiB 14.6 -> 11.6 ms; galaxy 1 MiB 8.05 -> 6.12 ms; line-2 256 KiB (56.6 / 57.0 us) and
+//! line-4 1 MiB (669 / 671 us) even.
 //!
 //! Tried and dropped: a ring's steps in piece order when one or two threads run the line
 //! (every hop of piece 0, then of piece 1, ...; on a ring each hop waits only for the
