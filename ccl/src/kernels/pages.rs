@@ -211,7 +211,7 @@ pub(crate) fn all_gather_direct(run: &Run, addresses: &[u32]) -> Result<Launched
     let (in_page, out_page) = (k.input.page_size() as usize, k.output.page_size() as usize);
     debug_assert_eq!(in_page, out_page, "a gather moves pages as they are");
     with_work(|w| {
-        w.shape(&[], &vec![len; n], None);
+        w.shape(&[], &vec![len; n], Some(k.pos));
         let own = &mut w.blocks[k.pos][..len];
         read_pages(run.ctx, &k.input, addresses[0], own)?;
         write_pages(
@@ -246,7 +246,7 @@ pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Resu
     let pos = k.pos;
     let len = k.input.buffer_size() as usize;
     with_work(|w| {
-        w.shape(&[], &vec![len; n], None);
+        w.shape(&[], &vec![len; n], Some(pos));
         read_pages(run.ctx, &k.input, addresses[0], &mut w.blocks[pos][..len])?;
         // One piece per block: without a fused reduction, pieces only add waits.
         let pieces = vec![piece_count(len, w.block_piece); n];

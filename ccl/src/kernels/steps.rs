@@ -92,7 +92,10 @@ impl Work {
     }
 
     /// Room for `n` chunks and blocks of the given lengths (elements / bytes). With `keep`,
-    /// only that chunk holds its sums in the work (the fused all_reduce streams the others).
+    /// only that chunk and that block are held in the work: the fused all_reduce streams the
+    /// others, and the gathers leave received blocks in chip memory (the slots or the
+    /// output), so a buffer for each would only cost host memory (n times the output on every
+    /// chip).
     pub(crate) fn shape(
         &mut self,
         chunk_lens: &[usize],
@@ -111,8 +114,10 @@ impl Work {
                 sized(c, l);
             }
         }
-        for (b, &l) in self.blocks.iter_mut().zip(block_lens) {
-            sized(b, l);
+        for (j, (b, &l)) in self.blocks.iter_mut().zip(block_lens).enumerate() {
+            if keep.is_none_or(|k| k == j) {
+                sized(b, l);
+            }
         }
         self.chunk_lens.clear();
         self.chunk_lens.extend_from_slice(chunk_lens);
@@ -128,6 +133,7 @@ impl Work {
         self.chunks.is_empty() && self.blocks.is_empty()
     }
 
+    /// This chip's own block, the only one the work holds (see `shape`).
     pub(crate) fn block(&self, j: usize) -> &[u8] {
         &self.blocks[j][..self.block_lens[j]]
     }
