@@ -257,8 +257,9 @@ pub(crate) fn all_gather(run: &Run, split: PageSplit, addresses: &[u32]) -> Resu
         for (p, &blk) in k.order.iter().enumerate() {
             from_position[blk] = p;
         }
-        // Received blocks stay in their slots (`Step::TakeBlock`): each run is read from
-        // there a few pages at a time, through a buffer that stays in the host's cache.
+        // Received blocks stay in their slots (`Step::TakeBlock`; block j in slot j, as the
+        // gather's slots start at 0): each run is read from there a few pages at a time,
+        // through a buffer that stays in the host's cache.
         let ps = k.input.page_size() as usize;
         let run_pages = split.extent * split.inner;
         let pages_at_once = (ASSEMBLY_BYTES / ps).clamp(1, run_pages.max(1));
