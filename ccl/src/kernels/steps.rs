@@ -258,6 +258,37 @@ impl Endpoint {
         &self.senders[slot % self.senders.len()]
     }
 
+    /// Has the fabric copy `runs` (bank, address, bytes) of this chip's memory in `space` to
+    /// the same places in the neighbour's, in messages of at most `message_bytes`. Every
+    /// message names slot `slot`'s semaphore, so a lost one fails the wait; only the last
+    /// raises it, once all have landed (order holds per link).
+    fn copy_runs(
+        &self,
+        to: Side,
+        slot: usize,
+        space: MemSpace,
+        runs: &[BankRun],
+        staged: &mut Vec<u8>,
+    ) -> Result<(), StepError> {
+        let (dest, sender) = (self.neighbour(to), self.slot_sender(slot));
+        let per_message = message_bytes(sender);
+        let messages = runs.iter().flat_map(|&(bank, addr, len)| {
+            (0..len.max(1))
+                .step_by(per_message)
+                .map(move |o| (bank, addr + o as u64, per_message.min(len - o)))
+        });
+        let mut messages = messages.peekable();
+        while let Some((bank, addr, len)) = messages.next() {
+            let by = u32::from(messages.peek().is_none());
+            let at = noc(self.me, space, bank, addr)?;
+            let sem = (SEM_SLOT_BASE + slot as u32, by);
+            sender
+                .copy_and_inc(dest, at, (at, len), sem, staged)
+                .map_err(StepError::Fabric)?;
+        }
+        Ok(())
+    }
+
     /// Copies the bytes at byte `offset` of this chip's slot into `out`.
     pub(crate) fn read_slot(
         &self,
@@ -581,8 +612,6 @@ impl Endpoint {
                 self.send_in_parts(self.neighbour(to), slot, a, &w.blocks[block][a..e])
                     .map_err(StepError::Fabric)
             }
-            // The piece stays in the slot (see `Step::TakeBlock`).
-            Step::TakeBlock { .. } => Ok(()),
             Step::PassSlot {
                 to,
                 slot,
@@ -590,24 +619,9 @@ impl Endpoint {
                 piece,
             } => {
                 let (a, e) = w.block_piece(block, piece);
-                let (dest, sender) = (self.neighbour(to), self.slot_sender(slot));
-                let per_message = message_bytes(sender);
-                let mut at = a;
-                loop {
-                    // Every part names the semaphore and the last raises it, as in
-                    // `send_in_parts`; slots sit at one address on every chip.
-                    let len = per_message.min(e - at);
-                    let last = at + len == e;
-                    let addr = self.slot_addr(slot).offset(at as u64);
-                    let sem = (SEM_SLOT_BASE + slot as u32, u32::from(last));
-                    sender
-                        .copy_and_inc(dest, addr, (addr, len), sem, &mut w.staged)
-                        .map_err(StepError::Fabric)?;
-                    at += len;
-                    if last {
-                        return Ok(());
-                    }
-                }
+                let (bank, addr) = self.slot_location(slot);
+                let run = [(bank, addr + a as u64, e - a)];
+                self.copy_runs(to, slot, MemSpace::Dram, &run, &mut w.staged)
             }
             Step::PassOutput {
                 to,
@@ -627,30 +641,11 @@ impl Endpoint {
                     .expect("a collective with PassOutput steps sets its fused output");
                 io.output_runs(block, a, e, runs);
                 let space = io.output_pages.0.map.space;
-                let (dest, sender) = (self.neighbour(to), self.slot_sender(slot));
-                let per_message = message_bytes(sender);
-                let messages = runs.iter().flat_map(|&(bank, addr, len)| {
-                    (0..len.max(1))
-                        .step_by(per_message)
-                        .map(move |o| (bank, addr + o as u64, per_message.min(len - o)))
-                });
-                let mut messages = messages.peekable();
-                while let Some((bank, addr, len)) = messages.next() {
-                    // Every write names the semaphore, so a lost one fails the wait; only the
-                    // last raises it, once the piece has landed (order holds per link). The
-                    // fabric copies the run from this chip's output into the neighbour's.
-                    let by = u32::from(messages.peek().is_none());
-                    let at = noc(self.me, space, bank, addr)?;
-                    let sem = (SEM_SLOT_BASE + slot as u32, by);
-                    sender
-                        .copy_and_inc(dest, at, (at, len), sem, staged)
-                        .map_err(StepError::Fabric)?;
-                }
-                Ok(())
+                self.copy_runs(to, slot, space, runs, staged)
             }
-            // The piece is already in the output (or read by a later `JoinOut`): the wait
-            // was all.
-            Step::AwaitOutput { .. } | Step::Hold { .. } => Ok(()),
+            // The piece is already in the output, stays in its slot (see `Step::TakeBlock`)
+            // or is read by a later `JoinOut`: the wait was all.
+            Step::AwaitOutput { .. } | Step::Hold { .. } | Step::TakeBlock { .. } => Ok(()),
             Step::JoinOut {
                 left,
                 right,

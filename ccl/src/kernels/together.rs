@@ -587,10 +587,6 @@ const ALIAS_LONG_ALONE: usize = 8;
 /// keep a slot per step.
 pub(crate) fn alias_slots(parts: &mut [Part], alone: bool) {
     let slots = slot_count(parts);
-    let keeps_blocks = |p: &Part| p.steps.iter().any(|s| matches!(s, Step::TakeBlock { .. }));
-    if parts.iter().any(keeps_blocks) {
-        return;
-    }
     let Some(page) = parts.first().map(|p| p.ep.slots.map.page_size) else {
         return;
     };
@@ -607,7 +603,8 @@ pub(crate) fn alias_slots(parts: &mut [Part], alone: bool) {
     let Some(first) = sides.next() else {
         return;
     };
-    if sides.any(|s| s != first) {
+    let keeps_blocks = |p: &Part| p.steps.iter().any(|s| matches!(s, Step::TakeBlock { .. }));
+    if sides.any(|s| s != first) || parts.iter().any(keeps_blocks) {
         return;
     }
     let mut written = vec![false; slots];
