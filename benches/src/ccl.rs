@@ -92,6 +92,8 @@ struct Row {
     mesh: String,
     size: usize,
     time: Duration,
+    /// The ring floor's time for the same all_reduce (`ring_floor`); none for the other ops.
+    floor: Option<Duration>,
 }
 
 /// How many timed iterations: a count, or as many as fit a time budget (3 to 200).
@@ -221,6 +223,35 @@ fn open(topology: &str, fabric: FabricConfig) -> Result<MeshDevice, String> {
     .map_err(|e| e.to_string())
 }
 
+/// The ring floor's time (`ring_floor`) for an all_reduce of each size per chip on each mesh's
+/// chip count, in the time budget the emulated rows have; none where the floor failed. Timed
+/// before any mesh opens: a mesh's threads, spinning a while after its last collective, would
+/// take the cores the floor's spinning threads need.
+fn floor_times(
+    meshes: &[(usize, &str, FabricConfig)],
+    sizes: impl Iterator<Item = usize> + Clone,
+    quick: bool,
+) -> std::collections::HashMap<(usize, usize), Option<Duration>> {
+    let budget = Duration::from_millis(if quick { 30 } else { 150 });
+    let mut floors = std::collections::HashMap::new();
+    for &(n, ..) in meshes {
+        for size in sizes.clone() {
+            let t = crate::ring_floor::time_ring_floor(n, size, budget).ok();
+            floors.insert((n, size), t);
+        }
+    }
+    floors
+}
+
+/// Microseconds with no decimals (the busbw table's) and with one (the small table's).
+fn us(t: Duration) -> String {
+    format!("{:.0}", t.as_secs_f64() * 1e6)
+}
+
+fn us_1(t: Duration) -> String {
+    format!("{:.1}", t.as_secs_f64() * 1e6)
+}
+
 fn gbps(bytes: f64, t: Duration) -> f64 {
     bytes / t.as_secs_f64() / 1e9
 }
@@ -245,7 +276,7 @@ fn collectives(quick: bool, m: f64, mpi: &MpiFigures, out: &mut String) -> Vec<R
     let mut modeled = Vec::new();
     let _ = writeln!(
         out,
-        "{:<15} {:>5} {:<14} {:>9} {:>11} {:>12} {:>12} {:>10} {:>10}",
+        "{:<15} {:>5} {:<14} {:>9} {:>11} {:>12} {:>12} {:>10} {:>10} {:>11}",
         "op",
         "chips",
         "mesh",
@@ -254,8 +285,10 @@ fn collectives(quick: bool, m: f64, mpi: &MpiFigures, out: &mut String) -> Vec<R
         "algbw GB/s",
         "busbw GB/s",
         "busbw*n/M",
-        "MPI (us)"
+        "MPI (us)",
+        "floor (us)"
     );
+    let floors = floor_times(meshes, sizes.iter().copied(), quick);
     for &(n, topo, fabric) in meshes {
         let Some((mesh, label)) = open_labelled(out, n, topo, fabric) else {
             continue;
@@ -270,9 +303,12 @@ fn collectives(quick: bool, m: f64, mpi: &MpiFigures, out: &mut String) -> Vec<R
                     Ok(t) => {
                         let alg = gbps(size as f64, t);
                         let bus = alg * op.bus_factor(n);
+                        let floor = (op == Op::AllReduce)
+                            .then(|| floors.get(&(n, size)).copied().flatten())
+                            .flatten();
                         let _ = writeln!(
                             out,
-                            "{:<15} {:>5} {:<14} {:>5} MiB {:>11.1} {:>12.2} {:>12.2} {:>10.2} {:>10}",
+                            "{:<15} {:>5} {:<14} {:>5} MiB {:>11.1} {:>12.2} {:>12.2} {:>10.2} {:>10} {:>11}",
                             op.name(),
                             n,
                             label,
@@ -283,7 +319,8 @@ fn collectives(quick: bool, m: f64, mpi: &MpiFigures, out: &mut String) -> Vec<R
                             bus * 1e9 * n as f64 / m,
                             mpi.us(n, size)
                                 .filter(|_| op == Op::AllReduce)
-                                .map_or("-".into(), |us| format!("{us:.0}"))
+                                .map_or("-".into(), |us| format!("{us:.0}")),
+                            floor.map_or("-".into(), us)
                         );
                         rows.push(Row {
                             op,
@@ -291,6 +328,7 @@ fn collectives(quick: bool, m: f64, mpi: &MpiFigures, out: &mut String) -> Vec<R
                             mesh: label.clone(),
                             size,
                             time: t,
+                            floor,
                         });
                         let run_once =
                             || time_collective(&mesh, op, size, Iters::Exactly(1)).map(|_| ());
@@ -422,9 +460,10 @@ fn small_all_reduce(quick: bool, mpi: &MpiFigures, out: &mut String) {
     let widths: &[usize] = if quick { &[576] } else { &[64, 576, 4096] };
     let _ = writeln!(
         out,
-        "{:<15} {:>5} {:<14} {:>9} {:>11} {:>11} {:>9} {:>10}",
-        "op", "chips", "mesh", "size", "time (us)", "MPI (us)", "MPI/us", "goal (us)"
+        "{:<15} {:>5} {:<14} {:>9} {:>11} {:>11} {:>9} {:>11} {:>10}",
+        "op", "chips", "mesh", "size", "time (us)", "MPI (us)", "MPI/us", "floor (us)", "goal (us)"
     );
+    let floors = floor_times(meshes, widths.iter().map(|w| 32 * w * 2), quick);
     for &(n, topo, fabric) in meshes {
         let Some((mesh, label)) = open_labelled(out, n, topo, fabric) else {
             continue;
@@ -458,7 +497,7 @@ fn small_all_reduce(quick: bool, mpi: &MpiFigures, out: &mut String) {
                         .unwrap_or_else(|| "-".into());
                     let _ = writeln!(
                         out,
-                        "{:<15} {:>5} {:<14} {:>5} KiB {:>11.1} {:>11} {:>9} {:>10}",
+                        "{:<15} {:>5} {:<14} {:>5} KiB {:>11.1} {:>11} {:>9} {:>11} {:>10}",
                         "all_reduce",
                         n,
                         label,
@@ -466,6 +505,11 @@ fn small_all_reduce(quick: bool, mpi: &MpiFigures, out: &mut String) {
                         us,
                         mpi.map_or("-".into(), |m| format!("{m:.0}")),
                         mpi.map_or("-".into(), |m| format!("{:.2}", m / us)),
+                        floors
+                            .get(&(n, size))
+                            .copied()
+                            .flatten()
+                            .map_or("-".into(), us_1),
                         goal
                     );
                 }
@@ -549,15 +593,25 @@ pub fn run(quick: bool) -> String {
         .filter(|r| r.op == Op::AllReduce && r.n == 8)
         .max_by_key(|r| r.size)
     {
-        let bus = gbps(r.size as f64, r.time) * 1e9 * r.op.bus_factor(r.n);
+        let efficiency =
+            |t: Duration| gbps(r.size as f64, t) * 1e9 * r.op.bus_factor(r.n) * r.n as f64 / m;
         let _ = writeln!(
             out,
             "all_reduce {} MiB on {} chips ({}): efficiency busbw*n/M = {:.2} (goal >= 0.5)",
             r.size / MIB,
             r.n,
             r.mesh,
-            bus * r.n as f64 / m
+            efficiency(r.time)
         );
+        if let Some(f) = r.floor {
+            let _ = writeln!(
+                out,
+                "  the ring floor (a plain ring all_reduce on host arrays, no emulation) took {:.1} us there: efficiency {:.2}; emulated / floor {:.2}x",
+                f.as_secs_f64() * 1e6,
+                efficiency(f),
+                r.time.as_secs_f64() / f.as_secs_f64().max(1e-12)
+            );
+        }
     }
     if let Err(e) = run_block(quick, &mut out) {
         let _ = writeln!(out, "run block: failed: {e}");

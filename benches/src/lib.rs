@@ -13,3 +13,4 @@ pub mod fabric;
 pub mod monitor;
 pub mod profile;
 pub mod replay;
+pub mod ring_floor;

@@ -413,3 +413,47 @@
 //! measured: a step's input is a few pages in each DRAM bank, each bank its own host
 //! allocation, so small pieces read from many short streams that the prefetchers do not
 //! follow, and the slots' reuse in the cache did not make up for it.
+//!
+//! The ring floor. `ttmesh bench ccl` now times, beside every all_reduce, the same ring
+//! all_reduce done plainly on host arrays (ttmesh-benches' `ring_floor`: bf16 inputs, partial
+//! sums rounded at each hop into the next chip's buffer, the gather copying output to output,
+//! one pinned thread per core meeting at a spinning barrier after each hop). It is a stricter
+//! yardstick than same-host MPI: it was faster at every size in the second run below, and at
+//! all but one in the others (the first: t3k 16 MiB 32.0 against MPI's 27.4 ms; the third:
+//! line-4 1 MiB 593 against 580 us). Three full runs of `ttmesh bench ccl` in one hour
+//! (emulated / floor):
+//! - t3k 16 MiB 44.8 / 32.0, 36.6 / 23.2, 44.0 / 18.4 ms; 1 MiB 1961 / 1334, 1262 / 645,
+//!   1735 / 727 us;
+//! - line-2 16 MiB 4.73 / 4.25, 4.45 / 2.97, 3.63 / 2.72 ms; line-4 16 MiB 22.2 / 12.5,
+//!   18.6 / 8.5, 19.3 / 7.9 ms;
+//! - t3k 36 KiB 108 / 22, 163 / 23, 117 / 23 us; galaxy 36 KiB 785 / 121, 847 / 146,
+//!   735 / 124 us; line-2 4 KiB 7.9 / 2.0, 8.4 / 1.2, 8.4 / 1.2 us.
+//!
+//! Small sizes are the launch path (every chip's dispatcher, its command queue and program,
+//! the meeting), which the floor does not have. At 16 MiB on 8 chips the emulation takes
+//! about twice the floor, and the reduce half is most of it: reduce_scatter t3k 16 MiB took
+//! 30-36 ms in the hour a reduce-only floor took 13-16 ms. Variants of that reduce-only floor
+//! (a scratch program, medians of 15 runs, three sets) showed where part of the gap goes:
+//! - summing straight from the input and the arrived partial into the next buffer: 12.9, 13.4
+//!   and 15.6 ms;
+//! - staged as a `Reduce` is (the arrived partial copied into a 32 KiB block, the sums made
+//!   in L1, then copied out to the neighbour): 17.8, 17.2, 18.2 ms;
+//! - staged, with the input kept as chip DRAM keeps it (12 banks of 16 KiB chunks, read a
+//!   2 KiB page at a time): 21.4, 20.8, 21.6 ms, against 19.4, 17.6, 17.8 staged alone in
+//!   that set.
+//!
+//! The rest, about another half again, is the emulation's own cost per message and page:
+//! bank locks, chunk lookups and cache hints per page, the fabric's send path per 32 KiB,
+//! and 8 threads on 2 cores. perf on `ccl_one reduce_scatter t3k 16777216` puts 30% of
+//! samples in memmove (the staging copies and the delivery), 21% in `DeviceMemory::prefetch`
+//! (the input's memory stalls land there), 17% in the bf16 add and 5% in
+//! `DeviceMemory::write`. The next levers:
+//! - a reduction computed straight from this chip's input and slot into the neighbour's
+//!   slot. The destination's bank is write-locked meanwhile, so the two source banks would be
+//!   *tried*, as `DeviceMemory::copy_from` tries its one source, with the staged path
+//!   whenever either is busy;
+//! - a host layout that keeps a tensor's pages in fewer, longer runs.
+//!
+//! Two quick A/Bs on reduce_scatter t3k 16 MiB in this hour: without the input's cache hints
+//! it was slower (medians of 4: 40.2 against 32.3 ms), and 128 KiB messages instead of 32 KiB
+//! were within the noise (26.7-29.8 against 28.4-31.8 ms).
