@@ -11,8 +11,9 @@
 //! - All-gather, `n - 1` hops. Each hop copies a finished chunk from one chip's output into the
 //!   next chip's output.
 //!
-//! Every hop of a step runs before any hop of the next, like chips in lockstep. Rayon's pool
-//! (one thread per core) runs the hops of a step in parallel. There are no fabric messages,
+//! Every hop of a step runs before any hop of the next, like chips in lockstep: one thread per
+//! core, each pinned to its core, takes a share of the chunks, and the threads meet at a
+//! spinning barrier after every hop. There are no fabric messages,
 //! semaphores, page tables, bank locks or dispatchers: the emulated collective's time beyond
 //! this floor is what the emulation costs.
 
