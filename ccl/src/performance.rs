@@ -452,6 +452,9 @@
 //!   slot. The destination's bank is write-locked meanwhile, so the two source banks would be
 //!   *tried*, as `DeviceMemory::copy_from` tries its one source, with the staged path
 //!   whenever either is busy;
+//! - smaller: the arrived partial read in place instead of copied into the L1 block
+//!   (`Endpoint::read_slot`, 12% of that profile's samples), with the input's banks tried
+//!   under the slot's read lock and the copy kept for when one is busy;
 //! - a host layout that keeps a tensor's pages in fewer, longer runs.
 //!
 //! Two quick A/Bs on reduce_scatter t3k 16 MiB in this hour: without the input's cache hints
