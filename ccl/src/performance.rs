@@ -418,10 +418,10 @@
 //! all_reduce done plainly on host arrays (ttmesh-benches' `ring_floor`: bf16 inputs, partial
 //! sums rounded at each hop into the next chip's buffer, the gather copying output to output,
 //! one pinned thread per core meeting at a spinning barrier after each hop). It is a stricter
-//! yardstick than same-host MPI: it was faster at every size in the second run below, and at
-//! all but one in the others (the first: t3k 16 MiB 32.0 against MPI's 27.4 ms; the third:
-//! line-4 1 MiB 593 against 580 us). Three full runs of `ttmesh bench ccl` in one hour
-//! (emulated / floor):
+//! yardstick than same-host MPI: it was faster at every size in the second run below and at
+//! all but one in the third (line-4 1 MiB 593 against 580 us); the first, a slow run for the
+//! floor, lost at 1 MiB on 2, 4 and 8 chips and at t3k 16 MiB (32.0 against 27.4 ms). Three
+//! full runs of `ttmesh bench ccl` in one hour (emulated / floor):
 //! - t3k 16 MiB 44.8 / 32.0, 36.6 / 23.2, 44.0 / 18.4 ms; 1 MiB 1961 / 1334, 1262 / 645,
 //!   1735 / 727 us;
 //! - line-2 16 MiB 4.73 / 4.25, 4.45 / 2.97, 3.63 / 2.72 ms; line-4 16 MiB 22.2 / 12.5,
