@@ -224,19 +224,24 @@ fn open(topology: &str, fabric: FabricConfig) -> Result<MeshDevice, String> {
 }
 
 /// The ring floor's time (`ring_floor`) for an all_reduce of each size per chip on each mesh's
-/// chip count, in the time budget the emulated rows have; none where the floor failed. Timed
-/// before any mesh opens: a mesh's threads, spinning a while after its last collective, would
-/// take the cores the floor's spinning threads need.
+/// chip count, in the time budget the emulated rows have; none where the floor failed (said
+/// in `out`). Timed before any mesh opens: a mesh's threads, spinning a while after its last
+/// collective, would take the cores the floor's spinning threads need.
 fn floor_times(
     meshes: &[(usize, &str, FabricConfig)],
     sizes: impl Iterator<Item = usize> + Clone,
     quick: bool,
+    out: &mut String,
 ) -> std::collections::HashMap<(usize, usize), Option<Duration>> {
     let budget = Duration::from_millis(if quick { 30 } else { 150 });
     let mut floors = std::collections::HashMap::new();
     for &(n, ..) in meshes {
         for size in sizes.clone() {
-            let t = crate::ring_floor::time_ring_floor(n, size, budget).ok();
+            let t = crate::ring_floor::time_ring_floor(n, size, budget)
+                .inspect_err(|e| {
+                    let _ = writeln!(out, "ring floor, {n} chips, {size} B: failed: {e}");
+                })
+                .ok();
             floors.insert((n, size), t);
         }
     }
@@ -288,7 +293,7 @@ fn collectives(quick: bool, m: f64, mpi: &MpiFigures, out: &mut String) -> Vec<R
         "MPI (us)",
         "floor (us)"
     );
-    let floors = floor_times(meshes, sizes.iter().copied(), quick);
+    let floors = floor_times(meshes, sizes.iter().copied(), quick, out);
     for &(n, topo, fabric) in meshes {
         let Some((mesh, label)) = open_labelled(out, n, topo, fabric) else {
             continue;
@@ -463,7 +468,7 @@ fn small_all_reduce(quick: bool, mpi: &MpiFigures, out: &mut String) {
         "{:<15} {:>5} {:<14} {:>9} {:>11} {:>11} {:>9} {:>11} {:>10}",
         "op", "chips", "mesh", "size", "time (us)", "MPI (us)", "MPI/us", "floor (us)", "goal (us)"
     );
-    let floors = floor_times(meshes, widths.iter().map(|w| 32 * w * 2), quick);
+    let floors = floor_times(meshes, widths.iter().map(|w| 32 * w * 2), quick, out);
     for &(n, topo, fabric) in meshes {
         let Some((mesh, label)) = open_labelled(out, n, topo, fabric) else {
             continue;
