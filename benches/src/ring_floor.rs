@@ -18,6 +18,7 @@
 //! this floor is what the emulation costs.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// `n` chips' buffers for one ring all_reduce of `elems` bf16 elements per chip.
@@ -168,6 +169,11 @@ const BARRIER_TIMEOUT: Duration = Duration::from_secs(30);
 /// microseconds, longer than a small hop takes on the other core.
 const SPINS_BEFORE_YIELD: u32 = 4096;
 
+/// How long a waiter yields before it sleeps: longer than a hop of the benchmark's sizes
+/// takes on an idle host (so no wake-up is paid there), short enough that a thread whose core
+/// other work wants gives it back soon.
+const YIELD_BEFORE_SLEEP: Duration = Duration::from_millis(2);
+
 /// One thread's share of the chunks: `cols[j]` and `parts[j]` are chunk `first + j`'s.
 struct Group<'a, 'b> {
     first: usize,
@@ -216,13 +222,17 @@ impl Group<'_, '_> {
     }
 }
 
-/// A barrier whose waiters spin (with the CPU's pause hint), then yield, but never sleep: the
-/// floor's threads are one per core, and a sleeping waiter's wake-up would cost more than a
-/// small hop.
+/// A barrier whose waiters spin (with the CPU's pause hint), then yield, then sleep: the
+/// floor's threads are one per core, and on an idle host a sleeping waiter's wake-up would
+/// cost more than a small hop; on a busy one (other work on the floor's cores) spinning and
+/// yielding would hold a core the late thread needs, so a long wait sleeps.
 struct SpinBarrier {
     parties: usize,
     arrived: AtomicUsize,
     generation: AtomicUsize,
+    /// Sleepers wait here for `generation` to move.
+    lock: Mutex<()>,
+    moved: Condvar,
 }
 
 impl SpinBarrier {
@@ -231,6 +241,8 @@ impl SpinBarrier {
             parties,
             arrived: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            moved: Condvar::new(),
         }
     }
 
@@ -238,27 +250,45 @@ impl SpinBarrier {
         let generation = self.generation.load(Ordering::Acquire);
         if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.parties {
             self.arrived.store(0, Ordering::Relaxed);
+            // Moved under the lock, so a waiter that checked and is about to sleep cannot
+            // miss the notification.
+            let guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
             self.generation.fetch_add(1, Ordering::Release);
+            drop(guard);
+            self.moved.notify_all();
             return Ok(());
         }
-        let deadline = Instant::now() + BARRIER_TIMEOUT;
-        let mut spins = 0u32;
-        while self.generation.load(Ordering::Acquire) == generation {
-            spins = spins.wrapping_add(1);
-            if spins < SPINS_BEFORE_YIELD {
-                std::hint::spin_loop();
-                continue;
+        let moved = || self.generation.load(Ordering::Acquire) != generation;
+        for _ in 0..SPINS_BEFORE_YIELD {
+            if moved() {
+                return Ok(());
             }
-            // Two of the floor's threads can share a core until the scheduler moves one (a
-            // new thread starts beside its parent): spinning then would hold the core the
-            // other needs for a whole time slice (4 KiB runs took ms each, against ~1.5 us).
+            std::hint::spin_loop();
+        }
+        // Then yield: two of the floor's threads can share a core until the scheduler moves
+        // one (a new thread starts beside its parent), and spinning would hold the core the
+        // other needs for a whole time slice.
+        let yielding = Instant::now();
+        while yielding.elapsed() < YIELD_BEFORE_SLEEP {
+            if moved() {
+                return Ok(());
+            }
             std::thread::yield_now();
-            if Instant::now() > deadline {
+        }
+        let deadline = Instant::now() + BARRIER_TIMEOUT;
+        let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        while !moved() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 return Err(format!(
                     "ring floor: a barrier waited {BARRIER_TIMEOUT:?} for {} threads",
                     self.parties
                 ));
             }
+            guard = match self.moved.wait_timeout(guard, left) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
         }
         Ok(())
     }
