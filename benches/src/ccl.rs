@@ -248,13 +248,9 @@ fn floor_times(
     floors
 }
 
-/// Microseconds with no decimals (the busbw table's) and with one (the small table's).
-fn us(t: Duration) -> String {
-    format!("{:.0}", t.as_secs_f64() * 1e6)
-}
-
-fn us_1(t: Duration) -> String {
-    format!("{:.1}", t.as_secs_f64() * 1e6)
+/// `t` in microseconds with `decimals` places.
+fn micros(t: Duration, decimals: usize) -> String {
+    format!("{:.*}", decimals, t.as_secs_f64() * 1e6)
 }
 
 fn gbps(bytes: f64, t: Duration) -> f64 {
@@ -325,7 +321,7 @@ fn collectives(quick: bool, m: f64, mpi: &MpiFigures, out: &mut String) -> Vec<R
                             mpi.us(n, size)
                                 .filter(|_| op == Op::AllReduce)
                                 .map_or("-".into(), |us| format!("{us:.0}")),
-                            floor.map_or("-".into(), us)
+                            floor.map_or("-".into(), |t| micros(t, 0))
                         );
                         rows.push(Row {
                             op,
@@ -514,7 +510,7 @@ fn small_all_reduce(quick: bool, mpi: &MpiFigures, out: &mut String) {
                             .get(&(n, size))
                             .copied()
                             .flatten()
-                            .map_or("-".into(), us_1),
+                            .map_or("-".into(), |t| micros(t, 1)),
                         goal
                     );
                 }

@@ -13,7 +13,8 @@
 //!
 //! Every hop of a step runs before any hop of the next, like chips in lockstep: one thread per
 //! core, each pinned to its core, takes a share of the chunks, and the threads meet at a
-//! spinning barrier after every hop. There are no fabric messages,
+//! barrier after every hop (`HopBarrier`: spin, then yield, then sleep). There are no fabric
+//! messages,
 //! semaphores, page tables, bank locks or dispatchers: the emulated collective's time beyond
 //! this floor is what the emulation costs.
 
@@ -67,7 +68,8 @@ impl RingFloor {
 
     /// `times` ring all_reduces in a row; each leaves every chip's output the bf16 sum of all
     /// inputs. `threads` (at least 1, the caller's among them) share the chunks and meet at a
-    /// spinning barrier after every hop, so no step waits for a thread to wake. Fails only if a
+    /// `HopBarrier` after every hop, so on an idle host no step waits for a thread to wake.
+    /// Fails only if a
     /// barrier waits longer than `BARRIER_TIMEOUT` (a thread that never arrives).
     pub fn run(&mut self, times: usize, threads: usize) -> Result<(), String> {
         let n = self.n;
@@ -83,7 +85,7 @@ impl RingFloor {
                 cols,
                 parts,
             });
-        let barrier = SpinBarrier::new(n.div_ceil(per_thread));
+        let barrier = HopBarrier::new(n.div_ceil(per_thread));
         std::thread::scope(|scope| {
             let mut groups = groups;
             let Some(mine) = groups.next() else {
@@ -187,7 +189,7 @@ impl Group<'_, '_> {
         times: usize,
         n: usize,
         (inputs, bounds): (&[Vec<u16>], &[usize]),
-        barrier: &SpinBarrier,
+        barrier: &HopBarrier,
     ) -> Result<(), String> {
         for _ in 0..times {
             for hop in 0..n {
@@ -226,7 +228,7 @@ impl Group<'_, '_> {
 /// floor's threads are one per core, and on an idle host a sleeping waiter's wake-up would
 /// cost more than a small hop; on a busy one (other work on the floor's cores) spinning and
 /// yielding would hold a core the late thread needs, so a long wait sleeps.
-struct SpinBarrier {
+struct HopBarrier {
     parties: usize,
     arrived: AtomicUsize,
     generation: AtomicUsize,
@@ -235,9 +237,9 @@ struct SpinBarrier {
     moved: Condvar,
 }
 
-impl SpinBarrier {
-    fn new(parties: usize) -> SpinBarrier {
-        SpinBarrier {
+impl HopBarrier {
+    fn new(parties: usize) -> HopBarrier {
+        HopBarrier {
             parties,
             arrived: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),

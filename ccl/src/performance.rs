@@ -417,7 +417,7 @@
 //! The ring floor. `ttmesh bench ccl` now times, beside every all_reduce, the same ring
 //! all_reduce done plainly on host arrays (ttmesh-benches' `ring_floor`: bf16 inputs, partial
 //! sums rounded at each hop into the next chip's buffer, the gather copying output to output,
-//! one pinned thread per core meeting at a spinning barrier after each hop). It is a stricter
+//! one pinned thread per core meeting at a barrier after each hop). It is a stricter
 //! yardstick than same-host MPI: it was faster at every size in the second run below and at
 //! all but one in the third (line-4 1 MiB 593 against 580 us); the first, a slow run for the
 //! floor, lost at 1 MiB on 2, 4 and 8 chips and at t3k 16 MiB (32.0 against 27.4 ms). Three
