@@ -21,6 +21,7 @@ mod elements;
 mod helper;
 mod into;
 mod lists;
+mod onward;
 mod pages;
 mod pair;
 mod step;

@@ -274,9 +274,6 @@ impl fmt::Display for NocAddr {
     }
 }
 
-/// A chip's memory as the fabric sees it. Called from router threads and from the threads
-/// of senders on other chips that help a router along; must not block long, and must not
-/// wait on a fabric operation.
 /// `ChipMemory::copy_from` the plain way: `src.read` into a buffer, then `dst.write`.
 pub fn copy_through_buffer(
     dst: &(impl ChipMemory + ?Sized),
@@ -290,6 +287,9 @@ pub fn copy_through_buffer(
     dst.write(dest, &buf)
 }
 
+/// A chip's memory as the fabric sees it. Called from router threads and from the threads
+/// of senders on other chips that help a router along; must not block long, and must not
+/// wait on a fabric operation.
 pub trait ChipMemory: Send + Sync {
     fn write(&self, dest: NocAddr, data: &[u8]) -> Result<(), crate::MemoryError>;
 
@@ -332,6 +332,20 @@ pub trait ChipMemory: Send + Sync {
         copy_through_buffer(self, dest, src, from, len)
     }
 
+    /// `read_with` that never waits for a lock: Ok(false) when the bytes cannot be had at
+    /// once (some runs may have been handed to `f` already). A fill under another memory's
+    /// lock reads through it (`write_trying`). By default always false, so such fills take
+    /// their buffered path.
+    fn try_read_with(
+        &self,
+        src: NocAddr,
+        len: usize,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<bool, crate::MemoryError> {
+        let _ = (src, len, f);
+        Ok(false)
+    }
+
     /// This memory as `Any`, for a `copy_from` that needs the source's concrete type.
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
@@ -349,6 +363,25 @@ pub trait ChipMemory: Send + Sync {
     ) -> Result<(), crate::MemoryError> {
         let mut buf = vec![0u8; len];
         f(0, &mut buf);
+        self.write(dest, &buf)
+    }
+
+    /// `write_with` for a fill that reads other chips' memory (a reduction summing its own
+    /// input and partials straight into a neighbour's slot): `f(offset, bytes, locked)`.
+    /// With `locked` true it runs under this memory's lock and may only *try* others
+    /// (`try_read_with`), returning false if one is busy; the same bytes are then handed
+    /// again, through a buffer, with `locked` false, when `f` may wait and must return true.
+    /// Bytes handed back with false may show half-written until then, so fill only memory
+    /// nobody reads before the write is signalled. By default one run, filled in a buffer
+    /// with `locked` false and written through `write`.
+    fn write_trying(
+        &self,
+        dest: NocAddr,
+        len: usize,
+        f: &mut dyn FnMut(usize, &mut [u8], bool) -> bool,
+    ) -> Result<(), crate::MemoryError> {
+        let mut buf = vec![0u8; len];
+        f(0, &mut buf, false);
         self.write(dest, &buf)
     }
 

@@ -465,6 +465,26 @@ impl Fabric {
             })
     }
 
+    /// [`Fabric::read_local_with`] that never waits for a lock (`ChipMemory::try_read_with`):
+    /// Ok(false) when the bytes cannot be had at once. For a fill running under another
+    /// chip's memory lock (`FabricSender::write_with_and_inc`).
+    pub fn try_read_local_with(
+        &self,
+        chip: u32,
+        src: NocAddr,
+        len: usize,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<bool> {
+        self.check_chip(chip)?;
+        self.inner.mems[chip as usize]
+            .try_read_with(src, len, f)
+            .map_err(|source| FabricError::ReadFailed {
+                chip,
+                addr: src.to_string(),
+                source,
+            })
+    }
+
     /// Hands `chip`'s `len` bytes at `dest` to `f` to fill in place (`ChipMemory::write_with`),
     /// as a kernel on `chip` computing its output straight into its memory would: the local
     /// counterpart of [`Fabric::read_local_with`] (no link is crossed, no packet counted).

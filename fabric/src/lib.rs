@@ -50,8 +50,11 @@
 //!
 //! **Computed payloads.** `write_with_and_inc` sends bytes that a function computes where
 //! they land, as the receiving core would write them at the end of a hop (a reduction's
-//! last add). Delivered directly, the function fills the destination's memory under its
-//! bank lock; on every other path it fills a staging buffer first and the message travels
+//! last add, or a partial sum on its way). Delivered directly, the function fills the
+//! destination's memory under its bank lock, where it may only *try* to read chip memory
+//! (`Fabric::try_read_local_with`) and fills a buffer instead, with nothing locked, when a
+//! lock it needs is busy (`ChipMemory::write_trying`: no thread waits for a lock while
+//! holding one); on every other path it fills a staging buffer first and the message travels
 //! as packets, so statistics, order, faults and write errors are exactly those of
 //! `write_and_inc` with the same bytes (`tests/computed.rs` compares the two on each path).
 //! `copy_and_inc` sends bytes of the sending chip's own memory (a gather passing on its
@@ -91,7 +94,12 @@
 //! Packets start on VC0 and move to VC1 when they cross the dateline; a packet travels at
 //! most n-1 hops, so it never crosses it twice. VC0 then never uses the dateline hop and VC1
 //! never reaches it again, so each VC's dependency chain is acyclic; routers drain both
-//! independently, and local writes never block. Full-load ring tests exercise this.
+//! independently, and local writes never block. Full-load ring tests exercise this. Chip
+//! memory: a delivery holds the destination's bank lock, and whatever it reads meanwhile
+//! (the source of a copied payload, the operands of a computed one) it only *tries*, falling
+//! back to a buffer filled with nothing held (`ChipMemory::copy_from`, `write_trying`). No
+//! thread waits for a memory lock while holding one, so deliveries crossing each other's
+//! chips cannot deadlock.
 //!
 //! **Packets.** See [`packet`]: 32-byte header with the 1D low-latency route (2 bits per
 //! hop: forward, write, write-and-forward; up to 16 hops), source, address, length,

@@ -30,11 +30,12 @@ pub(crate) struct Copied<'a> {
     pub staging: &'a mut Vec<u8>,
 }
 
-/// `len` bytes that `fill(offset, run)` writes in place, run by run in order; `staging`
-/// holds them when they must travel as packets instead.
+/// `len` bytes that `fill(offset, run, locked)` writes in place, run by run in order
+/// (`ChipMemory::write_trying`); `staging` holds them when they must travel as packets
+/// instead.
 pub(crate) struct Computed<'a> {
     pub len: usize,
-    pub fill: &'a mut dyn FnMut(usize, &mut [u8]),
+    pub fill: &'a mut dyn FnMut(usize, &mut [u8], bool) -> bool,
     pub staging: &'a mut Vec<u8>,
 }
 
@@ -54,7 +55,8 @@ impl Payload<'_> {
             Payload::Computed(c) => {
                 c.staging.clear();
                 c.staging.resize(c.len, 0);
-                (c.fill)(0, &mut c.staging[..]);
+                // Nothing is locked here, so the fill may wait for what it reads.
+                (c.fill)(0, &mut c.staging[..], false);
                 &c.staging[..]
             }
             Payload::Copied(c) => {

@@ -156,14 +156,17 @@ impl FabricSender {
         )
     }
 
-    /// `write_and_inc` of `len` bytes that `fill(offset, run)` computes where they land, run
-    /// by run in order (it must overwrite every byte it is handed, and give the same bytes
-    /// however the runs fall). A message the fabric delivers on this thread (see `send_direct`)
-    /// is computed straight into the destination's memory, as the receiving core would write
-    /// it there; any other (a fault on the link, a busy receiver, more than a channel's
-    /// packets, several hops) is computed into `staging` and sent as packets, so its link
-    /// statistics, order, faults and errors are exactly `write_and_inc`'s. `fill` runs on this
-    /// thread and must not touch chip memory: the destination's memory may be locked.
+    /// `write_and_inc` of `len` bytes that `fill(offset, run, locked)` computes where they
+    /// land, run by run in order (it must overwrite every byte it is handed, and give the same
+    /// bytes however the runs fall). A message the fabric delivers on this thread (see
+    /// `send_direct`) is computed straight into the destination's memory, as the receiving
+    /// core would write it there; any other (a fault on the link, a busy receiver, more than
+    /// a channel's packets, several hops) is computed into `staging` and sent as packets, so
+    /// its link statistics, order, faults and errors are exactly `write_and_inc`'s. `fill`
+    /// runs on this thread. With `locked` true the destination's memory is locked: `fill`
+    /// may only *try* to read chip memory (`Fabric::try_read_local_with`) and returns false
+    /// if it cannot, to be handed the run again with `locked` false and nothing held (see
+    /// `ChipMemory::write_trying`); it must not write chip memory.
     #[allow(clippy::too_many_arguments)]
     pub fn write_with_and_inc(
         &self,
@@ -171,7 +174,7 @@ impl FabricSender {
         addr: NocAddr,
         len: usize,
         (sem_id, by): (u32, u32),
-        fill: &mut dyn FnMut(usize, &mut [u8]),
+        fill: &mut dyn FnMut(usize, &mut [u8], bool) -> bool,
         staging: &mut Vec<u8>,
     ) -> Result<()> {
         let msg = Msg::Data {
@@ -642,7 +645,7 @@ impl FabricSender {
                     (_, Payload::Bytes([])) => Ok(()),
                     (_, Payload::Bytes(b)) => mem.write(addr, b),
                     (_, Payload::Computed(c)) if c.len == 0 => Ok(()),
-                    (_, Payload::Computed(c)) => mem.write_with(addr, c.len, &mut *c.fill),
+                    (_, Payload::Computed(c)) => mem.write_trying(addr, c.len, &mut *c.fill),
                     (_, Payload::Copied(c)) if c.len == 0 => Ok(()),
                     (_, Payload::Copied(c)) => mem.copy_from(addr, c.mem, c.from, c.len),
                 };

@@ -42,9 +42,10 @@ fn send(dst: u32, at: NocAddr, data: &[u8], fault: Option<Fault>, how: How) -> S
     let tx = f.sender(0).unwrap();
     let mut staging = Vec::new();
     let mut calls = 0;
-    let mut fill = |o: usize, out: &mut [u8]| {
+    let mut fill = |o: usize, out: &mut [u8], _: bool| {
         calls += 1;
         out.copy_from_slice(&data[o..o + out.len()]);
+        true
     };
     let from = NocAddr::l1(2, 512);
     mems[0].write(from, data).unwrap();
@@ -151,7 +152,10 @@ fn a_computed_write_to_its_own_chip_and_to_no_chip() {
     let tx = f.sender(1).unwrap();
     let data = pattern(5, 3000);
     let mut staging = Vec::new();
-    let mut fill = |o: usize, out: &mut [u8]| out.copy_from_slice(&data[o..o + out.len()]);
+    let mut fill = |o: usize, out: &mut [u8], _: bool| {
+        out.copy_from_slice(&data[o..o + out.len()]);
+        true
+    };
     let at = NocAddr::l1(1, 64);
     tx.write_with_and_inc(1, at, data.len(), (2, 1), &mut fill, &mut staging)
         .unwrap();

@@ -174,6 +174,30 @@ impl ChipMemory for ChipPort {
             .map_err(MemoryError::new)
     }
 
+    fn try_read_with(
+        &self,
+        src: NocAddr,
+        len: usize,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> std::result::Result<bool, MemoryError> {
+        self.chip()?
+            .memory()
+            .try_read_in_place(chip_space(&src), src.bank, src.addr, len, f)
+            .map_err(MemoryError::new)
+    }
+
+    fn write_trying(
+        &self,
+        dest: NocAddr,
+        len: usize,
+        f: &mut dyn FnMut(usize, &mut [u8], bool) -> bool,
+    ) -> std::result::Result<(), MemoryError> {
+        self.chip()?
+            .memory()
+            .write_trying(chip_space(&dest), dest.bank, dest.addr, len, f)
+            .map_err(MemoryError::new)
+    }
+
     fn copy_from(
         &self,
         dest: NocAddr,

@@ -302,6 +302,25 @@ impl Local<'_> {
         }
     }
 
+    /// `read_with` that never waits for a lock: Ok(false) when a bank is busy (some bytes
+    /// may have been handed to `f`). For a fill under a neighbour's memory lock (`onward`).
+    pub(crate) fn try_read_with(
+        self,
+        me: u32,
+        (space, bank, addr): (MemSpace, u32, u64),
+        len: usize,
+        mut f: impl FnMut(usize, &[u8]),
+    ) -> Result<bool, StepError> {
+        match self {
+            Local::Memory(m) => m
+                .try_read_in_place(space, bank, addr, len, f)
+                .map_err(StepError::Chip),
+            Local::Fabric(fabric) => fabric
+                .try_read_local_with(me, noc(me, space, bank, addr)?, len, &mut f)
+                .map_err(StepError::Fabric),
+        }
+    }
+
     /// Hints that chip `me`'s `len` bytes at `addr` will be read soon (nothing is checked).
     pub(crate) fn prefetch(self, me: u32, space: MemSpace, bank: u32, addr: u64, len: usize) {
         match self {

@@ -52,6 +52,17 @@ pub(crate) fn fill_le_bf16(out: &mut [u8], x: &[u16], y: Option<&[u16]>) {
     })
 }
 
+/// Fills `out` (little-endian bf16 bytes, whole elements) with `x[i] + y[i]` rounded once,
+/// for little-endian bf16 bytes `x` and `y`: a sum of two operands read in place (a chip's
+/// input and its slot), written straight into chip memory.
+pub(crate) fn fill_le_bf16_sum(out: &mut [u8], x: &[u8], y: &[u8]) {
+    as_elems(x, |x| {
+        as_elems(y, |y| {
+            fill_as_u16(out, |o| ttmesh_chip::format::sum_bf16(o, (x, y)))
+        })
+    })
+}
+
 /// Hands `fill` the bytes of `out` as 16-bit words: in place when aligned (as chunk memory
 /// is), else through an aligned buffer copied back.
 fn fill_as_u16(out: &mut [u8], fill: impl FnOnce(&mut [u16])) {
@@ -129,10 +140,12 @@ mod tests {
         // Byte 0 of `buf` is 2-aligned (a u16 Vec); byte 1 is not.
         let mut buf = vec![0u16; 65];
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut buf);
-        for case in 0..3 {
+        let (xb, yb) = (bytemuck::cast_slice(&x), bytemuck::cast_slice(&y));
+        for case in 0..4 {
             let fill = |o: &mut [u8]| match case {
                 0 => fill_le_bf16(o, &x, Some(&y)),
                 1 => fill_le_bf16(o, &x, None),
+                2 => fill_le_bf16_sum(o, xb, yb),
                 _ => fill_le_bf16_from_f32(o, &sums, &y),
             };
             fill(&mut bytes[..128]);
@@ -142,6 +155,17 @@ mod tests {
         }
         fill_le_bf16(&mut bytes[..128], &x, None);
         assert_eq!(&bytes[..128], bytemuck::cast_slice::<u16, u8>(&x));
+        // Operands read at odd addresses give the same sums.
+        let summed = {
+            let mut o = vec![0u16; 64];
+            fill_le_bf16(bytemuck::cast_slice_mut(&mut o), &x, Some(&y));
+            o
+        };
+        let mut odd = vec![0u8; 257];
+        odd[1..129].copy_from_slice(xb);
+        odd[129..257].copy_from_slice(yb);
+        fill_le_bf16_sum(&mut bytes[..128], &odd[1..129], &odd[129..257]);
+        assert_eq!(&bytes[..128], bytemuck::cast_slice::<u16, u8>(&summed));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use super::elements::{
 };
 use super::SEM_SLOT_BASE;
 
+use super::onward::Onward;
 pub(crate) use super::step::{Side, Step};
 
 /// Range `[start, end)` of piece `q` of something `len` long cut in pieces of `size`.
@@ -187,7 +188,7 @@ impl Endpoint {
     }
 
     /// The bank and address of slot `slot`'s memory (shared with others under `regions`).
-    fn slot_location(&self, slot: usize) -> (u32, u64) {
+    pub(crate) fn slot_location(&self, slot: usize) -> (u32, u64) {
         let memory = self.regions.map_or(slot, |r| slot % r);
         self.slots.location(memory as u64)
     }
@@ -544,29 +545,22 @@ impl Endpoint {
                     fused,
                     partials16,
                     slot_block,
+                    staged,
                     ..
                 } = w;
                 let io = fused.as_ref().expect(FUSED);
                 let start = (chunk, a * io.in_elem);
-                if let (Some((side, slot)), true) = (to, io.partials_bf16()) {
+                if let (Some(to), true) = (to, io.partials_bf16()) {
                     // A bf16 partial sum on its way: the input's bytes as they are, plus what
-                    // arrived, rounded once; never widened to f32 in memory. Summed and sent
-                    // a message at a time, so the sums go from L1 into the neighbour's slot.
-                    let per_message = message_bytes(self.slot_sender(slot)) / 2;
-                    let buffer = sized(partials16, per_message.min(e - a));
-                    let mut first = a;
-                    loop {
-                        let end = (first + per_message).min(e);
-                        let sums = &mut buffer[..end - first];
-                        self.input_plus_slot(io, mem, from, (chunk, first), sums, slot_block)?;
-                        let bytes = bytemuck::cast_slice(sums);
-                        self.send_part(self.neighbour(side), slot, first * 2, bytes, end == e)
-                            .map_err(StepError::Fabric)?;
-                        if end == e {
-                            return Ok(());
-                        }
-                        first = end;
-                    }
+                    // arrived, rounded once, never widened to f32 in memory, and computed
+                    // straight into the neighbour's slot (see `onward`).
+                    let bufs = Onward {
+                        to,
+                        sums: partials16,
+                        slot_block,
+                        packets: staged,
+                    };
+                    return self.reduce_onward((io, mem), from, (chunk, a, e), bufs);
                 }
                 let sums: &mut [f32] = match to {
                     Some(_) => sized(recv, e - a),

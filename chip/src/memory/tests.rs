@@ -133,6 +133,40 @@ fn write_with_fills_in_place_across_chunks_like_write() {
 }
 
 #[test]
+fn write_trying_falls_back_to_a_buffer_when_a_source_is_busy() {
+    let m = DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20);
+    let c = CHUNK_SIZE as usize;
+    let src: Vec<u8> = (0..2 * c).map(|i| (i * 13 % 251) as u8).collect();
+    m.write(MemSpace::Dram, 1, 0, &src).unwrap();
+    // Bank 1 held by a writer while the first chunk is filled: its try fails.
+    let mut busy = Some(m.dram[1].write());
+    let mut calls = Vec::new();
+    m.write_trying(MemSpace::Dram, 0, 0, 2 * c, |off, out, locked| {
+        calls.push((off, locked));
+        if !locked {
+            busy = None;
+            m.read(MemSpace::Dram, 1, off as u64, out).unwrap();
+            return true;
+        }
+        let len = out.len();
+        let copy = |o: usize, b: &[u8]| out[o..o + b.len()].copy_from_slice(b);
+        m.try_read_in_place(MemSpace::Dram, 1, off as u64, len, copy)
+            .unwrap()
+    })
+    .unwrap();
+    assert_eq!(calls, vec![(0, true), (0, false), (c, true)]);
+    assert_eq!(read_both(&m, 0, 2 * c), src);
+    // Tried reads see what blocking ones do, zeros included.
+    let mut seen = vec![1u8; 3 * c];
+    let copy = |o: usize, b: &[u8]| seen[o..o + b.len()].copy_from_slice(b);
+    assert!(m
+        .try_read_in_place(MemSpace::Dram, 1, 0, 3 * c, copy)
+        .unwrap());
+    assert_eq!(&seen[..2 * c], &src[..]);
+    assert!(seen[2 * c..].iter().all(|&b| b == 0));
+}
+
+#[test]
 fn reused_chunks_read_zero_where_never_written() {
     let m = DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20);
     let c = CHUNK_SIZE as usize;
