@@ -447,20 +447,45 @@
 //! and 8 threads on 2 cores. perf on `ccl_one reduce_scatter t3k 16777216` puts 30% of
 //! samples in memmove (the staging copies and the delivery), 21% in `DeviceMemory::prefetch`
 //! (the input's memory stalls land there), 17% in the bf16 add and 5% in
-//! `DeviceMemory::write`. The next levers:
-//! - a reduction computed straight from this chip's input and slot into the neighbour's
-//!   slot. The destination's bank is write-locked meanwhile, so the two source banks would be
-//!   *tried*, as `DeviceMemory::copy_from` tries its one source, with the staged path
-//!   whenever either is busy;
-//! - smaller: the arrived partial read in place instead of copied into the L1 block
-//!   (`Endpoint::read_slot`, 12% of that profile's samples), with the input's banks tried
-//!   under the slot's read lock and the copy kept for when one is busy. A timing-only build
-//!   that skipped the slot's read altogether (wrong sums) bounds it: alternated, medians of
-//!   5, reduce_scatter t3k 16 MiB 32.6 -> 28.4 ms, all_reduce t3k 1 MiB 1632 -> 1528 us. An
-//!   in-place read still reads the slot, so perhaps half of that: not worth a second lock
-//!   order on its own;
-//! - a host layout that keeps a tensor's pages in fewer, longer runs.
+//! `DeviceMemory::write`. The levers it named: the reduction computed straight from this
+//! chip's input and slot into the neighbour's slot (built next, see the end of this page);
+//! the arrived partial read in place instead of copied into the L1 block (that build does it
+//! too; a timing-only build that skipped the slot's read altogether had bounded it at
+//! reduce_scatter t3k 16 MiB 32.6 -> 28.4 ms, all_reduce t3k 1 MiB 1632 -> 1528 us); a host
+//! layout that keeps a tensor's pages in fewer, longer runs (not built).
 //!
 //! Two quick A/Bs on reduce_scatter t3k 16 MiB in this hour: without the input's cache hints
 //! it was slower (medians of 4: 40.2 against 32.3 ms), and 128 KiB messages instead of 32 KiB
 //! were within the noise (26.7-29.8 against 28.4-31.8 ms).
+//!
+//! Sums computed where they land (`kernels/onward.rs`). A bf16 `Reduce` hop now has the
+//! fabric hand it the neighbour's slot under that bank's write lock
+//! (`FabricSender::write_with_and_inc`), and writes `input + slot`, rounded once, straight
+//! into it, reading both operands in place: the slot's copy into an L1 block and the sums'
+//! copy out of an L1 buffer are gone. Under the lock the fill only *tries* this chip's banks;
+//! when one is busy the run is handed back and filled again with nothing locked, staged as
+//! before (`DeviceMemory::write_trying`). Counted on t3k 16 MiB and line-4 1 MiB all_reduce:
+//! 0.6% and 3% of runs took the staged way.
+//!
+//! Alone it was a mixed result. Alternated with the build before it (`ccl_one`, medians of 5
+//! to 10): all_reduce t3k 1 MiB 1411 -> 1234 us, reduce_scatter t3k 1 MiB 1232 -> 1020 us,
+//! galaxy 1 MiB 9.77 -> 8.58 ms, t3k 4 MiB 8.33 -> 7.26 ms; but t3k 16 MiB 34.5 -> 36.5 ms
+//! (of 10) and line-4 1 MiB 716 -> 909 us. At 16 MiB the profile moved rather than shrank:
+//! memmove 35% -> 21% of samples, the bf16 add 13% -> 23% (its stores now land in the
+//! neighbour's slot, not in L1), the in-place reads 9%. On line-4, where ccl's helper and a
+//! chip's thread each have a core (`kernels/pair.rs`), context switches went from 1.5% to 6%
+//! of samples: a thread reading a bank parked behind the other core's fill, which holds the
+//! write lock for the sums' time where a copy held it for a copy's. Cutting the fill's runs
+//! to 4 KiB did not help (line-4 882 -> 977 us, t3k 1 MiB 1252 -> 1322 us). Trying a bank's
+//! lock before parking did: line-4 1 MiB 1000 us parking at once (parking_lot's own short
+//! spin), 836 us after 256 tries, 694 us after 4096 (`chip::memory`'s `LOCK_SPINS`).
+//!
+//! Together, against the build before both (`ccl_one`, alternated, medians of 7):
+//! - all_reduce t3k 36 KiB 160 -> 150 us, 256 KiB 606 -> 561 us, 1 MiB 1492 -> 1346 us (of
+//!   5), 4 MiB 8.47 -> 8.30 ms, 16 MiB 36.3 -> 34.4 ms;
+//! - all_reduce galaxy 36 KiB 966 -> 775 us, 1 MiB 12.6 -> 10.7 ms;
+//! - all_reduce line-2 4 KiB 10.9 -> 10.7 us, 1 MiB 275 -> 247 us, 16 MiB 4.86 -> 4.78 ms;
+//!   line-4 1 MiB 725 -> 680 us;
+//! - reduce_scatter t3k 1 MiB 1462 -> 1248 us;
+//! - all_gather t3k 1 MiB 1692 -> 1639 us, 16 MiB 30.1 -> 29.3 ms (it has no reduction: the
+//!   lock tries alone).
