@@ -207,7 +207,8 @@
 //! Input reads (perf on all_reduce t3k 1 MiB: copying the input into the partial-sum buffer
 //! was 19% of CPU, stalled on its loads). An input's consecutive pages sit in different DRAM
 //! banks, each its own host allocation, so the CPU's prefetchers lose the stream every page.
-//! On lines whose inputs reach 8 MiB in all, input reads hint the cache four pages ahead
+//! On lines whose inputs reach 8 MiB in all (32 MiB since the sums are computed where they
+//! land, below), input reads hint the cache four pages ahead
 //! (`pages::prefetches_input`; below that the inputs come from the cache and the hints cost
 //! more than they save). Reading the pages bank by bank instead, one stream per bank, gained
 //! less (t3k 1 MiB about 5%). The fabric now lends every message of two or more packets to

@@ -99,8 +99,14 @@ fn piece_bytes(n: usize, largest: usize) -> usize {
 /// host, all_reduce (medians of 5, us; without / with hints): line-2 1 MiB (2 MiB in all) 314
 /// / 340, t3k 256 KiB (2 MiB) 359 / 375; line-4 1 MiB (4 MiB) 696 / 677; t3k 1 MiB (8 MiB)
 /// 1873 / 1587 and 2216 / 1955, galaxy 256 KiB 3187 / 2915, line-2 4 MiB 1390 / 1235;
-/// t3k 16 MiB 30.1 / 27.2 ms, line-2 16 MiB 8.3 / 7.6 ms.
-const PREFETCH_MIN_LINE_INPUT: u64 = 8 << 20;
+/// t3k 16 MiB 30.1 / 27.2 ms, line-2 16 MiB 8.3 / 7.6 ms. Once a `Reduce` read its operands
+/// in place inside the neighbour's write (`onward`), lines of 8 and 16 MiB lost by the hints
+/// (medians of 7): t3k 1 MiB 1358 / 1451 us, 2 MiB 2420 / 2595 us; line-2 4 MiB 776 / 845
+/// us; line-4 2 MiB 1537 / 1769 us; galaxy 256 KiB 2963 / 3214 us, 512 KiB 5967 / 6095 us;
+/// reduce_scatter t3k 1 MiB 931 / 1044 us. From 32 MiB they are even or pay: galaxy 1 MiB
+/// 12.6 / 11.4 ms (of 5), t3k 4 MiB 6.69 / 6.37 ms and 6.36 / 6.70 ms, line-2 16 MiB 3.95 /
+/// 3.86 ms, t3k 16 MiB 42.2 / 42.0 ms.
+const PREFETCH_MIN_LINE_INPUT: u64 = 32 << 20;
 
 fn prefetches_input(n: usize, input_bytes: u64) -> bool {
     n as u64 * input_bytes >= PREFETCH_MIN_LINE_INPUT
