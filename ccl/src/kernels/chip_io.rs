@@ -199,14 +199,26 @@ pub(crate) fn copy_input_pages(
         return Ok(());
     };
     let space = io.input_pages.0.map.space;
-    // (bank, address, offset in the buffers, bytes) not yet read.
-    let mut pending: Option<(u32, u64, usize, usize)> = None;
-    let flush = |run: (u32, u64, usize, usize), readers: &mut [(Local, u32, &mut [u8])]| {
-        let (bank, addr, off, n) = run;
+    input_page_runs(io, (mem, me), starts, page_len, |(bank, addr, off, n)| {
         readers.iter_mut().try_for_each(|(mem, chip, out)| {
             mem.read(*chip, space, bank, addr, &mut out[off..off + n])
         })
-    };
+    })
+}
+
+/// A run of input bytes in one bank: (bank, address, offset in the pages' buffer, bytes).
+pub(crate) type InputRun = (u32, u64, usize, usize);
+
+/// Hands `f` the input spans of the pages `starts` names (see `copy_input_pages`), spans
+/// that lie back to back in one bank merged into one run.
+pub(crate) fn input_page_runs(
+    io: &FusedIo,
+    (mem, me): (Local, u32),
+    starts: impl Iterator<Item = (usize, usize)>,
+    page_len: usize,
+    mut f: impl FnMut(InputRun) -> Result<(), StepError>,
+) -> Result<(), StepError> {
+    let mut pending: Option<InputRun> = None;
     let mut off = 0;
     for start in starts {
         spans_hinted(io, (mem, me), start, page_len, false, |bank, addr, n| {
@@ -214,7 +226,7 @@ pub(crate) fn copy_input_pages(
                 Some(p) if p.0 == bank && p.1 + p.3 as u64 == addr => p.3 += n,
                 _ => {
                     if let Some(run) = pending.replace((bank, addr, off, n)) {
-                        flush(run, readers)?;
+                        f(run)?;
                     }
                 }
             }
@@ -223,7 +235,7 @@ pub(crate) fn copy_input_pages(
         })?;
     }
     match pending {
-        Some(run) => flush(run, readers),
+        Some(run) => f(run),
         None => Ok(()),
     }
 }

@@ -10,8 +10,8 @@ use ttmesh_chip::tensor::{DataType, TensorPages};
 use ttmesh_fabric::{Fabric, FabricError, FabricSender, NocAddr};
 
 use super::chip_io::{
-    copy_input, input_spans, noc, output_spans, read_input, write_output, BankRun, FusedIo, Local,
-    StepError,
+    copy_input, input_spans, noc, output_spans, read_input, write_output, BankRun, FusedIo,
+    InputRun, Local, StepError,
 };
 use super::elements::{
     add_le_bf16_to_f32, add_le_f32, fill_le_bf16, fill_le_bf16_from_f32, sum_le_bf16,
@@ -72,6 +72,8 @@ pub(crate) struct Work {
     /// sum added at delivery (`ReduceInto`).
     pub into_input: Vec<u16>,
     pub into_sums: Vec<u16>,
+    /// This chip's input runs under such a message, read in place at a line's end.
+    pub into_own: Vec<InputRun>,
     pub out_dtype: Option<DataType>,
     /// Piece sizes: elements of a chunk, bytes of a block (`usize::MAX`: one piece).
     pub chunk_piece: usize,
