@@ -22,7 +22,8 @@ use ttmesh_chip::allocator::MemSpace;
 use ttmesh_fabric::Fabric;
 
 use super::chip_io::{
-    copy_input_pages, input_page_runs, noc, BankRun, FusedIo, InputRun, Local, StepError,
+    bank_major, copy_input_pages, input_page_runs, noc, BankRun, FusedIo, InputRun, Local,
+    StepError,
 };
 use super::elements::{fill_le_bf16, fill_le_bf16_sum};
 use super::steps::{message_bytes, sized, Endpoint, Work};
@@ -184,5 +185,5 @@ fn piece_pages(io: &FusedIo, block: usize, (ba, be): (usize, usize), out: &mut V
         let (bank, addr) = pages.location(((first[block] + o) / page_bytes) as u64);
         (bank, addr, o)
     }));
-    out.sort_unstable();
+    out.sort_unstable_by_key(|&(bank, addr, _)| bank_major(bank, addr));
 }
