@@ -490,3 +490,20 @@
 //! - reduce_scatter t3k 1 MiB 1462 -> 1248 us;
 //! - all_gather t3k 1 MiB 1692 -> 1639 us, 16 MiB 30.1 -> 29.3 ms (it has no reduction: the
 //!   lock tries alone).
+//!
+//! After the sums computed where they land, the input's cache hints lost on lines of 8 and
+//! 16 MiB of input in all (the fill reads the input in place while it writes the neighbour's
+//! slot, and the hints' bank locks and fill-buffer stalls cost more than they bring): they
+//! now start at 32 MiB (`pages::PREFETCH_MIN_LINE_INPUT`, the A/B figures there; t3k 1 MiB
+//! 1451 -> 1358 us). At a line's end a sum added at delivery (`into`) now reads this chip's
+//! input in place inside the owner's write, tried like `onward`'s, instead of copying it into
+//! L1 beside the owner's (line-2 1 MiB 211 -> 185 us, 16 MiB 3.57 -> 3.19 ms; line-4 1 MiB
+//! 754 -> 726 us, 16 MiB 18.3 -> 17.7 ms; medians of 5-7, alternated). The owner's input
+//! is still copied: it shares its banks with the output pages being written.
+//!
+//! Measured and dropped in the same hour (t3k 16 MiB unless named): running the line on two
+//! threads instead of 8 own threads (`TTMESH_CCL_RUNNER`, medians of 9: 43.8 against 39.6
+//! ms; an earlier set of 5 had read the other way, 41.4 against 43.7); 4, 8 or 16 pieces
+//! per chunk on two threads instead of 2 (40.1, 35.9, 39.4 against 37.4 ms: noise); chunk
+//! memory on transparent huge pages (glibc's `hugetlb` tunable, 43 MB of the run's 63 MB on
+//! huge pages): t3k 1 MiB and 16 MiB even, so the TLB is not what the 16 KiB chunks cost.
