@@ -190,26 +190,21 @@ pub(crate) fn copy_input_hinted(
     })
 }
 
-/// The input pages of an output run, copied from one or two chips (`into`'s sender reads
-/// the owner's input and, at a line's end, its own): `starts` gives each page's (chunk,
-/// byte), and page `k` lands at `k * page_len` in every reader's buffer. Spans that lie back
-/// to back in one bank are read as one, so a run of pages costs one bank lock per chip, not
-/// one per page (per page, the shared lock's atomics and their store drain were a third of
-/// a reduce_scatter's reads).
+/// The input pages of an output run, copied from chip `me` (`into`'s sender reads the
+/// owner's input): `starts` gives each page's (chunk, byte), and page `k` lands at
+/// `k * page_len` in `out`. Spans that lie back to back in one bank are read as one, so a
+/// run of pages costs one bank lock, not one per page (per page, the shared lock's atomics
+/// and their store drain were a third of a reduce_scatter's reads).
 pub(crate) fn copy_input_pages(
     io: &FusedIo,
+    (mem, me): (Local, u32),
     starts: impl Iterator<Item = (usize, usize)>,
     page_len: usize,
-    readers: &mut [(Local, u32, &mut [u8])],
+    out: &mut [u8],
 ) -> Result<(), StepError> {
-    let Some((mem, me)) = readers.first().map(|r| (r.0, r.1)) else {
-        return Ok(());
-    };
     let space = io.input_pages.0.map.space;
     input_page_runs(io, (mem, me), starts, page_len, |(bank, addr, off, n)| {
-        readers.iter_mut().try_for_each(|(mem, chip, out)| {
-            mem.read(*chip, space, bank, addr, &mut out[off..off + n])
-        })
+        mem.read(me, space, bank, addr, &mut out[off..off + n])
     })
 }
 

@@ -58,6 +58,7 @@ impl Endpoint {
             .expect("a ReduceInto step's collective sets its fused io");
         let (pages, page_bytes, _) = &io.output_pages;
         let (page_bytes, space) = (*page_bytes, pages.map.space);
+        let in_space = io.input_pages.0.map.space;
         piece_pages(io, chunk, (ba, be), runs);
         let sender = self.slot_sender(slot);
         let sem = super::SEM_SLOT_BASE + slot as u32;
@@ -79,12 +80,9 @@ impl Endpoint {
             let starts = runs[i..j]
                 .iter()
                 .map(|&(_, _, off)| (chunk, a * 2 + off - ba));
-            let dest_input = (
-                Local::Fabric(fabric),
-                dest,
-                bytemuck::cast_slice_mut(&mut x[..]),
-            );
-            copy_input_pages(io, starts.clone(), page_bytes, &mut [dest_input])?;
+            let owner = (Local::Fabric(fabric), dest);
+            let x_bytes = bytemuck::cast_slice_mut(&mut x[..]);
+            copy_input_pages(io, owner, starts.clone(), page_bytes, x_bytes)?;
             into_own.clear();
             match own_input {
                 Some(mem) => input_page_runs(io, (mem, self.me), starts, page_bytes, |r| {
@@ -99,7 +97,6 @@ impl Endpoint {
                 }
             }
             let by = u32::from(j == runs.len());
-            let in_space = io.input_pages.0.map.space;
             let (x, own) = (&*x, own_input.map(|mem| (mem, in_space, &into_own[..])));
             let mut failed = None;
             let mut fill = |o: usize, out: &mut [u8], locked: bool| {
@@ -146,7 +143,6 @@ impl Endpoint {
     ) -> Result<bool, StepError> {
         let x: &[u8] = bytemuck::cast_slice(x);
         let end = o + out.len();
-        let mut free = true;
         for &(bank, addr, at, n) in runs.iter().filter(|r| r.2 < end && r.2 + r.3 > o) {
             // The part of this run under `out`, and where it starts in `out`.
             let (from, to) = (at.max(o), (at + n).min(end));
@@ -154,7 +150,7 @@ impl Endpoint {
             let (lo, hi) = (from - o, to - o);
             match locked {
                 true => {
-                    free = mem.try_read_with(self.me, src, to - from, |p, bytes| {
+                    let free = mem.try_read_with(self.me, src, to - from, |p, bytes| {
                         let (q, xp) = (lo + p, from + p);
                         let m = bytes.len();
                         fill_le_bf16_sum(&mut out[q..q + m], &x[xp..xp + m], bytes);
@@ -165,13 +161,14 @@ impl Endpoint {
                 }
                 false => {
                     let ys = &mut y[lo / 2..hi / 2];
-                    mem.read(self.me, src.0, bank, src.2, bytemuck::cast_slice_mut(ys))?;
+                    let (space, bank, addr) = src;
+                    mem.read(self.me, space, bank, addr, bytemuck::cast_slice_mut(ys))?;
                     let xs: &[u16] = bytemuck::cast_slice(&x[from..to]);
                     fill_le_bf16(&mut out[lo..hi], xs, Some(ys));
                 }
             }
         }
-        Ok(free)
+        Ok(true)
     }
 }
 
