@@ -159,6 +159,21 @@ pub struct MemoryError(Arc<dyn std::error::Error + Send + Sync>);
 #[error("{0}")]
 struct Refused(String);
 
+impl FabricError {
+    /// The error for chip `chip` failing to read its own memory at `at` (one message for
+    /// every local read: staging a send, a kernel's read, a fill's tried read).
+    pub(crate) fn read_failed(
+        chip: u32,
+        at: impl std::fmt::Display,
+    ) -> impl FnOnce(MemoryError) -> FabricError {
+        move |source| FabricError::ReadFailed {
+            chip,
+            addr: at.to_string(),
+            source,
+        }
+    }
+}
+
 impl MemoryError {
     pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> MemoryError {
         MemoryError(Arc::new(e))

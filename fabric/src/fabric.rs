@@ -440,11 +440,7 @@ impl Fabric {
         self.check_chip(chip)?;
         self.inner.mems[chip as usize]
             .read(src, out)
-            .map_err(|source| FabricError::ReadFailed {
-                chip,
-                addr: src.to_string(),
-                source,
-            })
+            .map_err(FabricError::read_failed(chip, src))
     }
 
     /// Like [`Fabric::read_local`], handing the bytes to `f` in place (`ChipMemory::read_with`).
@@ -458,11 +454,7 @@ impl Fabric {
         self.check_chip(chip)?;
         self.inner.mems[chip as usize]
             .read_with(src, len, f)
-            .map_err(|source| FabricError::ReadFailed {
-                chip,
-                addr: src.to_string(),
-                source,
-            })
+            .map_err(FabricError::read_failed(chip, src))
     }
 
     /// [`Fabric::read_local_with`] that never waits for a lock (`ChipMemory::try_read_with`):
@@ -478,11 +470,7 @@ impl Fabric {
         self.check_chip(chip)?;
         self.inner.mems[chip as usize]
             .try_read_with(src, len, f)
-            .map_err(|source| FabricError::ReadFailed {
-                chip,
-                addr: src.to_string(),
-                source,
-            })
+            .map_err(FabricError::read_failed(chip, src))
     }
 
     /// Hands `chip`'s `len` bytes at `dest` to `f` to fill in place (`ChipMemory::write_with`),

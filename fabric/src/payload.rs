@@ -62,13 +62,9 @@ impl Payload<'_> {
             Payload::Copied(c) => {
                 c.staging.clear();
                 c.staging.resize(c.len, 0);
-                c.mem.read(c.from, &mut c.staging[..]).map_err(|source| {
-                    FabricError::ReadFailed {
-                        chip: c.chip,
-                        addr: c.from.to_string(),
-                        source,
-                    }
-                })?;
+                c.mem
+                    .read(c.from, &mut c.staging[..])
+                    .map_err(FabricError::read_failed(c.chip, c.from))?;
                 &c.staging[..]
             }
         })
