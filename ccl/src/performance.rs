@@ -499,7 +499,13 @@
 //! input in place inside the owner's write, tried like `onward`'s, instead of copying it into
 //! L1 beside the owner's (line-2 1 MiB 211 -> 185 us, 16 MiB 3.57 -> 3.19 ms; line-4 1 MiB
 //! 754 -> 726 us, 16 MiB 18.3 -> 17.7 ms; medians of 5-7, alternated). The owner's input
-//! is still copied: it shares its banks with the output pages being written.
+//! shares its banks with the output pages being written, so it was still copied into L1;
+//! chip memory now lends a fill the rest of the bank it holds locked (the chunk being filled
+//! leaves the bank's map meanwhile: `ttmesh_chip::memory::HeldBank`, through the fabric as
+//! `HeldMemory`), and the owner's input is read through it. Alternated, medians of 15, 9, 9
+//! (a slow hour): line-2 1 MiB 238 -> 221 us, 16 MiB 4.05 -> 3.68 ms, line-4 1 MiB 728 ->
+//! 703 us; t3k 1 MiB and reduce_scatter line-2 16 MiB even (a reduce_scatter's chunk has
+//! its own page layout, so its owner's input still lies in other banks and is copied).
 //!
 //! Measured and dropped in the same hour (t3k 16 MiB unless named): running the line on two
 //! threads instead of 8 own threads (`TTMESH_CCL_RUNNER`, medians of 9: 43.8 against 39.6

@@ -79,6 +79,75 @@ impl Bank {
             }
         }
     }
+
+    /// Hands `f(off, bytes)` the `n` bytes at `in_chunk` of chunk `chunk` in place, then
+    /// zeros for any part never written.
+    fn hand(
+        &self,
+        (off, chunk, in_chunk, n): (usize, u64, usize, usize),
+        f: &mut impl FnMut(usize, &[u8]),
+    ) {
+        static ZEROS: [u8; CHUNK_SIZE as usize] = [0; CHUNK_SIZE as usize];
+        let have = self.chunks.get(&chunk).map_or(0, |c| {
+            let have = c.valid.saturating_sub(in_chunk).min(n);
+            if have > 0 {
+                f(off, &c.data[in_chunk..in_chunk + have]);
+            }
+            have
+        });
+        if have < n {
+            f(off + have, &ZEROS[..n - have]);
+        }
+    }
+}
+
+/// The bank whose write lock a fill holds (`DeviceMemory::write_trying`), bar the chunk it
+/// is filling: the fill may read the bank's other bytes in place (a reduction's owner's
+/// input beside the output pages it writes), which it could not lock a second time.
+pub struct HeldBank<'a> {
+    bank: &'a Bank,
+    space: MemSpace,
+    index: u32,
+    size: u64,
+    /// The chunk being filled, out of the bank's map meanwhile.
+    filling: u64,
+}
+
+impl HeldBank<'_> {
+    pub fn space(&self) -> MemSpace {
+        self.space
+    }
+
+    pub fn bank(&self) -> u32 {
+        self.index
+    }
+
+    /// Hands `f(offset, bytes)` the `len` bytes at `addr` of this bank in place, a chunk at
+    /// a time (zeros where never written); Ok(false), handing nothing, if they share the
+    /// chunk being filled.
+    pub fn read_in_place(
+        &self,
+        addr: u64,
+        len: usize,
+        mut f: impl FnMut(usize, &[u8]),
+    ) -> Result<bool> {
+        if addr
+            .checked_add(len as u64)
+            .is_none_or(|end| end > self.size)
+        {
+            return Err(ChipError::MemoryRange(format!(
+                "{:?} bank {}: [{:#x}, +{}) is beyond the bank's {} B",
+                self.space, self.index, addr, len, self.size
+            )));
+        }
+        if chunk_spans(addr, len).any(|(_, chunk, _, _)| chunk == self.filling) {
+            return Ok(false);
+        }
+        for span in chunk_spans(addr, len) {
+            self.bank.hand(span, &mut f);
+        }
+        Ok(true)
+    }
 }
 
 /// Chunks held per space (DRAM, L1, host) and per bank, kept beside the banks' locks:
@@ -291,11 +360,12 @@ impl DeviceMemory {
     }
 
     fn bank(&self, space: MemSpace, bank: u32, addr: u64, len: u64) -> Result<&RwLock<Bank>> {
-        let (banks, size) = match space {
-            MemSpace::Dram => (&self.dram, self.dram_bank_size),
-            MemSpace::L1 => (&self.l1, self.l1_bank_size),
-            MemSpace::Host => (&self.host, self.host_size),
+        let banks = match space {
+            MemSpace::Dram => &self.dram,
+            MemSpace::L1 => &self.l1,
+            MemSpace::Host => &self.host,
         };
+        let size = self.bank_size(space);
         let b = banks.get(bank as usize).ok_or_else(|| {
             ChipError::MemoryRange(format!(
                 "chip {} has no {:?} bank {} (it has {})",
@@ -346,12 +416,13 @@ impl DeviceMemory {
 
     /// `write_with` for a fill that reads other chips' memory (a reduction summing its own
     /// input and partials straight into a neighbour's slot). Each chunk is first handed to
-    /// `f(offset, bytes, true)` under the bank's write lock: there `f` may only *try* other
-    /// banks' locks (`try_read_in_place`), never wait for one, and returns false when one is
-    /// busy. The lock is then dropped, `f(offset, buffer, false)` fills a buffer with nothing
-    /// held (it may wait, and must return true), and the buffer is written. A thread holding
-    /// a bank's write lock thus never waits for another lock, so no order of chips filling
-    /// each other's memory can deadlock. A chunk handed back with false may have been partly
+    /// `f(offset, bytes, Some(held))` under the bank's write lock: there `f` may read the
+    /// rest of this bank through `held`, may only *try* other banks' locks
+    /// (`try_read_in_place`), never wait for one, and returns false when one is busy. The
+    /// lock is then dropped, `f(offset, buffer, None)` fills a buffer with nothing held (it
+    /// may wait, and must return true), and the buffer is written. A thread holding a bank's
+    /// write lock thus never waits for another lock, so no order of chips filling each
+    /// other's memory can deadlock. A chunk handed back with false may have been partly
     /// written, and another reader can see it so until the buffer lands: fill only memory
     /// that nobody reads before the write is signalled (a neighbour's slot).
     pub fn write_trying(
@@ -360,22 +431,39 @@ impl DeviceMemory {
         bank: u32,
         addr: u64,
         len: usize,
-        mut f: impl FnMut(usize, &mut [u8], bool) -> bool,
+        mut f: impl FnMut(usize, &mut [u8], Option<&HeldBank>) -> bool,
     ) -> Result<()> {
         let lock = self.bank(space, bank, addr, len as u64)?;
         self.touch(space, addr + len as u64);
+        let size = self.bank_size(space);
         let mut staged = Vec::new();
         for (off, chunk, in_chunk, n) in chunk_spans(addr, len) {
             let mut b = write_soon(lock);
-            let bytes = self
-                .chunk_to_fill(&mut b, space, bank, chunk)
-                .fill(in_chunk, n);
-            if f(off, bytes, true) {
-                continue;
+            // The chunk leaves the map while it is filled, so the fill can read the rest of
+            // the bank (`HeldBank`) beside it; a panicking fill puts it back first.
+            let mut filling = b.chunks.remove(&chunk).unwrap_or_else(|| {
+                self.resident.add(space, bank, chunk, 1);
+                self.new_chunk()
+            });
+            let held = HeldBank {
+                bank: &b,
+                space,
+                index: bank,
+                size,
+                filling: chunk,
+            };
+            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                f(off, filling.fill(in_chunk, n), Some(&held))
+            }));
+            b.chunks.insert(chunk, filling);
+            match done {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(panic) => std::panic::resume_unwind(panic),
             }
             drop(b);
             staged.resize(n, 0);
-            let filled = f(off, &mut staged[..n], false);
+            let filled = f(off, &mut staged[..n], None);
             debug_assert!(filled, "a fill with nothing locked must fill");
             self.chunk_to_fill(&mut write_soon(lock), space, bank, chunk)
                 .write(in_chunk, &staged[..n]);
@@ -565,9 +653,8 @@ impl DeviceMemory {
         wait: bool,
         mut f: impl FnMut(usize, &[u8]),
     ) -> Result<bool> {
-        static ZEROS: [u8; CHUNK_SIZE as usize] = [0; CHUNK_SIZE as usize];
         let lock = self.bank(space, bank, addr, len as u64)?;
-        for (off, chunk, in_chunk, n) in chunk_spans(addr, len) {
+        for span in chunk_spans(addr, len) {
             // Locked per chunk, not for the whole read: a neighbour's thread delivering into
             // this bank meanwhile waits for one chunk at most, not a whole piece (a parked
             // writer on a 2-core host costs two context switches).
@@ -578,19 +665,7 @@ impl DeviceMemory {
                     None => return Ok(false),
                 },
             };
-            let have = match b.chunks.get(&chunk) {
-                Some(c) => {
-                    let have = c.valid.saturating_sub(in_chunk).min(n);
-                    if have > 0 {
-                        f(off, &c.data[in_chunk..in_chunk + have]);
-                    }
-                    have
-                }
-                None => 0,
-            };
-            if have < n {
-                f(off + have, &ZEROS[..n - have]);
-            }
+            b.hand(span, &mut f);
         }
         Ok(true)
     }

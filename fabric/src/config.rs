@@ -287,6 +287,24 @@ pub fn copy_through_buffer(
     dst.write(dest, &buf)
 }
 
+/// A fill that computes a message's bytes where they land (`ChipMemory::write_trying`):
+/// `(offset, bytes, held) -> done`.
+pub type ComputedFill<'a> = dyn FnMut(usize, &mut [u8], Option<&dyn HeldMemory>) -> bool + 'a;
+
+/// The bank of a destination memory whose lock a computed write holds while its fill runs
+/// (`ChipMemory::write_trying`): the fill cannot lock it again, but may read its other bytes
+/// here (a reduction's last hop reads the owner's input beside the output it writes).
+pub trait HeldMemory {
+    /// Hands `f(offset, bytes)` the `len` bytes at `at` in place, if they lie in the held
+    /// bank outside the bytes being filled; Ok(false), handing nothing, if not.
+    fn try_read_held(
+        &self,
+        at: NocAddr,
+        len: usize,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<bool, crate::MemoryError>;
+}
+
 /// A chip's memory as the fabric sees it. Called from router threads and from the threads
 /// of senders on other chips that help a router along; must not block long, and must not
 /// wait on a fabric operation.
@@ -367,21 +385,22 @@ pub trait ChipMemory: Send + Sync {
     }
 
     /// `write_with` for a fill that reads other chips' memory (a reduction summing its own
-    /// input and partials straight into a neighbour's slot): `f(offset, bytes, locked)`.
-    /// With `locked` true it runs under this memory's lock and may only *try* others
-    /// (`try_read_with`), returning false if one is busy; the same bytes are then handed
-    /// again, through a buffer, with `locked` false, when `f` may wait and must return true.
-    /// Bytes handed back with false may show half-written until then, so fill only memory
-    /// nobody reads before the write is signalled. By default one run, filled in a buffer
-    /// with `locked` false and written through `write`.
+    /// input and partials straight into a neighbour's slot): `f(offset, bytes, held)`. With
+    /// `held` given it runs under this memory's lock: it may read the rest of the locked
+    /// bank through `held`, may only *try* other memories (`try_read_with`), and returns
+    /// false if one is busy; the same bytes are then handed again, through a buffer, with
+    /// `held` None, when `f` may wait and must return true. Bytes handed back with false may
+    /// show half-written until then, so fill only memory nobody reads before the write is
+    /// signalled. By default one run, filled in a buffer with `held` None and written
+    /// through `write`.
     fn write_trying(
         &self,
         dest: NocAddr,
         len: usize,
-        f: &mut dyn FnMut(usize, &mut [u8], bool) -> bool,
+        f: &mut ComputedFill,
     ) -> Result<(), crate::MemoryError> {
         let mut buf = vec![0u8; len];
-        f(0, &mut buf, false);
+        f(0, &mut buf, None);
         self.write(dest, &buf)
     }
 

@@ -162,7 +162,7 @@ struct Refused(String);
 impl FabricError {
     /// The error for chip `chip` failing to read its own memory at `at` (one message for
     /// every local read: staging a send, a kernel's read, a fill's tried read).
-    pub(crate) fn read_failed(
+    pub fn read_failed(
         chip: u32,
         at: impl std::fmt::Display,
     ) -> impl FnOnce(MemoryError) -> FabricError {

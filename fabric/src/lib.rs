@@ -51,8 +51,10 @@
 //! **Computed payloads.** `write_with_and_inc` sends bytes that a function computes where
 //! they land, as the receiving core would write them at the end of a hop (a reduction's
 //! last add, or a partial sum on its way). Delivered directly, the function fills the
-//! destination's memory under its bank lock, where it may only *try* to read chip memory
-//! (`Fabric::try_read_local_with`) and fills a buffer instead, with nothing locked, when a
+//! destination's memory under its bank lock, where it may read the rest of that bank
+//! through the lock it holds (`HeldMemory`: the owner's input beside the output of a
+//! reduction's last add) and only *try* to read other chip memory
+//! (`Fabric::try_read_local_with`), filling a buffer instead, with nothing locked, when a
 //! lock it needs is busy (`ChipMemory::write_trying`: no thread waits for a lock while
 //! holding one); on every other path it fills a staging buffer first and the message travels
 //! as packets, so statistics, order, faults and write errors are exactly those of
@@ -150,8 +152,9 @@ mod sender;
 pub mod testing;
 
 pub use config::{
-    copy_through_buffer, AxisLine, ChipMemory, Dir, EthLink, FabricConfig, FabricSpec, Fault,
-    LineDir, LinkDirection, LinkParams, LinkStats, MemSpace, NocAddr, RouteInfo,
+    copy_through_buffer, AxisLine, ChipMemory, ComputedFill, Dir, EthLink, FabricConfig,
+    FabricSpec, Fault, HeldMemory, LineDir, LinkDirection, LinkParams, LinkStats, MemSpace,
+    NocAddr, RouteInfo,
 };
 pub use error::{FabricError, MemoryError};
 pub use fabric::Fabric;

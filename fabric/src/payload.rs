@@ -30,12 +30,12 @@ pub(crate) struct Copied<'a> {
     pub staging: &'a mut Vec<u8>,
 }
 
-/// `len` bytes that `fill(offset, run, locked)` writes in place, run by run in order
+/// `len` bytes that `fill(offset, run, held)` writes in place, run by run in order
 /// (`ChipMemory::write_trying`); `staging` holds them when they must travel as packets
 /// instead.
 pub(crate) struct Computed<'a> {
     pub len: usize,
-    pub fill: &'a mut dyn FnMut(usize, &mut [u8], bool) -> bool,
+    pub fill: &'a mut crate::config::ComputedFill<'a>,
     pub staging: &'a mut Vec<u8>,
 }
 
@@ -56,7 +56,7 @@ impl Payload<'_> {
                 c.staging.clear();
                 c.staging.resize(c.len, 0);
                 // Nothing is locked here, so the fill may wait for what it reads.
-                (c.fill)(0, &mut c.staging[..], false);
+                (c.fill)(0, &mut c.staging[..], None);
                 &c.staging[..]
             }
             Payload::Copied(c) => {

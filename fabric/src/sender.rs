@@ -3,7 +3,7 @@
 //! increment, so the increment lands after all the data on the same path.
 
 use crate::channel::{Channel, DoneBatch, ExtRef, Tracker};
-use crate::config::{ChipMemory, Dir, FabricConfig, LineDir, NocAddr};
+use crate::config::{ChipMemory, ComputedFill, Dir, FabricConfig, LineDir, NocAddr};
 use crate::inner::{Ctx, Inner, LinkLoss};
 use crate::packet::{self, Header, Kind};
 use crate::payload::{Computed, Copied, Payload, RefGuard};
@@ -156,17 +156,18 @@ impl FabricSender {
         )
     }
 
-    /// `write_and_inc` of `len` bytes that `fill(offset, run, locked)` computes where they
+    /// `write_and_inc` of `len` bytes that `fill(offset, run, held)` computes where they
     /// land, run by run in order (it must overwrite every byte it is handed, and give the same
     /// bytes however the runs fall). A message the fabric delivers on this thread (see
     /// `send_direct`) is computed straight into the destination's memory, as the receiving
     /// core would write it there; any other (a fault on the link, a busy receiver, more than
     /// a channel's packets, several hops) is computed into `staging` and sent as packets, so
     /// its link statistics, order, faults and errors are exactly `write_and_inc`'s. `fill`
-    /// runs on this thread. With `locked` true the destination's memory is locked: `fill`
-    /// may only *try* to read chip memory (`Fabric::try_read_local_with`) and returns false
-    /// if it cannot, to be handed the run again with `locked` false and nothing held (see
-    /// `ChipMemory::write_trying`); it must not write chip memory.
+    /// runs on this thread. With `held` given the destination's bank is locked: `fill` may
+    /// read that bank through `held`, may only *try* to read other chip memory
+    /// (`Fabric::try_read_local_with`), and returns false if it cannot, to be handed the run
+    /// again with `held` None and nothing locked (see `ChipMemory::write_trying`); it must
+    /// not write chip memory.
     #[allow(clippy::too_many_arguments)]
     pub fn write_with_and_inc(
         &self,
@@ -174,7 +175,7 @@ impl FabricSender {
         addr: NocAddr,
         len: usize,
         (sem_id, by): (u32, u32),
-        fill: &mut dyn FnMut(usize, &mut [u8], bool) -> bool,
+        fill: &mut ComputedFill,
         staging: &mut Vec<u8>,
     ) -> Result<()> {
         let msg = Msg::Data {

@@ -42,7 +42,7 @@ fn send(dst: u32, at: NocAddr, data: &[u8], fault: Option<Fault>, how: How) -> S
     let tx = f.sender(0).unwrap();
     let mut staging = Vec::new();
     let mut calls = 0;
-    let mut fill = |o: usize, out: &mut [u8], _: bool| {
+    let mut fill = |o: usize, out: &mut [u8], _: Option<&dyn ttmesh_fabric::HeldMemory>| {
         calls += 1;
         out.copy_from_slice(&data[o..o + out.len()]);
         true
@@ -152,7 +152,7 @@ fn a_computed_write_to_its_own_chip_and_to_no_chip() {
     let tx = f.sender(1).unwrap();
     let data = pattern(5, 3000);
     let mut staging = Vec::new();
-    let mut fill = |o: usize, out: &mut [u8], _: bool| {
+    let mut fill = |o: usize, out: &mut [u8], _: Option<&dyn ttmesh_fabric::HeldMemory>| {
         out.copy_from_slice(&data[o..o + out.len()]);
         true
     };

@@ -8,8 +8,8 @@ use parking_lot::Mutex;
 use ttmesh_ccl::CclLine;
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig, ChipError, CqId};
 use ttmesh_fabric::{
-    AxisLine, ChipMemory, EthLink, Fabric, FabricConfig, FabricError, FabricSpec, LinkParams,
-    MemoryError, NocAddr,
+    AxisLine, ChipMemory, ComputedFill, EthLink, Fabric, FabricConfig, FabricError, FabricSpec,
+    HeldMemory, LinkParams, MemoryError, NocAddr,
 };
 use ttmesh_topologies::{ArchName, ClusterGraph};
 
@@ -135,6 +135,25 @@ fn chip_space(addr: &NocAddr) -> ttmesh_chip::allocator::MemSpace {
     }
 }
 
+/// A chip bank held by a computed write, as the fabric's fills read it.
+struct HeldChipBank<'a, 'b>(&'a ttmesh_chip::memory::HeldBank<'b>);
+
+impl HeldMemory for HeldChipBank<'_, '_> {
+    fn try_read_held(
+        &self,
+        at: NocAddr,
+        len: usize,
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> std::result::Result<bool, MemoryError> {
+        if chip_space(&at) != self.0.space() || at.bank != self.0.bank() {
+            return Ok(false);
+        }
+        self.0
+            .read_in_place(at.addr, len, f)
+            .map_err(MemoryError::new)
+    }
+}
+
 impl ChipMemory for ChipPort {
     fn write(&self, dest: NocAddr, data: &[u8]) -> std::result::Result<(), MemoryError> {
         self.chip()?
@@ -190,11 +209,21 @@ impl ChipMemory for ChipPort {
         &self,
         dest: NocAddr,
         len: usize,
-        f: &mut dyn FnMut(usize, &mut [u8], bool) -> bool,
+        f: &mut ComputedFill,
     ) -> std::result::Result<(), MemoryError> {
+        let space = chip_space(&dest);
         self.chip()?
             .memory()
-            .write_trying(chip_space(&dest), dest.bank, dest.addr, len, f)
+            .write_trying(
+                space,
+                dest.bank,
+                dest.addr,
+                len,
+                |o, out, held| match held {
+                    Some(held) => f(o, out, Some(&HeldChipBank(held))),
+                    None => f(o, out, None),
+                },
+            )
             .map_err(MemoryError::new)
     }
 

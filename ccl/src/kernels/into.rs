@@ -11,15 +11,19 @@
 //! runner reads), so every chip's input must sit at one address: the kernel enables this
 //! only then (`CollectiveKernel::adds_at_delivery`).
 //!
-//! The owner's input pages are copied into L1 before the write: they lie in the same banks
-//! as the output pages the fill writes under those banks' locks. At a line's end the sums
-//! are this chip's input, which the fill reads in place, only *trying* its banks as
-//! `onward`'s fill does (a busy bank hands the run back, to be filled with nothing locked).
-//! That was a second staging copy per byte: line-2 1 MiB 211 -> 185 us, 16 MiB 3.57 -> 3.19
-//! ms (medians of 7 and 5, alternated with the build before).
+//! The owner's input pages lie in the same banks as the output pages the fill writes under
+//! those banks' locks, so the fill reads them through the lock it holds
+//! (`HeldMemory`); they were copied into L1 before each message (line-2 1 MiB 238 -> 221
+//! us, 16 MiB 4.05 -> 3.68 ms, medians of 15 and 9 alternated with the build before, on a
+//! host slower that hour than in the figures below). Where they lie elsewhere (an input
+//! and output of different page layouts, a reduce_scatter's chunk) they are still copied.
+//! At a line's end the sums are this chip's input, which the fill reads in place, only
+//! *trying* its banks as `onward`'s fill does (a busy bank hands the run back, to be filled
+//! with nothing locked). That was a second staging copy per byte: line-2 1 MiB 211 -> 185
+//! us, 16 MiB 3.57 -> 3.19 ms (medians of 7 and 5, alternated with the build before).
 
 use ttmesh_chip::allocator::MemSpace;
-use ttmesh_fabric::Fabric;
+use ttmesh_fabric::{Fabric, FabricError, HeldMemory};
 
 use super::chip_io::{
     bank_major, copy_input_pages, input_page_runs, noc, BankRun, FusedIo, InputRun, Local,
@@ -32,10 +36,10 @@ impl Endpoint {
     /// Writes this chip's bf16 sums of block `chunk`'s bytes `ba..be` plus chip `dest`'s
     /// input at the same place, rounded once, into `dest`'s output pages, one message per
     /// run of pages in one bank (at most `message_bytes`); the last raises `dest`'s semaphore
-    /// for `slot`. `dest`'s input pages are copied into L1 first: they share the banks of
-    /// the output pages being written, whose locks the fill runs under. The sums are staged
-    /// in `w.partials16`, or, at a line's end where they are this chip's input as it is,
-    /// read in place beside (see `own_input_into`).
+    /// for `slot`. `dest`'s input pages share the bank of the output pages being written,
+    /// whose lock the fill runs under, and are read through it (`owner_held_into`), else
+    /// copied into L1 first. The sums are staged in `w.partials16`, or, at a line's end
+    /// where they are this chip's input as it is, read in place beside.
     pub(crate) fn sums_into(
         &self,
         (fabric, own_input): (&Fabric, Option<Local>),
@@ -50,7 +54,7 @@ impl Endpoint {
             runs,
             into_input,
             into_sums,
-            into_own,
+            into_runs,
             ..
         } = w;
         let io = fused
@@ -63,6 +67,7 @@ impl Endpoint {
         let sender = self.slot_sender(slot);
         let sem = super::SEM_SLOT_BASE + slot as u32;
         let per_message = (message_bytes(sender) / page_bytes).max(1);
+        let owner = (Local::Fabric(fabric), dest);
         let mut i = 0;
         while i < runs.len() {
             let (bank, addr, _) = runs[i];
@@ -80,36 +85,52 @@ impl Endpoint {
             let starts = runs[i..j]
                 .iter()
                 .map(|&(_, _, off)| (chunk, a * 2 + off - ba));
-            let owner = (Local::Fabric(fabric), dest);
-            let x_bytes = bytemuck::cast_slice_mut(&mut x[..]);
-            copy_input_pages(io, owner, starts.clone(), page_bytes, x_bytes)?;
-            into_own.clear();
-            match own_input {
-                Some(mem) => input_page_runs(io, (mem, self.me), starts, page_bytes, |r| {
-                    into_own.push(r);
-                    Ok(())
-                })?,
-                None => {
-                    for (k, &(_, _, off)) in runs[i..j].iter().enumerate() {
-                        let (at, s) = (k * page_bytes / 2, (off - ba) / 2);
-                        y[at..at + page_bytes / 2].copy_from_slice(&sums[s..s + page_bytes / 2]);
-                    }
+            into_runs.clear();
+            input_page_runs(io, owner, starts.clone(), page_bytes, |r| {
+                into_runs.push(r);
+                Ok(())
+            })?;
+            if own_input.is_none() {
+                for (k, &(_, _, off)) in runs[i..j].iter().enumerate() {
+                    let (at, s) = (k * page_bytes / 2, (off - ba) / 2);
+                    y[at..at + page_bytes / 2].copy_from_slice(&sums[s..s + page_bytes / 2]);
                 }
             }
+            // The owner's input is read in place under its output bank's lock when it lies
+            // in that bank (an interleaved input and output of one page size); else, or when
+            // that fill is handed back, it is copied into `x` first.
+            let in_place = in_space == space && into_runs.iter().all(|r| r.0 == bank);
+            let mut x_staged = false;
+            if !in_place {
+                copy_input_pages(io, owner, starts.clone(), page_bytes, as_bytes(x))?;
+                x_staged = true;
+            }
             let by = u32::from(j == runs.len());
-            let (x, own) = (&*x, own_input.map(|mem| (mem, in_space, &into_own[..])));
+            let own = own_input.map(|mem| (mem, in_space, &into_runs[..]));
             let mut failed = None;
-            let mut fill = |o: usize, out: &mut [u8], locked: bool| {
-                let Some(own) = own else {
-                    fill_le_bf16(out, &x[o / 2..], Some(&y[o / 2..]));
-                    return true;
+            let mut fill = |o: usize, out: &mut [u8], held: Option<&dyn HeldMemory>| {
+                let done = match held.filter(|_| in_place) {
+                    Some(held) => {
+                        let given = (dest, in_space, &into_runs[..]);
+                        self.owner_held_into(held, given, own.map(|(m, ..)| m), &y[..], (o, out))
+                    }
+                    None => (|| {
+                        if !x_staged {
+                            copy_input_pages(io, owner, starts.clone(), page_bytes, as_bytes(x))?;
+                            x_staged = true;
+                        }
+                        let Some(own) = own else {
+                            fill_le_bf16(out, &x[o / 2..], Some(&y[o / 2..]));
+                            return Ok(true);
+                        };
+                        self.own_input_into((x, own), (o, out), held.is_some(), &mut y[..])
+                    })(),
                 };
-                self.own_input_into((x, own), (o, out), locked, &mut y[..])
-                    .unwrap_or_else(|err| {
-                        failed.get_or_insert(err);
-                        out.fill(0);
-                        true
-                    })
+                done.unwrap_or_else(|err| {
+                    failed.get_or_insert(err);
+                    out.fill(0);
+                    true
+                })
             };
             sender
                 .write_with_and_inc(
@@ -127,6 +148,59 @@ impl Endpoint {
             i = j;
         }
         Ok(())
+    }
+
+    /// Fills `out`, bytes `o..` of a message, with the owner's input read in place through
+    /// its held bank (`runs`: the input under the message, at one address on every chip)
+    /// plus this chip's sums: its input tried in place at a line's end (`own`), else the
+    /// partial sums staged in `y`. False, with `out` partly written, if a read could not be
+    /// had in place.
+    fn owner_held_into(
+        &self,
+        held: &dyn HeldMemory,
+        (owner, space, runs): (u32, MemSpace, &[InputRun]),
+        own: Option<Local>,
+        y: &[u16],
+        (o, out): (usize, &mut [u8]),
+    ) -> Result<bool, StepError> {
+        let y: &[u8] = bytemuck::cast_slice(y);
+        let end = o + out.len();
+        for &(bank, addr, at, n) in runs.iter().filter(|r| r.2 < end && r.2 + r.3 > o) {
+            let (from, to) = (at.max(o), (at + n).min(end));
+            let src = addr + (from - at) as u64;
+            let lo = from - o;
+            let (mut free, mut failed) = (true, None);
+            let noc_at = noc(owner, space, bank, src)?;
+            let mut add = |p: usize, theirs: &[u8]| {
+                let (q, m) = (lo + p, theirs.len());
+                let Some(mem) = own else {
+                    let ys = &y[from + p..from + p + m];
+                    return fill_le_bf16_sum(&mut out[q..q + m], theirs, ys);
+                };
+                if !free || failed.is_some() {
+                    return;
+                }
+                let mine_at = (space, bank, src + p as u64);
+                let sum = |r: usize, mine: &[u8]| {
+                    let k = mine.len();
+                    fill_le_bf16_sum(&mut out[q + r..q + r + k], &theirs[r..r + k], mine);
+                };
+                match mem.try_read_with(self.me, mine_at, m, sum) {
+                    Ok(f) => free = f,
+                    Err(err) => failed = Some(err),
+                }
+            };
+            let held_free = held
+                .try_read_held(noc_at, to - from, &mut add)
+                .map_err(|e| StepError::Fabric(FabricError::read_failed(owner, noc_at)(e)))?;
+            if let Some(err) = failed {
+                return Err(err);
+            }
+            if !(held_free && free) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Fills `out`, bytes `o..` of a message, with `x` (the owner's input, staged) plus this
@@ -170,6 +244,10 @@ impl Endpoint {
         }
         Ok(true)
     }
+}
+
+fn as_bytes(x: &mut [u16]) -> &mut [u8] {
+    bytemuck::cast_slice_mut(x)
 }
 
 /// The output pages of block `block`'s bytes `ba..be` (whole pages) as (bank, address,

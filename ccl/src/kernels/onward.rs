@@ -15,6 +15,7 @@
 //! busy receiver) carries them too.
 
 use ttmesh_chip::allocator::MemSpace;
+use ttmesh_fabric::HeldMemory;
 
 use super::chip_io::{input_spans, FusedIo, Local, StepError};
 use super::elements::fill_le_bf16_sum;
@@ -60,11 +61,11 @@ impl Endpoint {
             // A read that fails inside the fill (a bad address) is kept, and the run filled
             // with zeros: the fill cannot return an error, and the step fails after it.
             let mut failed = None;
-            let mut fill = |o: usize, out: &mut [u8], locked: bool| {
+            let mut fill = |o: usize, out: &mut [u8], held: Option<&dyn HeldMemory>| {
                 let whole = o.is_multiple_of(2) && out.len().is_multiple_of(2);
                 debug_assert!(whole, "runs of whole elements");
                 let at = (chunk, first + o / 2);
-                let done = match locked {
+                let done = match held.is_some() {
                     true => self.try_sum_in_place((io, mem), from, at, out),
                     false => {
                         let staged = sized(sums, out.len() / 2);

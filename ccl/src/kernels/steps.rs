@@ -72,8 +72,9 @@ pub(crate) struct Work {
     /// sum added at delivery (`ReduceInto`).
     pub into_input: Vec<u16>,
     pub into_sums: Vec<u16>,
-    /// This chip's input runs under such a message, read in place at a line's end.
-    pub into_own: Vec<InputRun>,
+    /// The input runs under such a message (every chip's input sits at one address): the
+    /// owner's read in place beside its output, and this chip's at a line's end.
+    pub into_runs: Vec<InputRun>,
     pub out_dtype: Option<DataType>,
     /// Piece sizes: elements of a chunk, bytes of a block (`usize::MAX`: one piece).
     pub chunk_piece: usize,

@@ -141,7 +141,8 @@ fn write_trying_falls_back_to_a_buffer_when_a_source_is_busy() {
     // Bank 1 held by a writer while the first chunk is filled: its try fails.
     let mut busy = Some(m.dram[1].write());
     let mut calls = Vec::new();
-    m.write_trying(MemSpace::Dram, 0, 0, 2 * c, |off, out, locked| {
+    m.write_trying(MemSpace::Dram, 0, 0, 2 * c, |off, out, held| {
+        let locked = held.is_some();
         calls.push((off, locked));
         if !locked {
             busy = None;
@@ -285,4 +286,50 @@ fn copies_both_ways_at_once_never_deadlock() {
     let mut out = vec![0u8; 4096];
     a.read(MemSpace::Dram, 0, 1 << 16, &mut out).unwrap();
     assert_eq!(out, vec![2u8; 4096]);
+}
+
+#[test]
+fn a_fill_reads_the_rest_of_its_held_bank_in_place() {
+    let m = DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20);
+    let c = CHUNK_SIZE as usize;
+    // An "input" two chunks up in bank 0, partly written: the rest reads as zero.
+    let input: Vec<u8> = (0..c + c / 2).map(|i| (i * 7 % 253) as u8).collect();
+    m.write(MemSpace::Dram, 0, 4 * c as u64, &input).unwrap();
+    let mut seen = Vec::new();
+    m.write_trying(MemSpace::Dram, 0, 0, 2 * c, |off, out, held| {
+        let held = held.expect("the first try runs under the bank's lock");
+        assert_eq!((held.space(), held.bank()), (MemSpace::Dram, 0));
+        // The chunk being filled cannot be read through the bank it is out of.
+        assert!(!held.read_in_place(off as u64, 8, |_, _| {}).unwrap());
+        let mut got = vec![0xAAu8; 2 * c];
+        let copy = |o: usize, b: &[u8]| got[o..o + b.len()].copy_from_slice(b);
+        assert!(held.read_in_place(4 * c as u64, 2 * c, copy).unwrap());
+        assert_eq!(&got[..input.len()], &input[..]);
+        assert!(got[input.len()..].iter().all(|&b| b == 0));
+        let beyond = held.read_in_place((1 << 24) - 4, 8, |_, _| {});
+        assert!(beyond.unwrap_err().to_string().contains("beyond the bank"));
+        out.copy_from_slice(&got[off..off + out.len()]);
+        seen.push(off);
+        true
+    })
+    .unwrap();
+    assert_eq!(seen, vec![0, c]);
+    // The filled chunks went back into the bank with what the fill wrote.
+    let mut expect = input.clone();
+    expect.resize(2 * c, 0);
+    assert_eq!(read_both(&m, 0, 2 * c), expect);
+    assert_eq!(read_both(&m, 4 * c as u64, input.len()), input);
+}
+
+#[test]
+fn a_panicking_fill_puts_its_chunk_back() {
+    let m = DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20);
+    let c = CHUNK_SIZE as usize;
+    m.write(MemSpace::Dram, 0, 0, &vec![9u8; c]).unwrap();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        m.write_trying(MemSpace::Dram, 0, 0, 16, |_, _, _| panic!("a fill's bug"))
+    }));
+    assert!(panicked.is_err());
+    // The rest of the chunk is still there (the panic may have left the fill's bytes).
+    assert_eq!(read_both(&m, 16, c - 16), vec![9u8; c - 16]);
 }
