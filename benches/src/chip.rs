@@ -17,7 +17,7 @@ use ttmesh_chip::allocator::{
 use ttmesh_chip::arch::ArchSpec;
 use ttmesh_chip::device::{Chip, ChipConfig, CqId, TraceId};
 use ttmesh_chip::error::Result;
-use ttmesh_chip::memory::CHUNK_SIZE;
+use ttmesh_chip::memory::chunk_size;
 use ttmesh_chip::ops::{self, launch, Launch, LaunchSplit, MatmulConfig, OpOptions};
 use ttmesh_chip::program::{program_key, Access, CoreSplit, Kernel, KernelContext};
 use ttmesh_chip::tensor::{Blocking, DataType, HostTensor, Layout, MemoryConfig, Tensor};
@@ -222,7 +222,7 @@ pub fn bench_alloc_with_data(chip: &Arc<Chip>, pairs: usize) -> Result<f64> {
         .write(MemSpace::Dram, 0, 512 << 20, &[1u8; 64])?;
     let rate = chip_pairs_per_second(chip, pairs);
     chip.memory()
-        .discard(MemSpace::Dram, 0, 512 << 20, CHUNK_SIZE);
+        .discard(MemSpace::Dram, 0, 512 << 20, chunk_size(MemSpace::Dram));
     rate
 }
 

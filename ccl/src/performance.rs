@@ -513,3 +513,16 @@
 //! per chunk on two threads instead of 2 (40.1, 35.9, 39.4 against 37.4 ms: noise); chunk
 //! memory on transparent huge pages (glibc's `hugetlb` tunable, 43 MB of the run's 63 MB on
 //! huge pages): t3k 1 MiB and 16 MiB even, so the TLB is not what the 16 KiB chunks cost.
+//!
+//! Longer DRAM chunks. A DRAM tensor's pages in one bank lie back to back, but each bank was
+//! 16 KiB host allocations, so a bank run of a 1 MiB input (85 KiB per bank) was six chunk
+//! lookups, six locks and six streams for the prefetchers to find. DRAM chunks are now 64
+//! KiB (`ttmesh_chip::memory::chunk_size`; L1 keeps 16 KiB: an L1 tensor is a few KiB per
+//! core's bank, and 64 KiB would pin eight times its bytes). Alternated with the build
+//! before, medians of 9, 7 and 5: all_reduce t3k 16 MiB 37.2 -> 32.9 ms, line-2 1 MiB 190
+//! -> 168 us, line-4 1 MiB 691 -> 627 us, galaxy 256 KiB 2756 -> 2542 us; t3k 36 KiB,
+//! line-2 4 KiB, galaxy 36 KiB and all_gather t3k 1 MiB within the noise. 32 and 256 KiB
+//! chunks were both slower than 64 (256 KiB: line-2 1 MiB 183 -> 268 us; not profiled, a lock
+//! held four times longer per chunk is the likely cause). What host memory it costs: the 32-chip footprint
+//! test's backing memory 117 MB (its limit 128), a trace's bytes now pin a 64 KiB chunk in
+//! each bank they touch.

@@ -10,7 +10,7 @@ use super::trace::TraceTable;
 use super::ChipShared;
 use crate::allocator::{Allocator, BufferType, MemSpace};
 use crate::command::space_code;
-use crate::memory::CHUNK_SIZE;
+use crate::memory::chunk_size;
 
 /// Ranges freed on the host whose Discard has not run: key (space code, address, per-bank
 /// size) -> how many such frees are queued.
@@ -89,7 +89,7 @@ impl ChipShared {
         // allocations do not wait for them. Safe unlocked: no queue will read the range, so a
         // chunk written there from now on belongs to a later owner.
         let holds = |&&(space, address, size): &&(MemSpace, u64, u64)| {
-            let (lo, hi) = chunk_span(address, size);
+            let (lo, hi) = chunk_span(space, address, size);
             self.memory.holds_in(space, lo, hi)
         };
         if !ranges.iter().any(|r| holds(&r)) {
@@ -125,7 +125,7 @@ impl ChipShared {
         // memory back too. Kept: live buffers, ranges freed whose own Discard is still queued
         // (work before it may read them), and live traces' intermediates (a replay on another
         // queue may be using them).
-        let (lo, hi) = chunk_span(address, size);
+        let (lo, hi) = chunk_span(space, address, size);
         let mut keep: Vec<(u64, u64)> = types
             .iter()
             .flat_map(|t| {
@@ -142,15 +142,16 @@ impl ChipShared {
         let mut cursor = lo;
         let banks = self.memory.num_banks(space);
         let bank_size = self.memory.bank_size(space);
+        let chunk = chunk_size(space);
         let discard = |from: u64, to: u64| {
             // Only a gap holding a whole chunk (the bank's top ends the last one) frees anything.
             let to = to.min(bank_size);
             let whole_end = if to == bank_size {
-                to.div_ceil(CHUNK_SIZE)
+                to.div_ceil(chunk)
             } else {
-                to / CHUNK_SIZE
+                to / chunk
             };
-            if from.div_ceil(CHUNK_SIZE) < whole_end {
+            if from.div_ceil(chunk) < whole_end {
                 for b in 0..banks {
                     self.memory.discard(space, b, from, to - from);
                 }
@@ -164,12 +165,13 @@ impl ChipShared {
     }
 }
 
-/// [address, address + size) widened to whole chunks.
-fn chunk_span(address: u64, size: u64) -> (u64, u64) {
-    let lo = address / CHUNK_SIZE * CHUNK_SIZE;
+/// [address, address + size) of `space` widened to whole chunks.
+fn chunk_span(space: MemSpace, address: u64, size: u64) -> (u64, u64) {
+    let chunk = chunk_size(space);
+    let lo = address / chunk * chunk;
     let hi = address
         .saturating_add(size)
-        .div_ceil(CHUNK_SIZE)
-        .saturating_mul(CHUNK_SIZE);
+        .div_ceil(chunk)
+        .saturating_mul(chunk);
     (lo, hi)
 }

@@ -21,17 +21,30 @@ fn read_both(m: &DeviceMemory, addr: u64, len: usize) -> Vec<u8> {
 #[test]
 fn prefetch_is_only_a_hint_anywhere() {
     let m = DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20);
-    m.write(MemSpace::Dram, 0, CHUNK_SIZE - 10, &[7u8; 30])
-        .unwrap();
-    let before = read_both(&m, 0, 3 * CHUNK_SIZE as usize);
+    m.write(
+        MemSpace::Dram,
+        0,
+        chunk_size(MemSpace::Dram) - 10,
+        &[7u8; 30],
+    )
+    .unwrap();
+    let before = read_both(&m, 0, 3 * chunk_size(MemSpace::Dram) as usize);
     // Written, partly written, never written, across chunks, beyond the bank, no bank.
-    m.prefetch(MemSpace::Dram, 0, CHUNK_SIZE - 10, 30);
-    m.prefetch(MemSpace::Dram, 0, 0, 3 * CHUNK_SIZE as usize);
-    m.prefetch(MemSpace::Dram, 1, 5 * CHUNK_SIZE, 2048);
+    m.prefetch(MemSpace::Dram, 0, chunk_size(MemSpace::Dram) - 10, 30);
+    m.prefetch(
+        MemSpace::Dram,
+        0,
+        0,
+        3 * chunk_size(MemSpace::Dram) as usize,
+    );
+    m.prefetch(MemSpace::Dram, 1, 5 * chunk_size(MemSpace::Dram), 2048);
     m.prefetch(MemSpace::Dram, 0, (1 << 24) - 8, 64);
     m.prefetch(MemSpace::Dram, 9, 0, 64);
-    assert_eq!(read_both(&m, 0, 3 * CHUNK_SIZE as usize), before);
-    assert_eq!(m.resident_bytes(), 2 * CHUNK_SIZE);
+    assert_eq!(
+        read_both(&m, 0, 3 * chunk_size(MemSpace::Dram) as usize),
+        before
+    );
+    assert_eq!(m.resident_bytes(), 2 * chunk_size(MemSpace::Dram));
 }
 
 #[test]
@@ -41,7 +54,11 @@ fn holds_in_sees_chunks_of_any_bank_until_they_are_dropped() {
     assert!(!m.holds_in(MemSpace::Dram, 0, 16 * mib));
     m.write(MemSpace::Dram, 1, 5 * mib + 100, &[1u8; 8])
         .unwrap();
-    assert!(m.holds_in(MemSpace::Dram, 5 * mib, 5 * mib + CHUNK_SIZE));
+    assert!(m.holds_in(
+        MemSpace::Dram,
+        5 * mib,
+        5 * mib + chunk_size(MemSpace::Dram)
+    ));
     assert!(m.holds_in(MemSpace::Dram, 0, 16 * mib));
     assert!(
         !m.holds_in(MemSpace::Dram, 0, 5 * mib),
@@ -63,7 +80,7 @@ fn a_long_read_does_not_hold_off_writes_until_it_ends() {
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
     let m = Arc::new(DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20));
-    let c = CHUNK_SIZE as usize;
+    let c = chunk_size(MemSpace::Dram) as usize;
     m.write(MemSpace::Dram, 0, 0, &vec![1u8; 4 * c]).unwrap();
     let (started, written) = (
         Arc::new(AtomicBool::new(false)),
@@ -79,7 +96,7 @@ fn a_long_read_does_not_hold_off_writes_until_it_ends() {
             let (m2, s, w) = (m.clone(), started.clone(), written.clone());
             writer = Some(std::thread::spawn(move || {
                 s.store(true, Ordering::SeqCst);
-                m2.write(MemSpace::Dram, 0, 8 * CHUNK_SIZE, &[7; 64])
+                m2.write(MemSpace::Dram, 0, 8 * chunk_size(MemSpace::Dram), &[7; 64])
                     .unwrap();
                 w.store(true, Ordering::SeqCst);
             }));
@@ -97,7 +114,7 @@ fn a_long_read_does_not_hold_off_writes_until_it_ends() {
     writer.unwrap().join().unwrap();
     assert!(seen_at_end, "the write waited for the whole read");
     let mut back = [0u8; 64];
-    m.read(MemSpace::Dram, 0, 8 * CHUNK_SIZE, &mut back)
+    m.read(MemSpace::Dram, 0, 8 * chunk_size(MemSpace::Dram), &mut back)
         .unwrap();
     assert_eq!(back, [7; 64]);
 }
@@ -105,7 +122,7 @@ fn a_long_read_does_not_hold_off_writes_until_it_ends() {
 #[test]
 fn write_with_fills_in_place_across_chunks_like_write() {
     let m = DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20);
-    let c = CHUNK_SIZE as usize;
+    let c = chunk_size(MemSpace::Dram) as usize;
     // Garbage freed into the pool, so the chunks written next are reused ones.
     m.write(MemSpace::Dram, 0, 0, &vec![0xEEu8; 3 * c]).unwrap();
     m.discard(MemSpace::Dram, 0, 0, 3 * c as u64);
@@ -135,7 +152,7 @@ fn write_with_fills_in_place_across_chunks_like_write() {
 #[test]
 fn write_trying_falls_back_to_a_buffer_when_a_source_is_busy() {
     let m = DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20);
-    let c = CHUNK_SIZE as usize;
+    let c = chunk_size(MemSpace::Dram) as usize;
     let src: Vec<u8> = (0..2 * c).map(|i| (i * 13 % 251) as u8).collect();
     m.write(MemSpace::Dram, 1, 0, &src).unwrap();
     // Bank 1 held by a writer while the first chunk is filled: its try fails.
@@ -170,7 +187,7 @@ fn write_trying_falls_back_to_a_buffer_when_a_source_is_busy() {
 #[test]
 fn reused_chunks_read_zero_where_never_written() {
     let m = DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20);
-    let c = CHUNK_SIZE as usize;
+    let c = chunk_size(MemSpace::Dram) as usize;
     // Fill two chunks with garbage, free them into the pool.
     m.write(MemSpace::Dram, 0, 0, &vec![0xEEu8; 2 * c]).unwrap();
     m.discard(MemSpace::Dram, 0, 0, 2 * c as u64);
@@ -205,15 +222,19 @@ fn sparse_read_write_discard() {
     let mut back = vec![0u8; data.len()];
     m.read(MemSpace::Dram, 3, 1_000_000, &mut back).unwrap();
     assert_eq!(back, data);
-    assert!(m.resident_bytes() <= 4 * CHUNK_SIZE);
+    assert!(m.resident_bytes() <= 4 * chunk_size(MemSpace::Dram));
     m.discard(MemSpace::Dram, 3, 0, 1 << 30);
     assert_eq!(m.resident_bytes(), 0);
     // L1's top ends the last chunk: a range reaching the top drops it.
     let top = 1_499_136;
     m.write(MemSpace::L1, 5, top - 4000, &[1u8; 4000]).unwrap();
     m.discard(MemSpace::L1, 5, top - 8000, 7999);
-    assert_eq!(m.resident_bytes(), CHUNK_SIZE, "a partly freed chunk stays");
-    m.discard(MemSpace::L1, 5, 91 * CHUNK_SIZE, 1 << 30);
+    assert_eq!(
+        m.resident_bytes(),
+        chunk_size(MemSpace::L1),
+        "a partly freed chunk stays"
+    );
+    m.discard(MemSpace::L1, 5, 91 * chunk_size(MemSpace::L1), 1 << 30);
     assert_eq!(m.resident_bytes(), 0);
     assert!(m.read(MemSpace::L1, 64, 0, &mut back).is_err());
     assert!(m.read_in_place(MemSpace::L1, 64, 0, 4, |_, _| ()).is_err());
@@ -230,7 +251,7 @@ fn copies_between_memories_read_as_the_source_did() {
     src.write(MemSpace::Dram, 0, 1000, &data).unwrap();
     dst.write(MemSpace::Dram, 0, 0, &[9u8; 70_000]).unwrap();
     // Across chunks at other offsets, with unwritten source bytes at both ends (zeros).
-    let (from, to, len) = (500, CHUNK_SIZE + 300, 41_000);
+    let (from, to, len) = (500, chunk_size(MemSpace::Dram) + 300, 41_000);
     let d = (MemSpace::Dram, 0, to);
     dst.copy_from(d, &src, (MemSpace::Dram, 0, from), len)
         .unwrap();
@@ -291,7 +312,7 @@ fn copies_both_ways_at_once_never_deadlock() {
 #[test]
 fn a_fill_reads_the_rest_of_its_held_bank_in_place() {
     let m = DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20);
-    let c = CHUNK_SIZE as usize;
+    let c = chunk_size(MemSpace::Dram) as usize;
     // An "input" two chunks up in bank 0, partly written: the rest reads as zero.
     let input: Vec<u8> = (0..c + c / 2).map(|i| (i * 7 % 253) as u8).collect();
     m.write(MemSpace::Dram, 0, 4 * c as u64, &input).unwrap();
@@ -324,7 +345,7 @@ fn a_fill_reads_the_rest_of_its_held_bank_in_place() {
 #[test]
 fn a_panicking_fill_puts_its_chunk_back() {
     let m = DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20);
-    let c = CHUNK_SIZE as usize;
+    let c = chunk_size(MemSpace::Dram) as usize;
     m.write(MemSpace::Dram, 0, 0, &vec![9u8; c]).unwrap();
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         m.write_trying(MemSpace::Dram, 0, 0, 16, |_, _, _| panic!("a fill's bug"))
