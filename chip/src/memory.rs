@@ -16,9 +16,9 @@ use crate::error::{ChipError, Result};
 /// Chunk granularity of the sparse store in `space`: large enough that a page copy rarely
 /// spans two chunks, small enough that small buffers do not pin much host memory. A DRAM
 /// tensor's pages in one bank lie back to back, so longer DRAM chunks mean fewer lookups,
-/// locks and stream starts per bank run (64 KiB against 16 KiB, alternated, medians of 7-9:
-/// all_reduce t3k 16 MiB 37.8 -> 34.6 ms, t3k 1 MiB 1087 -> 1045 us, line-2 1 MiB 185 ->
-/// 170 us; 32 KiB and 256 KiB were slower than 64 KiB). An L1 tensor is spread thin over
+/// locks and stream starts per bank run (64 KiB against 16 KiB, alternated, medians of 9:
+/// all_reduce t3k 16 MiB 37.2 -> 32.9 ms, line-2 1 MiB 190 -> 168 us; 32 KiB and 256 KiB
+/// were slower than 64 KiB; more in ttmesh-ccl's `performance`). An L1 tensor is spread thin over
 /// 64+ cores' banks, where 64 KiB chunks would pin 8x its bytes (the 32-chip footprint
 /// test), so L1 and host memory keep 16 KiB.
 pub const fn chunk_size(space: MemSpace) -> u64 {
@@ -120,11 +120,27 @@ impl Bank {
     }
 }
 
+/// An error unless `len` bytes at `addr` lie inside a bank of `size` bytes.
+fn in_bank(
+    (chip, space, bank): (u32, MemSpace, u32),
+    addr: u64,
+    len: u64,
+    size: u64,
+) -> Result<()> {
+    if addr.checked_add(len).is_none_or(|end| end > size) {
+        return Err(ChipError::MemoryRange(format!(
+            "chip {chip} {space:?} bank {bank}: [{addr:#x}, +{len}) is beyond the bank's {size} B"
+        )));
+    }
+    Ok(())
+}
+
 /// The bank whose write lock a fill holds (`DeviceMemory::write_trying`), bar the chunk it
 /// is filling: the fill may read the bank's other bytes in place (a reduction's owner's
 /// input beside the output pages it writes), which it could not lock a second time.
 pub struct HeldBank<'a> {
     bank: &'a Bank,
+    chip: u32,
     space: MemSpace,
     index: u32,
     size: u64,
@@ -150,15 +166,8 @@ impl HeldBank<'_> {
         len: usize,
         mut f: impl FnMut(usize, &[u8]),
     ) -> Result<bool> {
-        if addr
-            .checked_add(len as u64)
-            .is_none_or(|end| end > self.size)
-        {
-            return Err(ChipError::MemoryRange(format!(
-                "{:?} bank {}: [{:#x}, +{}) is beyond the bank's {} B",
-                self.space, self.index, addr, len, self.size
-            )));
-        }
+        let at = (self.chip, self.space, self.index);
+        in_bank(at, addr, len as u64, self.size)?;
         let size = self.bank.chunk;
         if chunk_spans(addr, len, size).any(|(_, chunk, _, _)| chunk == self.filling) {
             return Ok(false);
@@ -322,7 +331,7 @@ pub struct DeviceMemory {
     /// `watched_epoch`, so a dispatcher may keep a trace's bytes between replays.
     watch_from: AtomicU64,
     watched_epoch: AtomicU64,
-    /// Chunks `discard` dropped, kept for the next writes (at most `POOL_CHUNKS`): a buffer
+    /// Chunks `discard` dropped, kept for the next writes (at most `POOL_BYTES`): a buffer
     /// freed and allocated again, like a collective's scratch at every launch, then costs no
     /// allocation, page faults or zeroing of memory the write covers anyway.
     /// One pool per chunk size: DRAM's, and L1's and host memory's.
@@ -405,12 +414,7 @@ impl DeviceMemory {
                 banks.len()
             ))
         })?;
-        if addr.checked_add(len).is_none_or(|end| end > size) {
-            return Err(ChipError::MemoryRange(format!(
-                "chip {} {:?} bank {}: [{:#x}, +{}) is beyond the bank's {} B",
-                self.chip, space, bank, addr, len, size
-            )));
-        }
+        in_bank((self.chip, space, bank), addr, len, size)?;
         Ok(b)
     }
 
@@ -477,6 +481,7 @@ impl DeviceMemory {
             });
             let held = HeldBank {
                 bank: &b,
+                chip: self.chip,
                 space,
                 index: bank,
                 size,

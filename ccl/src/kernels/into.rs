@@ -112,7 +112,7 @@ impl Endpoint {
                 let done = match held.filter(|_| in_place) {
                     Some(held) => {
                         let given = (dest, in_space, &into_runs[..]);
-                        self.owner_held_into(held, given, own.map(|(m, ..)| m), &y[..], (o, out))
+                        self.owner_held_into(held, given, own_input, &y[..], (o, out))
                     }
                     None => (|| {
                         if !x_staged {
