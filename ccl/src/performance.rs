@@ -529,3 +529,27 @@
 //! The input's cache hints, re-checked with 64 KiB chunks at t3k 16 MiB (hints on / off,
 //! alternated): all_reduce 36.8 / 37.7 ms (medians of 9), reduce_scatter 32.1 / 34.1 ms (of
 //! 5), so `pages::PREFETCH_MIN_LINE_INPUT` stays at 32 MiB.
+//!
+//! Measured and dropped in a later hour (`ccl_one`, each alternated with the build before,
+//! medians of 5-9; the host was loaded, so only differences beyond its noise count):
+//! - A `ReduceInto`'s sums (this chip's input plus its slot) computed per message, a page
+//!   at a time into L1, instead of staged for the whole piece (up to 1 MiB, past L2) and
+//!   copied out per message. Even: all_reduce t3k 16 MiB 32.0 / 31.4 ms and, in a second
+//!   set, 34.2 / 34.4 ms; t3k 1 MiB 1076 / 1093 us; line-4 1 MiB 643 / 639 us, 16 MiB 18.3 /
+//!   18.3 ms. A slot read per page costs as many bank locks as the staging saved passes.
+//! - The direct gather (`pages::all_gather_direct`) for blocks with data above their dim
+//!   (the benchmark's `[1, 1, rows, 1024]` on the last dim: a block is 4 tiles of each tile
+//!   row), one copy per received byte instead of the slots' two. Such a block's pages in one
+//!   bank are never adjacent, so every page was a 2 KiB message: all_gather t3k 16 MiB 30.0
+//!   -> 36.4 ms, line-2 16 MiB 4.93 -> 7.44 ms, line-2 1 MiB 365 -> 421 us; only t3k 1 MiB
+//!   gained (1488 -> 1328 us).
+//! - The slot gather's assembly written a bank at a time under one hold of its lock (512 KiB
+//!   of a block at once, pages sorted by bank), to take one lock per bank instead of one
+//!   per page: all_gather t3k 16 MiB 29.4 -> 30.5 ms, line-2 16 MiB 4.60 -> 7.05 ms. The
+//!   samples at the lock's release (the `lock cmpxchg` waits for the page's stores to leave
+//!   the core) stayed where they were: that time is the stores' trip to memory, not the
+//!   lock, and fewer locks do not shorten it.
+//!
+//! Page faults are not a lever either: `perf stat` counts the same faults for 5 and 35
+//! iterations of all_reduce t3k 16 MiB (157,074 and 148,874: all of them the setup's); the
+//! loop switches context about 440 times per collective.
