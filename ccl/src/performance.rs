@@ -545,10 +545,12 @@
 //!   gained (1488 -> 1328 us).
 //! - The slot gather's assembly written a bank at a time under one hold of its lock (512 KiB
 //!   of a block at once, pages sorted by bank), to take one lock per bank instead of one
-//!   per page: all_gather t3k 16 MiB 29.4 -> 30.5 ms, line-2 16 MiB 4.60 -> 7.05 ms. The
-//!   samples at the lock's release (the `lock cmpxchg` waits for the page's stores to leave
-//!   the core) stayed where they were: that time is the stores' trip to memory, not the
-//!   lock, and fewer locks do not shorten it.
+//!   per page: all_gather t3k 16 MiB 29.4 -> 30.5 ms, line-2 16 MiB 4.60 -> 7.05 ms. perf
+//!   on line-2 16 MiB: the write's own samples went from 26% (per-page `write`) to 21%
+//!   (`write_runs`), over 80% of them at the lock's release either way (the `lock cmpxchg`
+//!   waits for the stores before it to leave the core). Most of that time is likely the
+//!   stores' trip to memory, not the lock: a lock per bank instead of per page barely
+//!   shortened it, and the longer hold cost more than it saved.
 //!
 //! Page faults are not a lever either: `perf stat` counts the same faults for 5 and 35
 //! iterations of all_reduce t3k 16 MiB (157,074 and 148,874: all of them the setup's); the
