@@ -13,6 +13,9 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::allocator::MemSpace;
 use crate::error::{ChipError, Result};
 
+mod held_reads;
+pub use held_reads::HeldReads;
+
 /// Chunk granularity of the sparse store in `space`: large enough that a page copy rarely
 /// spans two chunks, small enough that small buffers do not pin much host memory. A DRAM
 /// tensor's pages in one bank lie back to back, so longer DRAM chunks mean fewer lookups,

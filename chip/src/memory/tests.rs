@@ -354,3 +354,74 @@ fn a_panicking_fill_puts_its_chunk_back() {
     // The rest of the chunk is still there (the panic may have left the fill's bytes).
     assert_eq!(read_both(&m, 16, c - 16), vec![9u8; c - 16]);
 }
+
+#[test]
+fn held_reads_read_what_plain_reads_do() {
+    let m = DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20);
+    let chunk = chunk_size(MemSpace::Dram);
+    let pattern: Vec<u8> = (0..300u32).map(|i| (i * 7 + 1) as u8).collect();
+    m.write(MemSpace::Dram, 0, chunk - 100, &pattern).unwrap();
+    m.write(MemSpace::Dram, 1, 64, &pattern[..50]).unwrap();
+    let mut reads = m.held_reads(MemSpace::Dram);
+    // Across a chunk boundary, inside one written chunk, never written, in the other bank.
+    for (bank, addr, len) in [
+        (0, chunk - 100, 300),
+        (0, chunk - 50, 20),
+        (0, 5 * chunk, 2048),
+        (1, 60, 64),
+        (0, chunk + 150, 100),
+    ] {
+        let mut plain = vec![0xAAu8; len];
+        m.read(MemSpace::Dram, bank, addr, &mut plain).unwrap();
+        let mut held = vec![0x55u8; len];
+        reads.read(bank, addr, &mut held).unwrap();
+        assert_eq!(held, plain, "read of bank {bank} at {addr:#x}");
+        let mut scratch = vec![0x33u8; len];
+        let seen = reads
+            .read_with(bank, addr, &mut scratch, |b| b.to_vec())
+            .unwrap();
+        assert_eq!(seen, plain, "read_with of bank {bank} at {addr:#x}");
+        reads.prefetch(bank, addr, len);
+    }
+    // Out of range: a clear error, nothing held wrongly, the reads go on.
+    let e = reads.read(0, (1 << 24) - 8, &mut [0u8; 64]).unwrap_err();
+    assert!(e.to_string().contains("beyond the bank"), "{e}");
+    assert!(reads.read(9, 0, &mut [0u8; 8]).is_err());
+    reads.prefetch(9, 0, 64);
+    let mut again = vec![0u8; 50];
+    reads.read(1, 64, &mut again).unwrap();
+    assert_eq!(again, pattern[..50]);
+}
+
+#[test]
+fn held_reads_give_way_to_a_writer_and_never_wait_holding() {
+    use std::sync::{mpsc, Arc};
+    let m = Arc::new(DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20));
+    let mut reads = m.held_reads(MemSpace::Dram);
+    reads.read(1, 0, &mut [0u8; 16]).unwrap();
+    let bank = |i: u32| m.bank(MemSpace::Dram, i, 0, 1).unwrap();
+    assert!(bank(1).try_write().is_none(), "bank 1's read lock is held");
+    // A writer holds bank 0 while it fills: the held read of bank 0 cannot be tried, so
+    // every held lock is let go and that read waits on its own for the writer.
+    let (started, wait_started) = mpsc::channel();
+    let writer = {
+        let m = Arc::clone(&m);
+        std::thread::spawn(move || {
+            m.write_trying(MemSpace::Dram, 0, 0, 16, |_, out, _| {
+                started.send(()).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                out.fill(9);
+                true
+            })
+            .unwrap();
+        })
+    };
+    wait_started.recv().unwrap();
+    let mut got = [0u8; 16];
+    reads.read(0, 0, &mut got).unwrap();
+    assert_eq!(got, [9u8; 16], "the read waited for the write to land");
+    assert!(bank(1).try_write().is_some(), "bank 1 was let go");
+    writer.join().unwrap();
+    drop(reads);
+    assert!(bank(0).try_write().is_some() && bank(1).try_write().is_some());
+}

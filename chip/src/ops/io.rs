@@ -16,6 +16,7 @@ use rayon::prelude::*;
 use crate::allocator::MemSpace;
 use crate::error::{ChipError, Result};
 use crate::format::{TILE_ELEMS, TILE_HEIGHT, TILE_WIDTH};
+use crate::memory::HeldReads;
 use crate::program::KernelContext;
 use crate::tensor::{
     decode_pages, encode_pages, DataType, HostData, Layout, TensorPages, TensorSpec,
@@ -320,12 +321,14 @@ fn read_tiles_into(
         |(scratch, tile), (b, tr, band)| {
             let rows = band.len() / t.w;
             let first = (b * t.ht + tr) * t.wt;
+            // A band's pages under each bank's read lock taken once (nothing here waits).
+            let mut reads = ctx.memory.held_reads(t.space);
             if t.by_rows(rows) {
                 for tc0 in (0..t.wt).step_by(t.group_tiles()) {
                     let group = &mut scratch[..t.group_tiles().min(t.wt - tc0) * t.page];
                     for (i, page) in group.chunks_exact_mut(t.page).enumerate() {
                         let (bank, addr) = t.pages.location((first + tc0 + i) as u64);
-                        ctx.memory.read(t.space, bank, addr, page)?;
+                        reads.read(bank, addr, page)?;
                     }
                     decode_rows_fast(t.dtype, group, t.page, band, t.w, tc0)?;
                 }
@@ -333,10 +336,9 @@ fn read_tiles_into(
             }
             for tc in 0..t.wt {
                 let (bank, addr) = t.pages.location((first + tc) as u64);
-                ctx.memory
-                    .read_with(t.space, bank, addr, &mut scratch[..t.page], |bytes| {
-                        decode_tile_fast(t.dtype, bytes, tile, band, rows, tc, t.w)
-                    })??;
+                reads.read_with(bank, addr, &mut scratch[..t.page], |bytes| {
+                    decode_tile_fast(t.dtype, bytes, tile, band, rows, tc, t.w)
+                })??;
             }
             Ok(())
         },
@@ -432,26 +434,31 @@ impl<'a> TileReader<'a> {
 
     /// Starts loading tile (`tr`, `tc`)'s page into the host's cache (a hint; see
     /// `DeviceMemory::prefetch`).
-    pub(crate) fn prefetch(&self, (tr, tc): (usize, usize)) {
+    pub(crate) fn prefetch(&self, reads: &mut HeldReads<'_>, (tr, tc): (usize, usize)) {
         let t = &self.t;
         let (bank, addr) = t.pages.location((tr * t.wt + tc) as u64);
-        self.ctx.memory.prefetch(t.space, bank, addr, t.page);
+        reads.prefetch(bank, addr, t.page);
+    }
+
+    /// Read locks for a run of [`Self::read`]s and [`Self::prefetch`]es (see `HeldReads`:
+    /// drop it before anything that waits).
+    pub(crate) fn held_reads(&self) -> HeldReads<'a> {
+        self.ctx.memory.held_reads(self.t.space)
     }
 
     /// Decodes tile (`tr`, `tc`) of the first matrix into `out`, row-major 32x32. Values
     /// beyond the logical edge are whatever the page holds: callers use only logical ones.
     pub(crate) fn read(
         &self,
+        reads: &mut HeldReads<'_>,
         (tr, tc): (usize, usize),
         (bytes, unpack): &mut (Vec<u8>, Vec<f32>),
         out: &mut [f32; TILE_ELEMS],
     ) -> Result<()> {
         let t = &self.t;
         let (bank, addr) = t.pages.location((tr * t.wt + tc) as u64);
-        self.ctx
-            .memory
-            .read_with(t.space, bank, addr, bytes, |page| {
-                decode_tile_fast(t.dtype, page, unpack, out, TILE_HEIGHT, 0, TILE_WIDTH)
-            })?
+        reads.read_with(bank, addr, bytes, |page| {
+            decode_tile_fast(t.dtype, page, unpack, out, TILE_HEIGHT, 0, TILE_WIDTH)
+        })?
     }
 }

@@ -53,13 +53,15 @@ pub(crate) fn matmul_streaming_b(
             let at = kt * tiles + i + PREFETCH_AHEAD;
             (at < kt_count * tiles).then(|| (at / tiles, first + at % tiles))
         };
+        // Each bank's read lock once for the band, not twice a tile; nothing in the loop waits.
+        let mut reads = b_tiles.held_reads();
         for kt in 0..kt_count {
             let k0 = kt * TILE_WIDTH;
             for (i, acc_tile) in acc.chunks_exact_mut(rows.max(1)).enumerate().take(tiles) {
                 if let Some(next) = ahead(kt, i) {
-                    b_tiles.prefetch(next);
+                    b_tiles.prefetch(&mut reads, next);
                 }
-                b_tiles.read((kt, first + i), scratch, tile)?;
+                b_tiles.read(&mut reads, (kt, first + i), scratch, tile)?;
                 accumulate_tile(acc_tile, a, k, k0, TILE_WIDTH.min(k - k0), tile);
             }
         }

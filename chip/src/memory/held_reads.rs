@@ -1,0 +1,119 @@
+//! Read locks kept across many page reads: a kernel streaming a weight a tile at a time takes
+//! each bank's read lock once per run of reads instead of twice per page (prefetch and read).
+//!
+//! A locked instruction waits for the core's outstanding loads, so per-page locking cost a
+//! streaming matmul its memory-level parallelism as well as the atomics themselves (perf on a
+//! SmolLM2-135M decode step: the read lock's `lock cmpxchg` and its release were about 12% of
+//! the matmul's samples, and the prefetch's own try-lock more).
+//!
+//! Never waits while holding: a bank's lock is only tried (`try_read_recursive`, which does
+//! not queue behind a parked writer). When the try fails, every held lock is released first
+//! and that one read takes the ordinary path (`DeviceMemory::read_with`, which may wait),
+//! holding nothing else. So a writer is delayed by at most the holder's run, and no cycle of
+//! waits can include a holder.
+
+use parking_lot::RwLockReadGuard;
+
+use super::{chunk_spans, prefetch_lines, Bank, DeviceMemory};
+use crate::allocator::MemSpace;
+use crate::error::Result;
+
+/// Read locks on the banks of one space of one chip, each taken at its first use and kept
+/// until [`HeldReads::release`] or drop. The holder must not wait for anything (a lock, an
+/// event, another thread, a rayon join) while it holds any: release first.
+pub struct HeldReads<'a> {
+    memory: &'a DeviceMemory,
+    space: MemSpace,
+    /// By bank index; None where not held.
+    guards: Vec<Option<RwLockReadGuard<'a, Bank>>>,
+}
+
+impl<'a> HeldReads<'a> {
+    pub(super) fn new(memory: &'a DeviceMemory, space: MemSpace) -> Self {
+        let banks = memory.num_banks(space) as usize;
+        Self {
+            memory,
+            space,
+            guards: (0..banks).map(|_| None).collect(),
+        }
+    }
+
+    /// Releases every lock held (a writer waiting on one goes ahead); later reads take them
+    /// again.
+    pub fn release(&mut self) {
+        self.guards.iter_mut().for_each(|g| *g = None);
+    }
+
+    /// The bank, its read lock held, after checking the range; None (and nothing held any
+    /// more) when the lock is busy.
+    fn held(&mut self, bank: u32, addr: u64, len: usize) -> Result<Option<&Bank>> {
+        let lock = self.memory.bank(self.space, bank, addr, len as u64)?;
+        let i = bank as usize;
+        if self.guards[i].is_none() {
+            match lock.try_read_recursive() {
+                Some(g) => self.guards[i] = Some(g),
+                None => {
+                    self.release();
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(self.guards[i].as_deref())
+    }
+
+    /// [`DeviceMemory::read_with`] under the held lock: `f` gets the bytes in place when they
+    /// lie in one written chunk, else a copy in `scratch` (zeros where never written).
+    pub fn read_with<R>(
+        &mut self,
+        bank: u32,
+        addr: u64,
+        scratch: &mut [u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        let len = scratch.len();
+        let Some(b) = self.held(bank, addr, len)? else {
+            return self.memory.read_with(self.space, bank, addr, scratch, f);
+        };
+        let in_chunk = (addr % b.chunk) as usize;
+        if in_chunk + len <= b.chunk as usize {
+            if let Some(bytes) = b
+                .chunks
+                .get(&(addr / b.chunk))
+                .and_then(|c| c.bytes(in_chunk, len))
+            {
+                return Ok(f(bytes));
+            }
+        }
+        b.read_into(addr, scratch);
+        Ok(f(scratch))
+    }
+
+    /// [`DeviceMemory::read`] under the held lock: copies the bytes at `addr` into `out`.
+    pub fn read(&mut self, bank: u32, addr: u64, out: &mut [u8]) -> Result<()> {
+        match self.held(bank, addr, out.len())? {
+            Some(b) => b.read_into(addr, out),
+            None => self.memory.read(self.space, bank, addr, out)?,
+        }
+        Ok(())
+    }
+
+    /// [`DeviceMemory::prefetch`] under the held lock (a hint: a busy bank or a bad range is
+    /// skipped).
+    pub fn prefetch(&mut self, bank: u32, addr: u64, len: usize) {
+        let Ok(Some(b)) = self.held(bank, addr, len) else {
+            return;
+        };
+        for (_, chunk, in_chunk, n) in chunk_spans(addr, len, b.chunk) {
+            if let Some(bytes) = b.chunks.get(&chunk).and_then(|c| c.bytes(in_chunk, n)) {
+                prefetch_lines(bytes);
+            }
+        }
+    }
+}
+
+impl DeviceMemory {
+    /// Read locks on `space`'s banks for a run of reads ([`HeldReads`]).
+    pub fn held_reads(&self, space: MemSpace) -> HeldReads<'_> {
+        HeldReads::new(self, space)
+    }
+}
