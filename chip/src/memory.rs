@@ -277,7 +277,7 @@ struct Chunk {
 }
 
 /// Prefetch hints for every cache line of `bytes` (a no-op off x86-64).
-fn prefetch_lines(bytes: &[u8]) {
+pub(crate) fn prefetch_lines(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     for line in bytes.chunks(64) {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};

@@ -472,3 +472,45 @@ fn a_corrupted_trace_is_an_error() {
         .contains("go signal for program 0 without its launch"));
     drop(y2);
 }
+
+/// The dispatcher adds its launches to the chip's counters in batches: every launch, untraced
+/// or replayed, must be counted by the time the host's wait returns (finish, a blocking
+/// replay, a read).
+#[test]
+fn dispatch_stats_count_every_launch_when_the_host_waits() {
+    let chip = chip_with(|c| c.trace_region_size = 1 << 20);
+    let x = one_tile(&chip);
+    chip.finish(CQ0).unwrap();
+    let start = chip.dispatch_stats();
+    let y = relu_chain(&x, 5);
+    chip.finish(CQ0).unwrap();
+    let untraced = chip.dispatch_stats();
+    assert_eq!(untraced.launches - start.launches, 5);
+    assert!(untraced.kernel_ns > start.kernel_ns);
+    drop(y);
+
+    let tid = chip.begin_trace_capture(CQ0).unwrap();
+    let y = relu_chain(&x, 7);
+    chip.end_trace_capture(tid, CQ0).unwrap();
+    let before = chip.dispatch_stats().launches;
+    chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap();
+    assert_eq!(
+        chip.dispatch_stats().launches - before,
+        7,
+        "a blocking replay"
+    );
+    chip.execute_trace(tid, CQ0, Blocking::No).unwrap();
+    let _ = y.to_host(CQ0).unwrap();
+    assert_eq!(
+        chip.dispatch_stats().launches - before,
+        14,
+        "a read after a replay"
+    );
+    chip.execute_trace(tid, CQ0, Blocking::No).unwrap();
+    chip.finish(CQ0).unwrap();
+    assert_eq!(
+        chip.dispatch_stats().launches - before,
+        21,
+        "finish after a replay"
+    );
+}

@@ -148,9 +148,13 @@ impl ChipShared {
     }
 
     pub(crate) fn record_launch(&self, elapsed: Duration) {
-        self.launches.fetch_add(1, Ordering::Relaxed);
-        self.kernel_ns
-            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+        self.record_launches(1, elapsed.as_nanos() as u64);
+    }
+
+    /// Counts `launches` kernel launches that ran for `kernel_ns` in all.
+    pub(crate) fn record_launches(&self, launches: u64, kernel_ns: u64) {
+        self.launches.fetch_add(launches, Ordering::Relaxed);
+        self.kernel_ns.fetch_add(kernel_ns, Ordering::Relaxed);
     }
 
     pub(crate) fn record_replay(&self, trace_id: u32, commands: u64, elapsed: Duration) {

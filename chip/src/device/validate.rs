@@ -33,7 +33,9 @@ impl Regions {
 
 /// A launch's records must have the shape the program gives them: its cores and config image
 /// (LaunchProgram), its args per core and one set per core (WritePacked). A record whose length
-/// was damaged could otherwise swallow the records after it and skip a launch unseen.
+/// was damaged could otherwise swallow the records after it and skip a launch unseen. Inlined:
+/// as a call it took 14% of a no-op replay's samples, most on reloading its argument arrays.
+#[inline(always)]
 pub(crate) fn check_launch_shape(
     program: &Program,
     found: [(&'static str, u64); 2],
