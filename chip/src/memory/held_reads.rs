@@ -1,10 +1,11 @@
 //! Read locks kept across many page reads: a kernel streaming a weight a tile at a time takes
 //! each bank's read lock once per run of reads instead of twice per page (prefetch and read).
 //!
-//! A locked instruction waits for the core's outstanding loads, so per-page locking cost a
-//! streaming matmul its memory-level parallelism as well as the atomics themselves (perf on a
-//! SmolLM2-135M decode step: the read lock's `lock cmpxchg` and its release were about 12% of
-//! the matmul's samples, and the prefetch's own try-lock more).
+//! perf on a SmolLM2-135M decode step on t3k: the read lock's `lock cmpxchg` and its release
+//! were about 12% of the streaming matmul's samples (`read_with` 7.7% of all, 3.3% after).
+//! The step's time moved less than that (medians even on t3k, 251 -> 240 ms on galaxy, on a
+//! noisy host): the matmul mostly waits on memory (its stalls land on the prefetch), and
+//! fewer locks do not shorten that.
 //!
 //! Never waits while holding: a bank's lock is only tried (`try_read_recursive`, which does
 //! not queue behind a parked writer). When the try fails, every held lock is released first
