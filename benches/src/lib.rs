@@ -3,6 +3,13 @@
 //! so the libraries carry no code that exists just to be measured.
 //!
 //! Owns: workloads, timing and the printed tables. Must not touch: any library's internals.
+//!
+//! Comparing two builds on a small shared host: alternate their runs and take medians, and
+//! pin single-threaded measurements to one CPU (`taskset -c 1`). On the 2-vCPU host these
+//! were tuned on, CPU 0 ran memory-bound work about 1.5x slower than CPU 1 (untraced
+//! dispatch 1253-1365 against 792-817 ns per op; replay of a 16 MB trace 42-46 against 31 ns
+//! per record) while cache-resident work and plain arithmetic ran alike: the "bimodal"
+//! figures of `bench trace` (c) were which CPU the host thread landed on.
 
 #![forbid(unsafe_code)]
 
