@@ -9,7 +9,7 @@
 //! were tuned on, CPU 0 ran memory-bound work about 1.5x slower than CPU 1 (untraced
 //! dispatch 1253-1365 against 792-817 ns per op; replay of a 16 MB trace 42-46 against 31 ns
 //! per record) while cache-resident work and plain arithmetic ran alike: the "bimodal"
-//! figures of `bench trace` (c) were which CPU the host thread landed on.
+//! figures of `bench trace` (c) (about 850 or 1480 ns) match which CPU the host thread ran on.
 
 #![forbid(unsafe_code)]
 
