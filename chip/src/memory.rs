@@ -14,6 +14,7 @@ use crate::allocator::MemSpace;
 use crate::error::{ChipError, Result};
 
 mod held_reads;
+pub(crate) use held_reads::prefetch_lines;
 pub use held_reads::HeldReads;
 
 /// Chunk granularity of the sparse store in `space`: large enough that a page copy rarely
@@ -274,18 +275,6 @@ impl Resident {
 struct Chunk {
     data: Box<[u8]>,
     valid: usize,
-}
-
-/// Prefetch hints for every cache line of `bytes` (a no-op off x86-64).
-pub(crate) fn prefetch_lines(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch is a hint with no effect on memory; the pointer is in bounds.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
 }
 
 impl Chunk {
@@ -607,13 +596,8 @@ impl DeviceMemory {
         };
         // Tried, not waited for: a hint is worth nothing against a wait, and a fill under
         // another bank's write lock hints too (`write_trying`).
-        let Some(b) = lock.try_read() else {
-            return;
-        };
-        for (_, chunk, in_chunk, n) in chunk_spans(addr, len, b.chunk) {
-            if let Some(bytes) = b.chunks.get(&chunk).and_then(|c| c.bytes(in_chunk, n)) {
-                prefetch_lines(bytes);
-            }
+        if let Some(b) = lock.try_read() {
+            b.prefetch(addr, len);
         }
     }
 
@@ -628,22 +612,8 @@ impl DeviceMemory {
         scratch: &mut [u8],
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
-        let len = scratch.len();
-        let lock = self.bank(space, bank, addr, len as u64)?;
-        let b = read_soon(lock);
-        let in_chunk = (addr % b.chunk) as usize;
-        if in_chunk + len <= b.chunk as usize {
-            if let Some(bytes) = b
-                .chunks
-                .get(&(addr / b.chunk))
-                .and_then(|c| c.bytes(in_chunk, len))
-            {
-                return Ok(f(bytes));
-            }
-        }
-        drop(b);
-        self.read(space, bank, addr, scratch)?;
-        Ok(f(scratch))
+        let lock = self.bank(space, bank, addr, scratch.len() as u64)?;
+        Ok(read_soon(lock).read_with(addr, scratch, f))
     }
 
     /// Calls `f(offset, bytes)` for consecutive pieces of the `len` bytes at `addr` of one bank,

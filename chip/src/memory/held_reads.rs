@@ -1,5 +1,7 @@
 //! Read locks kept across many page reads: a kernel streaming a weight a tile at a time takes
 //! each bank's read lock once per run of reads instead of twice per page (prefetch and read).
+//! The in-place read and prefetch of one bank under its lock live here too (`impl Bank`);
+//! `DeviceMemory`'s one-off reads use the same ones.
 //!
 //! perf on a SmolLM2-135M decode step on t3k: the read lock's `lock cmpxchg` and its release
 //! were about 12% of the streaming matmul's samples (`read_with` 7.7% of all, 3.3% after).
@@ -15,7 +17,7 @@
 
 use parking_lot::RwLockReadGuard;
 
-use super::{chunk_spans, prefetch_lines, Bank, DeviceMemory};
+use super::{chunk_spans, Bank, DeviceMemory};
 use crate::allocator::MemSpace;
 use crate::error::Result;
 
@@ -71,22 +73,10 @@ impl<'a> HeldReads<'a> {
         scratch: &mut [u8],
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
-        let len = scratch.len();
-        let Some(b) = self.held(bank, addr, len)? else {
-            return self.memory.read_with(self.space, bank, addr, scratch, f);
-        };
-        let in_chunk = (addr % b.chunk) as usize;
-        if in_chunk + len <= b.chunk as usize {
-            if let Some(bytes) = b
-                .chunks
-                .get(&(addr / b.chunk))
-                .and_then(|c| c.bytes(in_chunk, len))
-            {
-                return Ok(f(bytes));
-            }
+        match self.held(bank, addr, scratch.len())? {
+            Some(b) => Ok(b.read_with(addr, scratch, f)),
+            None => self.memory.read_with(self.space, bank, addr, scratch, f),
         }
-        b.read_into(addr, scratch);
-        Ok(f(scratch))
     }
 
     /// [`DeviceMemory::read`] under the held lock: copies the bytes at `addr` into `out`.
@@ -101,13 +91,8 @@ impl<'a> HeldReads<'a> {
     /// [`DeviceMemory::prefetch`] under the held lock (a hint: a busy bank or a bad range is
     /// skipped).
     pub fn prefetch(&mut self, bank: u32, addr: u64, len: usize) {
-        let Ok(Some(b)) = self.held(bank, addr, len) else {
-            return;
-        };
-        for (_, chunk, in_chunk, n) in chunk_spans(addr, len, b.chunk) {
-            if let Some(bytes) = b.chunks.get(&chunk).and_then(|c| c.bytes(in_chunk, n)) {
-                prefetch_lines(bytes);
-            }
+        if let Ok(Some(b)) = self.held(bank, addr, len) {
+            b.prefetch(addr, len);
         }
     }
 }
@@ -117,4 +102,55 @@ impl DeviceMemory {
     pub fn held_reads(&self, space: MemSpace) -> HeldReads<'_> {
         HeldReads::new(self, space)
     }
+}
+
+/// A bank's in-place reads and prefetch hints, for `DeviceMemory`'s one-off reads and for
+/// [`HeldReads`] alike (the caller holds the bank's read lock).
+impl Bank {
+    /// The `len` bytes at `addr` in place, when they lie in one written chunk.
+    pub(super) fn in_place(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        let in_chunk = (addr % self.chunk) as usize;
+        if in_chunk + len > self.chunk as usize {
+            return None;
+        }
+        self.chunks
+            .get(&(addr / self.chunk))
+            .and_then(|c| c.bytes(in_chunk, len))
+    }
+
+    /// `f` with the `scratch.len()` bytes at `addr`: in place when they lie in one written
+    /// chunk, else copied into `scratch` (zeros where never written).
+    pub(super) fn read_with<R>(
+        &self,
+        addr: u64,
+        scratch: &mut [u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> R {
+        if let Some(bytes) = self.in_place(addr, scratch.len()) {
+            return f(bytes);
+        }
+        self.read_into(addr, scratch);
+        f(scratch)
+    }
+
+    /// Prefetch hints for the written bytes among the `len` at `addr`.
+    pub(super) fn prefetch(&self, addr: u64, len: usize) {
+        for (_, chunk, in_chunk, n) in chunk_spans(addr, len, self.chunk) {
+            if let Some(bytes) = self.chunks.get(&chunk).and_then(|c| c.bytes(in_chunk, n)) {
+                prefetch_lines(bytes);
+            }
+        }
+    }
+}
+
+/// Prefetch hints for every cache line of `bytes` (a no-op off x86-64).
+pub(crate) fn prefetch_lines(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch is a hint with no effect on memory; the pointer is in bounds.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
