@@ -497,16 +497,23 @@ impl Chip {
         addresses: &[u32],
         buffer_ids: &[u64],
     ) -> Result<()> {
-        let mut args = Vec::new();
-        program.runtime_args(addresses, &mut args);
-        let mut e = Encoder::with_capacity(64 + program.config_image.len() + args.len() * 4);
-        e.launch(
-            program.id,
-            program.split.cores,
-            &program.config_image,
-            program.split.args_per_core,
-            &args,
-        );
+        // The runtime args are staged in a buffer kept per thread: a fresh vector per launch
+        // was an allocation and a free on every untraced dispatch.
+        thread_local! {
+            static ARGS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let e = ARGS.with_borrow_mut(|args| {
+            program.runtime_args(addresses, args);
+            let mut e = Encoder::with_capacity(64 + program.config_image.len() + args.len() * 4);
+            e.launch(
+                program.id,
+                program.split.cores,
+                &program.config_image,
+                program.split.args_per_core,
+                args,
+            );
+            e
+        });
         let refs = || {
             program
                 .operands
