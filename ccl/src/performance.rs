@@ -289,7 +289,10 @@
 //! Launch: each chip's program key hashed the chip list, the chunk order and both specs
 //! (SipHash, ~3% of a small collective; on 32 chips 32 such hashes per collective). The line's
 //! part is now hashed once and each chip's key is (line key, position): galaxy 4 KiB
-//! all_reduce 230 -> 209 us, t3k 36 KiB 207 -> 177 us (medians of 7, alternated). What is left
+//! all_reduce 230 -> 209 us, t3k 36 KiB 207 -> 177 us (medians of 7, alternated). Program
+//! keys are now hashed with foldhash (`ttmesh_chip::program::program_key`): a chip's untraced
+//! dispatch gained 15%, a small collective nothing measurable (line-2 4 KiB, t3k and galaxy
+//! 36 KiB, 5 alternated runs each: within the host's noise). What is left
 //! of a small collective's launch on 32 chips (galaxy 4 KiB, perf): the steps ~45%, the
 //! lockstep output and scratch allocation and the scratch's free at the end (~8%: TT-NN
 //! frees it too, and the allocator must match its addresses), command encoding and dispatch,
