@@ -558,3 +558,20 @@
 //! Page faults are not a lever either: `perf stat` counts the same faults for 5 and 35
 //! iterations of all_reduce t3k 16 MiB (157,074 and 148,874: all of them the setup's); the
 //! loop switches context about 440 times per collective.
+//!
+//! Where the 16 MiB all_reduce on 8 chips stands against the plain host ring (`bench ccl`'s
+//! floor), re-measured later (`perf stat`, 20 collectives less the setup): own threads 60 ms
+//! of CPU per collective, 1.78 of 2 CPUs busy, ~480 context switches; forced onto two threads
+//! (`TTMESH_CCL_RUNNER=together`) 59 ms, 1.85 CPUs, ~9 switches, the same wall time. So the
+//! switches are not what costs: the CPU work is, mostly memory stalls (`memmove` 25%, the
+//! bf16 add 23%, prefetches stalled on full fill buffers 9-10%, the bank lock's release
+//! waiting on the copy's stores 9%). The collective touches ~370 MiB (inputs 128, outputs
+//! 128, reduce slots 112); a plain memcpy here, one thread, moves 14.6-15.5 GB/s with 4-64
+//! MiB in use and 7.4-12.5 GB/s past 128 MiB. Keeping a piece's slot in the bank-major order
+//! of the input's pages (so the sum's three streams are 64 KiB runs, not 2 KiB pages) was
+//! measured before building it, in plain C: bf16 pages from 12 separately allocated banks
+//! plus a slot into a destination, 128 MiB per stream, took 35.3-36.0 ms in page order and
+//! 34.1-34.3 ms bank-major on one thread (30.8-35.6 / 30.7-33.8 ms with one copy per CPU at
+//! once). The hardware prefetchers follow the page jumps; the layout would buy ~5% at most.
+//! What separates the emulation from the floor is per span and per message: the lock
+//! round trips, chunk lookups, stalled hints and the fabric's bookkeeping, and ~11% idle.
