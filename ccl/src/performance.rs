@@ -565,9 +565,9 @@
 //! (`TTMESH_CCL_RUNNER=together`) 59 ms, 1.85 CPUs, ~9 switches, the same wall time. So the
 //! switches are not what costs: the CPU work is, mostly memory stalls (`memmove` 25%, the
 //! bf16 add 23%, prefetches stalled on full fill buffers 9-10%, the bank lock's release
-//! waiting on the copy's stores 9%). The collective touches ~370 MiB (inputs 128, outputs
-//! 128, reduce slots 112); a plain memcpy here, one thread, moves 14.6-15.5 GB/s with 4-64
-//! MiB in use and 7.4-12.5 GB/s past 128 MiB. Keeping a piece's slot in the bank-major order
+//! waiting on the copy's stores 8-9%). The collective touches ~370 MiB (inputs 128, outputs
+//! 128, reduce slots 112); a plain memcpy on CPU 1, one thread, moves 14.6-15.5 GB/s with 4-64
+//! MiB in use and 7.4-12.5 GB/s from 128 MiB. Keeping a piece's slot in the bank-major order
 //! of the input's pages (so the sum's three streams are 64 KiB runs, not 2 KiB pages) was
 //! measured before building it, in plain C: bf16 pages from 12 separately allocated banks
 //! plus a slot into a destination, 128 MiB per stream, took 35.3-36.0 ms in page order and

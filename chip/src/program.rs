@@ -188,9 +188,10 @@ pub type ProgramKey = u64;
 /// seed. The cache trusts the 64 bits (two keys that collide would share a program), so the
 /// hash must mix every field well, as SipHash did; it need not resist an attacker, as nothing
 /// outside the process chooses or sees keys. SipHash, fed a spec's fields a few bytes per call,
-/// was 15% of the host's untraced dispatch (perf on `replay_one dispatch`); rustc-hash's Fx,
-/// one multiply per word with no final mixing of the whole, is linear enough that small
-/// differences in several fields of a spec can cancel.
+/// was 15% of the host's untraced dispatch (perf on `replay_one dispatch`). rustc-hash's Fx
+/// was not taken: one multiply-add per word with no final mixing of the whole, so small
+/// differences in several fields of a spec can in principle cancel (not observed: the test
+/// below passes with it too).
 pub fn program_key(parts: &impl std::hash::Hash) -> ProgramKey {
     use std::hash::BuildHasher;
     const SEED: u64 = 0x7474_6d65_7368; // "ttmesh"
@@ -273,8 +274,8 @@ mod tests {
     use crate::tensor::{DataType, Layout, MemoryConfig, TensorSpec};
 
     /// The cache trusts a key's 64 bits, so near-identical launches (shapes a tile apart in
-    /// several dims, another dtype, layout or memory) must never share one. A hash whose
-    /// words add up linearly can cancel such small differences; this would catch one.
+    /// several dims, another dtype, layout or memory) must never share one. A hash that only
+    /// adds its input up fails this; subtler weaknesses need more than a test to rule out.
     #[test]
     fn near_identical_launches_get_distinct_program_keys() {
         let mut seen = HashSet::new();
