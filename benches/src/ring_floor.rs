@@ -322,14 +322,11 @@ fn two_mut<'a>(v: &'a mut [&mut [u16]], a: usize, b: usize) -> (&'a [u16], &'a m
     }
 }
 
-/// `out = a + b` in bf16, each sum rounded once to nearest even (finite inputs). Written so the
-/// compiler vectorises it: the floor should be as fast as this host allows.
+/// `out = a + b` in bf16, each sum rounded once to nearest even: the emulation's own sum
+/// (`ttmesh_chip::format::sum_bf16`, rounded by the CPU's bf16 conversion where it has one),
+/// so the floor is as fast as this host allows and the two differ only in what surrounds it.
 fn add_bf16(out: &mut [u16], a: &[u16], b: &[u16]) {
-    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-        let s = f32::from_bits(u32::from(x) << 16) + f32::from_bits(u32::from(y) << 16);
-        let bits = s.to_bits();
-        *o = (bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16) as u16;
-    }
+    ttmesh_chip::format::sum_bf16(out, (a, b));
 }
 
 /// `len` bf16 values in [-0.5, 0.5) from a small LCG.

@@ -575,3 +575,21 @@
 //! once). The hardware prefetchers follow the page jumps; the layout would buy ~5% at most.
 //! What separates the emulation from the floor is per span and per message: the lock
 //! round trips, chunk lookups, stalled hints and the fabric's bookkeeping, and ~11% idle.
+//!
+//! Measured and dropped later: a fill's input reads under read locks held across the message
+//! (`HeldReads`, each bank's lock taken at its first page and kept, instead of a lock round
+//! trip per 2 KiB page). perf on all_reduce t3k 16 MiB: the input reads' lock releases went
+//! from 9.6% of samples to 1.6%, with 3% now at the first acquire; wall and CPU time even
+//! (alternated, medians of 7: 35.3 / 34.2 ms; `perf stat` task-clock, three runs each, within
+//! 3%). What each release waited for was the sums' stores, which memory takes anyway.
+//!
+//! The bf16 rounding by the CPU. perf on `ccl_one all_reduce t3k 36864` (one thread runs the
+//! line, the data in L2): `sum_bf16` 17% of samples, its loop compute-bound, about ten
+//! vector instructions per 32 values to add, round, check for NaN and narrow. Where the host
+//! has AVX-512 BF16 the sums are rounded by `vcvtne2ps2bf16`, one instruction per 32 values
+//! (`ttmesh_chip::format`'s `bf16_native`; a block holding a subnormal sum, which the
+//! instruction reads as zero, is rounded in software, so every host gives the same bits).
+//! Alternated, pinned to one CPU: t3k 36 KiB 108 -> 96 us (medians of 9), galaxy 36 KiB
+//! 1066 -> 949 us (of 5); unpinned, of 5: line-2 1 MiB 168 / 170 us and t3k 16 MiB 37.7 /
+//! 36.0 ms, within the noise (memory-bound there). The ring floor adds with the same
+//! function, so the floor keeps up.

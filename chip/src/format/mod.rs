@@ -6,8 +6,9 @@
 //! - [`tilize`] / [`untilize`]: logical row-major <-> TILE layout (32x32 tiles of four 16x16 faces).
 //! - [`round_bf16`], [`f32_to_bf16_bits`], [`bf16_bits_to_f32`]: bfloat16 storage.
 //! - [`pack_bfp8_tile`], [`unpack_bfp8_tile`], [`quantize_bfp8`]: bfloat8_b block floating point.
-//! - [`widen_bf16`], [`add_f32`]: whole-slice conversion and sum (AVX-512 or AVX2 where the
-//!   host has it).
+//! - [`widen_bf16`], [`add_f32`], [`sum_bf16`], ...: whole-slice conversions and sums
+//!   (AVX-512 or AVX2 where the host has it; the bf16 sums rounded by AVX-512 BF16's own
+//!   conversion where it has that, with the same bits).
 
 /// Defines `fn $name(args) -> Ret` that runs `$generic(args)` compiled for AVX-512 (F, BW,
 /// VL) or AVX2 when the host has them, and as baseline (SSE2) code otherwise: the same source
@@ -54,9 +55,10 @@ pub(crate) use simd_where_available;
 
 #[cfg(test)]
 thread_local! {
-    /// The widest copy of a `simd_where_available` function this test thread may run (2
-    /// AVX-512, 1 AVX2, 0 baseline), so tests check every copy the host can run.
-    pub(crate) static SIMD_LEVEL: std::cell::Cell<u8> = const { std::cell::Cell::new(2) };
+    /// The widest copy of a `simd_where_available` function this test thread may run (3
+    /// AVX-512 with its BF16 conversion, 2 AVX-512, 1 AVX2, 0 baseline), so tests check
+    /// every copy the host can run.
+    pub(crate) static SIMD_LEVEL: std::cell::Cell<u8> = const { std::cell::Cell::new(3) };
 }
 
 /// True if copies at `level` may run (always, outside this crate's tests).
@@ -74,13 +76,14 @@ pub(crate) fn simd_allowed(level: u8) -> bool {
 /// Runs `f` once with each copy of the `simd_where_available` functions allowed in turn.
 #[cfg(test)]
 pub(crate) fn at_every_simd_level(mut f: impl FnMut(u8)) {
-    for level in [0, 1, 2] {
+    for level in [0, 1, 2, 3] {
         SIMD_LEVEL.with(|l| l.set(level));
         f(level);
     }
-    SIMD_LEVEL.with(|l| l.set(2));
+    SIMD_LEVEL.with(|l| l.set(3));
 }
 
+mod bf16_native;
 mod bfp8;
 mod slices;
 mod tile;

@@ -6,9 +6,9 @@
 /// Defines `pub fn $name(a, b)` whose loop `$body` is compiled for AVX-512 or AVX2 where the
 /// host has it and for the baseline (`simd_where_available`), so all give the same bits.
 macro_rules! slice_kernel {
-    ($(#[$doc:meta])* $name:ident($a:ident: $ta:ty, $b:ident: $tb:ty) $body:block) => {
+    ($(#[$doc:meta])* $vis:vis $name:ident($a:ident: $ta:ty, $b:ident: $tb:ty) $body:block) => {
         $(#[$doc])*
-        pub fn $name($a: $ta, $b: $tb) {
+        $vis fn $name($a: $ta, $b: $tb) {
             #[inline(always)]
             fn any($a: $ta, $b: $tb) $body
             super::simd_where_available! { fn dispatch($a: $ta, $b: $tb) -> () = any }
@@ -19,7 +19,7 @@ macro_rules! slice_kernel {
 
 slice_kernel! {
     /// `dst[i] = bf16 bits src[i]` widened to f32 (exact: the bits move up 16 places).
-    widen_bf16(src: &[u16], dst: &mut [f32]) {
+    pub widen_bf16(src: &[u16], dst: &mut [f32]) {
         for (f, b) in dst.iter_mut().zip(src) {
             *f = wide(*b);
         }
@@ -29,7 +29,7 @@ slice_kernel! {
 slice_kernel! {
     /// `acc[i] += add[i]`, element by element (the order of a sum is the caller's: one add
     /// each).
-    add_f32(acc: &mut [f32], add: &[f32]) {
+    pub add_f32(acc: &mut [f32], add: &[f32]) {
         for (a, b) in acc.iter_mut().zip(add) {
             *a += *b;
         }
@@ -39,7 +39,7 @@ slice_kernel! {
 slice_kernel! {
     /// `acc[i] = bf16(acc[i] + add[i])`: two bf16 values added in f32 and rounded to nearest
     /// even, as a reduction that keeps its partial sums in bf16 does at every hop.
-    add_bf16(acc: &mut [u16], add: &[u16]) {
+    pub add_bf16(acc: &mut [u16], add: &[u16]) {
         for (a, b) in acc.iter_mut().zip(add) {
             *a = round_bf16(wide(*a) + wide(*b)).to_le();
         }
@@ -47,11 +47,8 @@ slice_kernel! {
 }
 
 slice_kernel! {
-    /// `dst[i] = bf16(x[i] + y[i])`: `add_bf16` with its sum written elsewhere, so a
-    /// reduction that adds two operands it only reads (a chip's input and a received slot)
-    /// writes its result once instead of copying one operand first. Bit for bit `add_bf16`
-    /// with `acc = x` (the order matters only for two NaNs, whose payload comes from `x`).
-    sum_bf16(dst: &mut [u16], xy: (&[u16], &[u16])) {
+    /// `sum_bf16` rounded in software.
+    pub(super) sum_bf16_software(dst: &mut [u16], xy: (&[u16], &[u16])) {
         for (d, (x, y)) in dst.iter_mut().zip(xy.0.iter().zip(xy.1)) {
             *d = round_bf16(wide(*x) + wide(*y)).to_le();
         }
@@ -62,7 +59,7 @@ slice_kernel! {
     /// `dst[i] = x[i] + y[i]`, both bf16 widened to f32 (exactly): a bf16 input and a bf16
     /// partial sum joining in an f32 sum, bit for bit `widen_bf16` of `x` then
     /// `add_bf16_to_f32` of `y`, in one pass.
-    sum_bf16_to_f32(dst: &mut [f32], xy: (&[u16], &[u16])) {
+    pub sum_bf16_to_f32(dst: &mut [f32], xy: (&[u16], &[u16])) {
         for (d, (x, y)) in dst.iter_mut().zip(xy.0.iter().zip(xy.1)) {
             *d = wide(*x) + wide(*y);
         }
@@ -70,9 +67,8 @@ slice_kernel! {
 }
 
 slice_kernel! {
-    /// `dst[i] = bf16(sums[i] + add[i])`: a last bf16 partial sum added to f32 sums and the
-    /// result rounded once, bit for bit `add_bf16_to_f32` then `narrow_bf16`, in one pass.
-    add_bf16_and_narrow(dst: &mut [u16], sums_add: (&[f32], &[u16])) {
+    /// `add_bf16_and_narrow` rounded in software.
+    pub(super) add_bf16_and_narrow_software(dst: &mut [u16], sums_add: (&[f32], &[u16])) {
         for (d, (s, a)) in dst.iter_mut().zip(sums_add.0.iter().zip(sums_add.1)) {
             *d = round_bf16(*s + wide(*a)).to_le();
         }
@@ -81,7 +77,7 @@ slice_kernel! {
 
 slice_kernel! {
     /// `acc[i] += add[i]` widened from bf16 (a bf16 partial sum joining an f32 sum).
-    add_bf16_to_f32(acc: &mut [f32], add: &[u16]) {
+    pub add_bf16_to_f32(acc: &mut [f32], add: &[u16]) {
         for (a, b) in acc.iter_mut().zip(add) {
             *a += wide(*b);
         }
@@ -91,17 +87,37 @@ slice_kernel! {
 slice_kernel! {
     /// `dst[i] = bf16(src[i])`, rounded to nearest even (NaN stays NaN), bit for bit
     /// `half::bf16::from_f32`.
-    narrow_bf16(src: &[f32], dst: &mut [u16]) {
+    pub narrow_bf16(src: &[f32], dst: &mut [u16]) {
         for (d, s) in dst.iter_mut().zip(src) {
             *d = round_bf16(*s).to_le();
         }
     }
 }
 
+/// `dst[i] = bf16(x[i] + y[i])`: `add_bf16` with its sum written elsewhere, so a reduction
+/// that adds two operands it only reads (a chip's input and a received slot) writes its
+/// result once instead of copying one operand first. Bit for bit `add_bf16` with `acc = x`
+/// (the order matters only for two NaNs, whose payload comes from `x`). Rounded by the CPU
+/// where it has AVX-512 BF16 (`bf16_native`), else in software; the same bits either way.
+pub fn sum_bf16(dst: &mut [u16], xy: (&[u16], &[u16])) {
+    if !super::bf16_native::sum_bf16(dst, xy.0, xy.1) {
+        sum_bf16_software(dst, xy);
+    }
+}
+
+/// `dst[i] = bf16(sums[i] + add[i])`: a last bf16 partial sum added to f32 sums and the
+/// result rounded once, bit for bit `add_bf16_to_f32` then `narrow_bf16`, in one pass
+/// (rounded like `sum_bf16`).
+pub fn add_bf16_and_narrow(dst: &mut [u16], sums_add: (&[f32], &[u16])) {
+    if !super::bf16_native::add_bf16_and_narrow(dst, sums_add.0, sums_add.1) {
+        add_bf16_and_narrow_software(dst, sums_add);
+    }
+}
+
 /// bf16 bits of `x`, rounded to nearest even; a NaN keeps its top bits and is made quiet.
 /// Branch-free, so the loops around it vectorize.
 #[inline(always)]
-fn round_bf16(x: f32) -> u16 {
+pub(super) fn round_bf16(x: f32) -> u16 {
     let b = x.to_bits();
     // One unordered compare where the vector loops would otherwise mask and compare bits.
     let nan = x.is_nan();
