@@ -593,3 +593,18 @@
 //! 1066 -> 949 us (of 5); unpinned, of 5: line-2 1 MiB 168 / 170 us and t3k 16 MiB 37.7 /
 //! 36.0 ms, within the noise (memory-bound there). The ring floor adds with the same
 //! function, so the floor keeps up.
+//!
+//! Sums added at delivery, in place after all (`kernels/into.rs`). perf on all_reduce line-2
+//! 256 KiB (two threads): 18% of samples in memmove, most of it copying the owner's input
+//! into L1 inside fills handed back. Counted: every one of them was handed back. The
+//! owner's input and output, allocated side by side, share a 64 KiB DRAM chunk in each bank
+//! up to about 1 MiB per chip, and the held bank could not lend the chunk being filled;
+//! now it lends that chunk's bytes beside the ones being filled
+//! (`ttmesh_chip::memory::HeldBank`). And the two chips of a line adding into each other at
+//! once walked the banks in step, each holding the other's bank `b` while trying its own
+//! bank `b`; a chip of odd id now starts half way round. Alternated with the build before
+//! (`ccl_one`, medians of 7 unless said): line-2 256 KiB 75.9 -> 55.1 us, of which the
+//! bank order ~6% (58.6 -> 54.7 us, of 9, built with and without it); line-2 4 KiB 9.1 ->
+//! 7.7 us and t3k 36 KiB 102.6 -> 97.3 us, pinned to one CPU; t3k 256 KiB 550 -> 514 us (of
+//! 5); line-2 1 MiB and 16 MiB, line-4 1 MiB, t3k 1 MiB, galaxy 36 KiB and reduce_scatter
+//! line-2 1 MiB within the noise.

@@ -110,17 +110,25 @@ impl Bank {
         (off, chunk, in_chunk, n): (usize, u64, usize, usize),
         f: &mut impl FnMut(usize, &[u8]),
     ) {
-        static ZEROS: [u8; MAX_CHUNK_SIZE] = [0; MAX_CHUNK_SIZE];
-        let have = self.chunks.get(&chunk).map_or(0, |c| {
-            let have = c.valid.saturating_sub(in_chunk).min(n);
-            if have > 0 {
-                f(off, &c.data[in_chunk..in_chunk + have]);
-            }
-            have
-        });
-        if have < n {
-            f(off + have, &ZEROS[..n - have]);
+        match self.chunks.get(&chunk) {
+            Some(c) => hand_valid(&c.data[..c.valid], (off, in_chunk, n), f),
+            None => f(off, &ZEROS[..n]),
         }
+    }
+}
+
+/// What unwritten memory reads as, handed in place.
+static ZEROS: [u8; MAX_CHUNK_SIZE] = [0; MAX_CHUNK_SIZE];
+
+/// Hands `f(off, bytes)` the `n` bytes at `at` of `valid` (a chunk's valid bytes from some
+/// point), then zeros for the part past them.
+fn hand_valid(valid: &[u8], (off, at, n): (usize, usize, usize), f: &mut impl FnMut(usize, &[u8])) {
+    let have = valid.len().saturating_sub(at).min(n);
+    if have > 0 {
+        f(off, &valid[at..at + have]);
+    }
+    if have < n {
+        f(off + have, &ZEROS[..n - have]);
     }
 }
 
@@ -139,7 +147,7 @@ fn in_bank(
     Ok(())
 }
 
-/// The bank whose write lock a fill holds (`DeviceMemory::write_trying`), bar the chunk it
+/// The bank whose write lock a fill holds (`DeviceMemory::write_trying`), bar the bytes it
 /// is filling: the fill may read the bank's other bytes in place (a reduction's owner's
 /// input beside the output pages it writes), which it could not lock a second time.
 pub struct HeldBank<'a> {
@@ -150,6 +158,12 @@ pub struct HeldBank<'a> {
     size: u64,
     /// The chunk being filled, out of the bank's map meanwhile.
     filling: u64,
+    /// That chunk's bytes beside the ones being filled: all before them (from offset 0),
+    /// and the valid ones after them (from `filled_end`). An input and an output allocated
+    /// side by side share a 64 KiB DRAM chunk in every bank up to 1 MiB or so per chip.
+    before: &'a [u8],
+    after: &'a [u8],
+    filled_end: usize,
 }
 
 impl HeldBank<'_> {
@@ -173,11 +187,20 @@ impl HeldBank<'_> {
         let at = (self.chip, self.space, self.index);
         in_bank(at, addr, len as u64, self.size)?;
         let size = self.bank.chunk;
-        if chunk_spans(addr, len, size).any(|(_, chunk, _, _)| chunk == self.filling) {
+        let filled = self.before.len()..self.filled_end;
+        let overlaps = |(_, chunk, at, n): (usize, u64, usize, usize)| {
+            chunk == self.filling && at < filled.end && at + n > filled.start
+        };
+        if chunk_spans(addr, len, size).any(overlaps) {
             return Ok(false);
         }
         for span in chunk_spans(addr, len, size) {
-            self.bank.hand(span, &mut f);
+            let (off, chunk, at, n) = span;
+            match chunk == self.filling {
+                false => self.bank.hand(span, &mut f),
+                true if at < filled.start => f(off, &self.before[at..at + n]),
+                true => hand_valid(self.after, (off, at - filled.end, n), &mut f),
+            }
         }
         Ok(true)
     }
@@ -296,6 +319,16 @@ impl Chunk {
         }
         self.valid = self.valid.max(at + len);
         &mut self.data[at..at + len]
+    }
+
+    /// `fill`, with the chunk's other bytes to read beside them: (every byte before `at`,
+    /// the `len` bytes to fill, the valid bytes after them).
+    fn fill_beside(&mut self, at: usize, len: usize) -> (&[u8], &mut [u8], &[u8]) {
+        self.fill(at, len);
+        let after_valid = self.valid - (at + len);
+        let (before, rest) = self.data.split_at_mut(at);
+        let (bytes, after) = rest.split_at_mut(len);
+        (before, bytes, &after[..after_valid])
     }
 
     /// Copies the bytes at `at` out (zeros past `valid`).
@@ -471,6 +504,7 @@ impl DeviceMemory {
                 self.resident.add(space, bank, chunk, 1);
                 self.new_chunk(space)
             });
+            let (before, bytes, after) = filling.fill_beside(in_chunk, n);
             let held = HeldBank {
                 bank: &b,
                 chip: self.chip,
@@ -478,9 +512,12 @@ impl DeviceMemory {
                 index: bank,
                 size,
                 filling: chunk,
+                before,
+                after,
+                filled_end: in_chunk + n,
             };
             let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                f(off, filling.fill(in_chunk, n), Some(&held))
+                f(off, bytes, Some(&held))
             }));
             b.chunks.insert(chunk, filling);
             match done {

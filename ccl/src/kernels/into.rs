@@ -15,7 +15,10 @@
 //! those banks' locks, so the fill reads them through the lock it holds
 //! (`HeldMemory`); they were copied into L1 before each message (line-2 1 MiB 238 -> 221
 //! us, 16 MiB 4.05 -> 3.68 ms, medians of 15 and 9 alternated with the build before, on a
-//! host slower that hour than in the figures below). Where they lie elsewhere (an input
+//! host slower that hour than in the figures below). Up to about 1 MiB per chip an input
+//! and the output allocated after it share a 64 KiB chunk in each bank, the very chunk being
+//! filled; chip memory now lends the fill that chunk's other bytes too (before that, every
+//! such fill was handed back and staged: counted on line-2 256 KiB, all of them). Where they lie elsewhere (an input
 //! and output of different page layouts, a reduce_scatter's chunk) they are still copied.
 //! At a line's end the sums are this chip's input, which the fill reads in place, only
 //! *trying* its banks as `onward`'s fill does (a busy bank hands the run back, to be filled
@@ -63,7 +66,7 @@ impl Endpoint {
         let (pages, page_bytes, _) = &io.output_pages;
         let (page_bytes, space) = (*page_bytes, pages.map.space);
         let in_space = io.input_pages.0.map.space;
-        piece_pages(io, chunk, (ba, be), runs);
+        piece_pages(io, chunk, (ba, be), self.me, runs);
         let sender = self.slot_sender(slot);
         let sem = super::SEM_SLOT_BASE + slot as u32;
         let per_message = (message_bytes(sender) / page_bytes).max(1);
@@ -253,12 +256,25 @@ fn as_bytes(x: &mut [u16]) -> &mut [u8] {
 /// The output pages of block `block`'s bytes `ba..be` (whole pages) as (bank, address,
 /// byte within the block), in bank and address order: an interleaved tensor's pages of one
 /// bank lie back to back, so runs of them move as one message.
-fn piece_pages(io: &FusedIo, block: usize, (ba, be): (usize, usize), out: &mut Vec<BankRun>) {
+///
+/// A chip of odd id starts half way round the banks: two neighbours adding into each other
+/// at once (a line of two on two threads) would otherwise walk the banks in step, each
+/// holding the other's bank `b` while it tries its own bank `b`, and hand the fill back
+/// to be staged nearly every time.
+fn piece_pages(
+    io: &FusedIo,
+    block: usize,
+    (ba, be): (usize, usize),
+    me: u32,
+    out: &mut Vec<BankRun>,
+) {
     let (pages, page_bytes, first) = &io.output_pages;
+    let banks = pages.map.num_banks.max(1);
+    let shift = if me % 2 == 1 { banks / 2 } else { 0 };
     out.clear();
     out.extend((ba..be).step_by(*page_bytes).map(|o| {
         let (bank, addr) = pages.location(((first[block] + o) / page_bytes) as u64);
         (bank, addr, o)
     }));
-    out.sort_unstable_by_key(|&(bank, addr, _)| bank_major(bank, addr));
+    out.sort_unstable_by_key(|&(bank, addr, _)| bank_major((bank + shift) % banks, addr));
 }

@@ -310,6 +310,53 @@ fn copies_both_ways_at_once_never_deadlock() {
 }
 
 #[test]
+fn a_fill_reads_the_bytes_beside_it_in_its_own_chunk() {
+    // An input and an output allocated side by side share a chunk: the fill of the output
+    // reads the input through the held bank, from the very chunk it is filling.
+    let m = DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20);
+    let c = chunk_size(MemSpace::Dram) as usize;
+    let input: Vec<u8> = (0..4096).map(|i| (i * 13 % 251) as u8).collect();
+    let tail: Vec<u8> = (0..1024).map(|i| (i * 5 % 239 + 1) as u8).collect();
+    m.write(MemSpace::Dram, 0, 0, &input).unwrap();
+    m.write(MemSpace::Dram, 0, 12288, &tail).unwrap();
+    let mut fills = 0;
+    m.write_trying(MemSpace::Dram, 0, 4096, 4096, |_, out, held| {
+        let held = held.expect("runs under the bank's lock");
+        fills += 1;
+        let mut got = vec![0u8; 4096];
+        let copy = |o: usize, b: &[u8]| got[o..o + b.len()].copy_from_slice(b);
+        assert!(
+            held.read_in_place(0, 4096, copy).unwrap(),
+            "the bytes before"
+        );
+        assert_eq!(got, input);
+        // After the filled bytes: the written tail, then zeros to the end of the chunk.
+        let mut after = vec![0xAAu8; c - 8192];
+        let copy = |o: usize, b: &[u8]| after[o..o + b.len()].copy_from_slice(b);
+        assert!(
+            held.read_in_place(8192, c - 8192, copy).unwrap(),
+            "the bytes after"
+        );
+        assert!(after[..4096].iter().all(|&b| b == 0));
+        assert_eq!(&after[4096..5120], &tail[..]);
+        assert!(after[5120..].iter().all(|&b| b == 0));
+        // Bytes being filled are not readable: they are the fill's own.
+        assert!(!held.read_in_place(4000, 200, |_, _| {}).unwrap());
+        assert!(!held.read_in_place(8000, 300, |_, _| {}).unwrap());
+        for (o, i) in out.iter_mut().zip(&input) {
+            *o = i.wrapping_add(1);
+        }
+        true
+    })
+    .unwrap();
+    assert_eq!(fills, 1, "read in place, never handed back");
+    let want: Vec<u8> = input.iter().map(|i| i.wrapping_add(1)).collect();
+    assert_eq!(read_both(&m, 4096, 4096), want);
+    assert_eq!(read_both(&m, 0, 4096), input);
+    assert_eq!(read_both(&m, 12288, 1024), tail);
+}
+
+#[test]
 fn a_fill_reads_the_rest_of_its_held_bank_in_place() {
     let m = DeviceMemory::new(0, 2, 1 << 24, 1, 1 << 20, 1 << 20);
     let c = chunk_size(MemSpace::Dram) as usize;
@@ -320,7 +367,7 @@ fn a_fill_reads_the_rest_of_its_held_bank_in_place() {
     m.write_trying(MemSpace::Dram, 0, 0, 2 * c, |off, out, held| {
         let held = held.expect("the first try runs under the bank's lock");
         assert_eq!((held.space(), held.bank()), (MemSpace::Dram, 0));
-        // The chunk being filled cannot be read through the bank it is out of.
+        // The bytes being filled cannot be read through the bank.
         assert!(!held.read_in_place(off as u64, 8, |_, _| {}).unwrap());
         let mut got = vec![0xAAu8; 2 * c];
         let copy = |o: usize, b: &[u8]| got[o..o + b.len()].copy_from_slice(b);
