@@ -608,3 +608,11 @@
 //! 7.7 us and t3k 36 KiB 102.6 -> 97.3 us, pinned to one CPU; t3k 256 KiB 550 -> 514 us (of
 //! 5); line-2 1 MiB and 16 MiB, line-4 1 MiB, t3k 1 MiB, galaxy 36 KiB and reduce_scatter
 //! line-2 1 MiB within the noise.
+//!
+//! After both, the input's cache hints lost on long chunks: t3k 16 MiB without / with them
+//! 31.9 / 33.6 ms and, in a slower hour, 36.5 / 37.7 ms (medians of 9), reduce_scatter t3k
+//! 16 MiB 28.4 / 30.4 ms, line-4 16 MiB 18.7 / 21.6 ms. They are now given only for chunks
+//! of at most 256 KiB per chip (`pages::PREFETCH_MAX_CHUNK`, the figures there). A full
+//! `ttmesh bench ccl` before this last change, on a quiet host: all_reduce t3k 16 MiB 29.4
+//! ms, efficiency 0.48 (the floor, now with the same sum, 14.9 ms); line-2 256 KiB 46.2 us
+//! against MPI's 47; t3k 36 KiB 90.5 us; line-4 256 KiB 170 us against 169.

@@ -108,8 +108,19 @@ fn piece_bytes(n: usize, largest: usize) -> usize {
 /// 3.86 ms, t3k 16 MiB 42.2 / 42.0 ms.
 const PREFETCH_MIN_LINE_INPUT: u64 = 32 << 20;
 
+/// The largest chunk per chip (input bytes / chips) whose reads are hinted: once the bf16
+/// sums were rounded by the CPU (`ttmesh_chip::format`'s AVX-512 BF16 path) and a sum added
+/// at delivery read its input in place, long chunks lost by the hints and short ones still
+/// gained. Alternated (medians of 5-9; without / with hints): t3k 4 MiB (512 KiB chunks)
+/// 4.47 / 4.69 ms, t3k 16 MiB 31.9 / 33.6 ms, reduce_scatter t3k 16 MiB 28.4 / 30.4 ms,
+/// line-4 16 MiB 18.7 / 21.6 ms, galaxy 16 MiB (512 KiB) 151 / 159 ms, line-2 16 MiB
+/// 2.62 / 2.60 ms; but galaxy 1 MiB (32 KiB chunks) 10.4 / 9.8 ms and galaxy 4 MiB (128
+/// KiB) 34.9 / 33.4 ms.
+const PREFETCH_MAX_CHUNK: u64 = 256 << 10;
+
 fn prefetches_input(n: usize, input_bytes: u64) -> bool {
-    n as u64 * input_bytes >= PREFETCH_MIN_LINE_INPUT
+    let n = n.max(1) as u64;
+    n * input_bytes >= PREFETCH_MIN_LINE_INPUT && input_bytes / n <= PREFETCH_MAX_CHUNK
 }
 
 /// Buffers reused across launches, so a collective allocates (and page-faults) only when it
