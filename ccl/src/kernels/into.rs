@@ -18,8 +18,9 @@
 //! host slower that hour than in the figures below). Up to about 1 MiB per chip an input
 //! and the output allocated after it share a 64 KiB chunk in each bank, the very chunk being
 //! filled; chip memory now lends the fill that chunk's other bytes too (before that, every
-//! such fill was handed back and staged: counted on line-2 256 KiB, all of them). Where they lie elsewhere (an input
-//! and output of different page layouts, a reduce_scatter's chunk) they are still copied.
+//! such fill was handed back and staged: counted on line-2 256 KiB, all of them). Where
+//! they lie elsewhere (an input and output of different page layouts, a reduce_scatter's
+//! chunk) they are still copied.
 //! At a line's end the sums are this chip's input, which the fill reads in place, only
 //! *trying* its banks as `onward`'s fill does (a busy bank hands the run back, to be filled
 //! with nothing locked). That was a second staging copy per byte: line-2 1 MiB 211 -> 185
