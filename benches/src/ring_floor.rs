@@ -22,6 +22,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+// Each hop's sum is the emulation's own (rounded by the CPU's bf16 conversion where it has
+// one), so the floor is as fast as this host allows and differs only in what surrounds it.
+use ttmesh_chip::format::sum_bf16;
+
 /// `n` chips' buffers for one ring all_reduce of `elems` bf16 elements per chip.
 pub struct RingFloor {
     n: usize,
@@ -204,8 +208,8 @@ impl Group<'_, '_> {
                     match hop {
                         _ if n == 1 => outs[chip].copy_from_slice(input),
                         0 => next.copy_from_slice(input),
-                        _ if hop == n - 1 => add_bf16(outs[chip], input, arrived),
-                        _ => add_bf16(next, input, arrived),
+                        _ if hop == n - 1 => sum_bf16(outs[chip], (input, arrived)),
+                        _ => sum_bf16(next, (input, arrived)),
                     }
                 }
                 barrier.wait()?;
@@ -320,13 +324,6 @@ fn two_mut<'a>(v: &'a mut [&mut [u16]], a: usize, b: usize) -> (&'a [u16], &'a m
         let (lo, hi) = v.split_at_mut(a);
         (&*hi[0], &mut *lo[b])
     }
-}
-
-/// `out = a + b` in bf16, each sum rounded once to nearest even: the emulation's own sum
-/// (`ttmesh_chip::format::sum_bf16`, rounded by the CPU's bf16 conversion where it has one),
-/// so the floor is as fast as this host allows and the two differ only in what surrounds it.
-fn add_bf16(out: &mut [u16], a: &[u16], b: &[u16]) {
-    ttmesh_chip::format::sum_bf16(out, (a, b));
 }
 
 /// `len` bf16 values in [-0.5, 0.5) from a small LCG.
