@@ -24,6 +24,7 @@ mod lists;
 mod onward;
 mod pages;
 mod pair;
+mod sharing;
 mod step;
 mod steps;
 mod together;
@@ -62,6 +63,9 @@ pub const SEM_READY_FROM_LEFT: u32 = 0x1000;
 pub const SEM_READY_FROM_RIGHT: u32 = 0x1001;
 /// Slot `s` of the scratch buffer is guarded by semaphore `SEM_SLOT_BASE + s`.
 pub const SEM_SLOT_BASE: u32 = 0x2000;
+/// When a large ring's slots share memory on the chips' own threads, semaphore
+/// `SEM_FREE_BASE + s` on the writing chip counts its neighbour's credits for slot `s`.
+pub const SEM_FREE_BASE: u32 = 0x3000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CollectiveKind {
@@ -275,18 +279,7 @@ impl<'a> Run<'a> {
                 pair: together::pairs(self.k.input.buffer_size() as usize, self.k.line.chips.len()),
             };
             let part = together::Part {
-                ep: Endpoint {
-                    me: self.ep.me,
-                    left: self.ep.left,
-                    right: self.ep.right,
-                    slots: self.ep.slots.clone(),
-                    senders: (0..self.ep.senders.len())
-                        .map(|l| self.fabric.sender(self.ep.me).map(|s| s.with_link(l)))
-                        .collect::<Result<_, _>>()
-                        .map_err(|e| self.fail(e))?,
-                    spins: self.ep.spins,
-                    regions: None,
-                },
+                ep: self.endpoint(None)?,
                 work: std::mem::take(work),
                 steps,
             };
@@ -302,20 +295,52 @@ impl<'a> Run<'a> {
             *work = together::meet(&c, part)?.work;
             return Ok(Launched::Done);
         }
+        // Large ring slots share memory, the reader crediting the writer (see `sharing`).
+        let ring = self.k.topology == Topology::Ring;
+        let credits = sharing::plan(&steps, ring, self.ep.slots.map.page_size);
+        let shared;
+        let ep = match credits {
+            Some(_) => {
+                shared = self.endpoint(Some(sharing::REGIONS))?;
+                &shared
+            }
+            None => &self.ep,
+        };
         self.handshake(writes_left, true)?;
-        for s in steps {
-            self.ep
-                .step(
-                    s,
-                    work,
-                    self.fabric,
-                    Local::Memory(self.ctx.memory),
-                    self.timeout,
-                )
-                .map_err(|e| self.step_error(e))?;
+        let mem = Local::Memory(self.ctx.memory);
+        for (i, s) in steps.into_iter().enumerate() {
+            if let Some(sem) = credits.as_ref().and_then(|c| c.before(i)) {
+                let spins = ep.spins;
+                (self
+                    .fabric
+                    .wait_semaphore_spinning(ep.me, sem, 1, self.timeout, spins))
+                .map_err(|e| self.fail(e))?;
+            }
+            (ep.step(s, work, self.fabric, mem, self.timeout)).map_err(|e| self.step_error(e))?;
+            if let Some((side, sem)) = credits.as_ref().and_then(|c| c.after(i)) {
+                (ep.senders[0].atomic_inc(ep.neighbour(side), sem, 1)).map_err(|e| self.fail(e))?;
+            }
         }
-        self.flush()?;
+        ep.flush(self.timeout).map_err(|e| self.fail(e))?;
         Ok(Launched::Done)
+    }
+
+    /// A second endpoint for this chip's place on the line, with senders of its own, whose
+    /// slots share memory `regions` apart if given (see `Endpoint::regions`).
+    fn endpoint(&self, regions: Option<usize>) -> Result<Endpoint, ChipError> {
+        let senders = (0..self.ep.senders.len())
+            .map(|l| self.fabric.sender(self.ep.me).map(|s| s.with_link(l)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.fail(e))?;
+        Ok(Endpoint {
+            me: self.ep.me,
+            left: self.ep.left,
+            right: self.ep.right,
+            slots: self.ep.slots.clone(),
+            senders,
+            spins: self.ep.spins,
+            regions,
+        })
     }
 
     /// Tells the neighbours that write into this chip that it has entered the collective, and

@@ -616,3 +616,18 @@
 //! `ttmesh bench ccl` before this last change, on a quiet host: all_reduce t3k 16 MiB 29.4
 //! ms, efficiency 0.48 (the floor, now with the same sum, 14.9 ms); line-2 256 KiB 46.2 us
 //! against MPI's 47; t3k 36 KiB 90.5 us; line-4 256 KiB 170 us against 169.
+//!
+//! Slots shared on own threads (`kernels/sharing.rs`). A ring run by each chip's own thread
+//! kept one slot per step: a 16 MiB all_reduce on 8 chips left 14 MiB of slots per chip that
+//! no later step reads, beside 32 MiB of input and output. A timing-only build with every
+//! slot landing in two regions (wrong sums: nothing held a write back) measured t3k 16 MiB
+//! 21.0 -> 19.5 ms (medians of 5, alternated; three regions 20.7, four 20.4). As built, the
+//! reader credits the writer through the fabric after each piece it reads and the writer
+//! takes the credit before overwriting it (two regions: the fewest that cannot deadlock, and
+//! faster than three). Alternated with the build before (`ccl_one`, medians of 5-7):
+//! all_reduce t3k 16 MiB 20.3 -> 19.0 ms, galaxy 16 MiB 86.9 -> 75.3 ms (of 3), galaxy 8 MiB
+//! 39.9 -> 30.9 ms, galaxy 5 MiB 26.8 -> 18.9 ms; reduce_scatter t3k 16 MiB 20.4 -> 19.1 ms.
+//! Own threads then beat the one-thread runners further down, so rings of 5 to 8 chips run
+//! together only up to 1 MiB per chip (was 4) and longer ones up to 2 MiB (was 4): t3k 4 MiB
+//! 7.42 -> 4.58 ms, 2 MiB 2.87 -> 2.31 ms, galaxy 4 MiB 28.2 -> 21.6 ms (the figures are at
+//! `together::wanted`'s limits).

@@ -248,9 +248,11 @@ fn t3k_ring_mid_all_reduce_on_two_runners_recovers_from_every_fault() {
     );
 }
 
-/// A large all_reduce runs on each chip's own thread and moves in several pieces per chunk
-/// (2,048 bf16 tiles over 8 chips: 512 KiB chunks, 2 pieces each): a fault mid-stream still
-/// fails every chip naming the link, and the next run is right.
+/// A large all_reduce or reduce_scatter runs on each chip's own thread and moves in several
+/// pieces per chunk (2,048 bf16 tiles over 8 chips: 512 KiB chunks, 2 pieces each), its ring
+/// slots sharing memory, each reader crediting the writer over the fabric (ccl's `sharing`):
+/// a fault mid-stream, losing data or credits, still fails every chip naming the link, and
+/// the next run is right.
 #[test]
 fn t3k_ring_large_all_reduce_recovers_from_every_fault() {
     matrix_of(
@@ -258,6 +260,6 @@ fn t3k_ring_large_all_reduce_recovers_from_every_fault() {
         FabricConfig::Fabric1DRing,
         None,
         8192,
-        &[Op::AllReduce],
+        &[Op::AllReduce, Op::ReduceScatter],
     );
 }

@@ -119,6 +119,24 @@ pub(crate) enum Step {
 }
 
 impl Step {
+    /// The piece this step moves or adds, if it works on one.
+    pub(crate) fn piece(&self) -> Option<usize> {
+        match *self {
+            Step::AddPartial { piece, .. }
+            | Step::Reduce { piece, .. }
+            | Step::ReduceOut { piece, .. }
+            | Step::AddPartialOut { piece, .. }
+            | Step::JoinOut { piece, .. }
+            | Step::Encode { piece, .. }
+            | Step::SendBlock { piece, .. }
+            | Step::TakeBlock { piece, .. }
+            | Step::PassSlot { piece, .. }
+            | Step::PassOutput { piece, .. }
+            | Step::ReduceInto { piece, .. } => Some(piece),
+            Step::Hold { .. } | Step::AwaitOutput { .. } => None,
+        }
+    }
+
     /// The slot this step waits for, if it receives.
     pub(crate) fn receives(&self) -> Option<usize> {
         match *self {

@@ -93,8 +93,11 @@ const TOGETHER_MAX_INPUT_TWO_PAIRED: usize = 2 << 20;
 /// together were slower still: 16 MiB 37-41 ms with 256 or 64 KiB). With ccl's own helper
 /// thread (medians of 5, a host short of memory bandwidth): 2 MiB 4.97 / 5.94 ms, 4 MiB 11.6
 /// / 13.1 ms, 8 MiB 25.5 / 28.4 ms, 16 MiB 62.6 / 53.8 ms; 8 MiB had gone to own threads on
-/// a faster host, so the line stops at 4 MiB.
-const TOGETHER_MAX_INPUT_PAIRED: usize = 4 << 20;
+/// a faster host, so the line stopped at 4 MiB. Once a ring's slots shared memory on own
+/// threads too (`sharing`; medians of 5-7, alternated): t3k 1 MiB 863 / 1221 us, 1.5 MiB
+/// 1696 / 1390 us, 2 MiB 2.87 / 2.31 ms, 4 MiB 7.42 / 4.58 ms; line-8 (no sharing: its slot
+/// writes go both ways) 2 MiB 2.62 / 2.48 ms, 4 MiB 6.13 / 5.31 ms. So 1 MiB.
+const TOGETHER_MAX_INPUT_PAIRED: usize = 1 << 20;
 /// And past 8 chips: galaxy 256 KiB 4.4-4.7 / 6.0-6.3 ms, 512 KiB and 1 MiB even then (one
 /// thread alone: 128 KiB 3.5 / 5.6 ms, 256 KiB 11.8 / 9.1 ms, so half as far). Re-measured
 /// with the leaner data path: 256 KiB 3.2-3.4 / 5.7-6.9 ms, 512 KiB 6.2-7.8 / 7.8-7.9 ms,
@@ -102,8 +105,10 @@ const TOGETHER_MAX_INPUT_PAIRED: usize = 4 << 20;
 /// first hop (medians of 5): 512 KiB 6.4 / 7.8 ms, 2 MiB 14.8 / 17.3 ms, 4 MiB 27.8 / 31.8
 /// ms; 8 MiB 83 / 60 ms (3 runs). With ccl's own helper thread: 4 MiB 54 / 67 ms, 8 MiB
 /// 100 / 109 ms (medians of 5, a host short of memory bandwidth; kept at 4 MiB for the 8 MiB
-/// figure before).
-const TOGETHER_MAX_INPUT_LONG: usize = 4 << 20;
+/// figure before). With a ring's slots shared on own threads (`sharing`; medians of 5-7):
+/// galaxy 1 MiB 6.05 / 6.61 ms, 2 MiB 9.47 / 9.98 ms, 3 MiB 14.3 / 13.7 ms, 4 MiB 28.2 / 21.6
+/// ms. So 2 MiB.
+const TOGETHER_MAX_INPUT_LONG: usize = 2 << 20;
 /// Past 8 chips with no second thread (one thread alone measured half as far as two then).
 const TOGETHER_MAX_INPUT_LONG_ALONE: usize = 512 << 10;
 
