@@ -280,19 +280,19 @@ impl<'a> Run<'a> {
             };
             let part = together::Part {
                 ep: self.endpoint(None)?,
-                work: std::mem::take(work),
+                work: Box::new(std::mem::take(work)),
                 steps,
             };
             if complete && self.may_defer {
                 return Ok(match together::meet_deferred(&c, part)? {
                     together::Met::Ran(part) => {
-                        *work = part.work;
+                        *work = *part.work;
                         Launched::Done
                     }
                     together::Met::Deferred(d) => Launched::Deferred(d),
                 });
             }
-            *work = together::meet(&c, part)?.work;
+            *work = *together::meet(&c, part)?.work;
             return Ok(Launched::Done);
         }
         // Large ring slots share memory, the reader crediting the writer (see `sharing`).
