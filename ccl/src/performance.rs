@@ -83,7 +83,7 @@
 //!   queue's next record still waits for the line (a sleep and a wake per chip), as it must.
 //!   With no switch left, one thread doing the line's work wins far further up: an all_reduce
 //!   now runs together up to 256 KiB of input per chip (with two threads, below: 2 MiB on
-//!   lines of 2 to 4 chips, 4 MiB on 5 to 8 and on 32; the A/B figures, re-measured after
+//!   lines of 2 to 4 chips, 4 MiB on 5 to 8 and on 32, later 1 and 2 MiB; the A/B figures, re-measured after
 //!   each change to the data path, are at `together::wanted`). The page reduce_scatter, and the all_gather whose
 //!   blocks are runs of output pages, now write their outputs in steps and defer like the
 //!   all_reduce; an all_gather with data above the gathered dim writes its output after the
