@@ -461,24 +461,6 @@ mod tests {
         }
     }
 
-    /// The piece a step moves (a gather's wait names none).
-    fn piece(step: &Step) -> Option<usize> {
-        Some(match *step {
-            Step::AddPartial { piece, .. }
-            | Step::AddPartialOut { piece, .. }
-            | Step::Reduce { piece, .. }
-            | Step::ReduceOut { piece, .. }
-            | Step::Encode { piece, .. }
-            | Step::SendBlock { piece, .. }
-            | Step::TakeBlock { piece, .. }
-            | Step::PassSlot { piece, .. }
-            | Step::PassOutput { piece, .. }
-            | Step::JoinOut { piece, .. }
-            | Step::ReduceInto { piece, .. } => piece,
-            Step::AwaitOutput { .. } | Step::Hold { .. } => return None,
-        })
-    }
-
     /// Each slot's pieces are taken, and sent, in order; a middle position adds the right's
     /// sums into its own chunk only after its input and the left's are in it.
     fn check_order(n: usize, pos: usize, list: &[Step]) {
@@ -488,14 +470,14 @@ mod tests {
         for step in list {
             if let Some(slot) = step.receives() {
                 let k = next_in.entry(slot).or_default();
-                let q = piece(step).unwrap_or(*k);
+                let q = step.piece().unwrap_or(*k);
                 assert_eq!(q, *k, "n {n} pos {pos}: slot {slot} out of order");
                 *k += 1;
             }
             if let Some((side, slot)) = step.sends() {
                 let k = next_out.entry((side, slot)).or_default();
                 assert_eq!(
-                    piece(step),
+                    step.piece(),
                     Some(*k),
                     "n {n} pos {pos}: send {slot} out of order"
                 );
