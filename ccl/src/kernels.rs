@@ -310,15 +310,16 @@ impl<'a> Run<'a> {
         let mem = Local::Memory(self.ctx.memory);
         for (i, s) in steps.into_iter().enumerate() {
             if let Some(sem) = credits.as_ref().and_then(|c| c.before(i)) {
-                let spins = ep.spins;
-                (self
-                    .fabric
-                    .wait_semaphore_spinning(ep.me, sem, 1, self.timeout, spins))
-                .map_err(|e| self.fail(e))?;
+                let taken =
+                    self.fabric
+                        .wait_semaphore_spinning(ep.me, sem, 1, self.timeout, ep.spins);
+                taken.map_err(|e| self.fail(e))?;
             }
-            (ep.step(s, work, self.fabric, mem, self.timeout)).map_err(|e| self.step_error(e))?;
+            let done = ep.step(s, work, self.fabric, mem, self.timeout);
+            done.map_err(|e| self.step_error(e))?;
             if let Some((side, sem)) = credits.as_ref().and_then(|c| c.after(i)) {
-                (ep.senders[0].atomic_inc(ep.neighbour(side), sem, 1)).map_err(|e| self.fail(e))?;
+                let given = ep.senders[0].atomic_inc(ep.neighbour(side), sem, 1);
+                given.map_err(|e| self.fail(e))?;
             }
         }
         ep.flush(self.timeout).map_err(|e| self.fail(e))?;
