@@ -383,8 +383,13 @@ impl MpiFigures {
     /// Reads `TTMESH_MPI_RESULTS` or `target/mpi-allreduce.tsv` (lines: ranks, bytes per
     /// rank, microseconds, tab-separated); falls back to the figures in this file.
     pub fn load() -> MpiFigures {
-        let path = std::env::var("TTMESH_MPI_RESULTS")
-            .unwrap_or_else(|_| "target/mpi-allreduce.tsv".into());
+        let path = ttmesh_settings::settings()
+            .mpi_results
+            .as_ref()
+            .map_or_else(
+                || "target/mpi-allreduce.tsv".into(),
+                |p| p.display().to_string(),
+            );
         Self::from_path(&path)
     }
 

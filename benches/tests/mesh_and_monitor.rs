@@ -5,7 +5,7 @@
 #[test]
 #[ignore = "benchmark: run explicitly with --ignored --nocapture"]
 fn ccl_bench() {
-    let quick = std::env::var("TTMESH_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let quick = ttmesh_settings::settings().bench_quick;
     let report = ttmesh_benches::ccl::run(quick);
     println!("{report}");
     assert!(!report.contains("failed"), "{report}");

@@ -87,10 +87,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 fn timeout_of(args: &StressArgs) -> Result<Duration, String> {
     let secs = match args.timeout {
         Some(t) => t,
-        None => std::env::var("TTMESH_OPERATION_TIMEOUT_SECONDS")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(5.0),
+        // A stress case is small: without the variable it gets 5 s, not the library's 60.
+        None => ttmesh_settings::settings()
+            .operation_timeout_from_env
+            .map_or(5.0, |d| d.as_secs_f64()),
     };
     if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
         return Err(format!("--timeout {secs}: give seconds between 0 and 3600"));

@@ -10,17 +10,10 @@ use crate::sender::FabricSender;
 use crate::FabricError;
 use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::OnceLock;
 
 /// Checks a semaphore wait makes before sleeping; every `SEM_YIELD_EVERY`-th yields the core.
 fn sem_spin() -> u32 {
-    static SPIN: OnceLock<u32> = OnceLock::new();
-    *SPIN.get_or_init(|| {
-        std::env::var("TTMESH_SEM_SPIN")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(256)
-    })
+    ttmesh_settings::settings().sem_spin
 }
 const SEM_YIELD_EVERY: u32 = 16;
 use std::sync::atomic::Ordering::*;

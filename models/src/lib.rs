@@ -35,8 +35,8 @@ pub const DEFAULT_MODEL_PATH: &str = "target/models/SmolLM2-135M-Instruct.Q4_1.g
 /// The real model's path: `TTMESH_MODEL` if set, else [`DEFAULT_MODEL_PATH`] under
 /// `workspace_root`; `None` when that file does not exist.
 pub fn real_model_path(workspace_root: &std::path::Path) -> Option<std::path::PathBuf> {
-    let path = match std::env::var_os("TTMESH_MODEL") {
-        Some(p) => std::path::PathBuf::from(p),
+    let path = match &ttmesh_settings::settings().model {
+        Some(p) => p.clone(),
         None => workspace_root.join(DEFAULT_MODEL_PATH),
     };
     path.is_file().then_some(path)

@@ -61,7 +61,7 @@ impl Publisher {
         num_chips: usize,
         num_links: usize,
     ) -> Result<Option<Publisher>, MonitorError> {
-        if monitor_disabled(std::env::var("TTMESH_MONITOR").ok().as_deref()) {
+        if !ttmesh_settings::settings().monitor {
             return Ok(None);
         }
         Self::create(info, num_chips, num_links).map(Some)
@@ -237,13 +237,6 @@ impl std::fmt::Debug for Publisher {
             .field("num_links", &self.num_links)
             .finish()
     }
-}
-
-pub(crate) fn monitor_disabled(value: Option<&str>) -> bool {
-    matches!(
-        value.map(|v| v.trim().to_ascii_lowercase()).as_deref(),
-        Some("0" | "off" | "false" | "no")
-    )
 }
 
 /// Some(fd) when we created the name, None when it already exists.

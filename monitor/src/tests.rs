@@ -314,10 +314,16 @@ fn handles_cross_threads() {
 #[test]
 fn env_switch() {
     for off in ["0", "off", "OFF", "false", " no "] {
-        assert!(crate::publisher::monitor_disabled(Some(off)), "{off}");
+        let s = ttmesh_settings::Settings::from_lookup(|k| {
+            (k == "TTMESH_MONITOR").then(|| off.to_string())
+        });
+        assert!(!s.monitor, "{off}");
     }
     for on in [None, Some("1"), Some(""), Some("yes")] {
-        assert!(!crate::publisher::monitor_disabled(on), "{on:?}");
+        let s = ttmesh_settings::Settings::from_lookup(|k| {
+            on.filter(|_| k == "TTMESH_MONITOR").map(str::to_string)
+        });
+        assert!(s.monitor, "{on:?}");
     }
 }
 

@@ -19,7 +19,7 @@ pub enum ThreadRole {
 
 /// True when this build binds threads (the `pin` feature) and `TTMESH_PIN` is not `0`.
 pub fn pinning_enabled() -> bool {
-    cfg!(feature = "pin") && std::env::var("TTMESH_PIN").map_or(true, |v| v != "0")
+    cfg!(feature = "pin") && ttmesh_settings::settings().pin
 }
 
 /// Binds the calling thread to the core that chip `chip`'s threads share. Returns the core

@@ -43,10 +43,10 @@ pub fn set_step_runner(r: StepRunner) {
 fn step_runner() -> StepRunner {
     let mut v = RUNNER.load(Relaxed);
     if v == 0 {
-        let r = match std::env::var("TTMESH_CCL_RUNNER").as_deref() {
-            Ok("together") => StepRunner::Together,
-            Ok("own") => StepRunner::OwnThreads,
-            _ => StepRunner::BySize,
+        let r = match ttmesh_settings::settings().ccl_runner {
+            ttmesh_settings::CclRunner::Together => StepRunner::Together,
+            ttmesh_settings::CclRunner::OwnThreads => StepRunner::OwnThreads,
+            ttmesh_settings::CclRunner::BySize => StepRunner::BySize,
         };
         let _ = RUNNER.compare_exchange(0, r as u8 + 1, Relaxed, Relaxed);
         v = RUNNER.load(Relaxed);

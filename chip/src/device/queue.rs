@@ -712,16 +712,11 @@ impl Dispatcher {
 /// when the records reach it (two 4 KiB pages).
 const PREFETCH_PAGE_AHEAD: usize = 8192;
 
-/// How long any wait may take (host waits, kernels' fabric waits, lockstep barriers): the
-/// seconds in `TTMESH_OPERATION_TIMEOUT_SECONDS` (a positive number, fractions allowed), else
-/// 60 s. The one place the variable is read; a mesh hands the same timeout to its fabric.
+/// How long any wait may take (host waits, kernels' fabric waits, lockstep barriers) when a
+/// chip or mesh config does not say: `TTMESH_OPERATION_TIMEOUT_SECONDS` as
+/// [`ttmesh_settings`] read it, else 60 s. A mesh hands the same timeout to its fabric.
 pub fn default_operation_timeout() -> Duration {
-    std::env::var("TTMESH_OPERATION_TIMEOUT_SECONDS")
-        .ok()
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|s| *s > 0.0 && s.is_finite())
-        .map(Duration::from_secs_f64)
-        .unwrap_or(Duration::from_secs(60))
+    ttmesh_settings::settings().operation_timeout()
 }
 
 pub(crate) fn terminate_bytes() -> Vec<u8> {
