@@ -17,9 +17,10 @@
 //! allocator's statistics count them: a sharded buffer on a few banks reserves its address
 //! range in every bank of the type, and allocated stays comparable with capacity.
 
+use parking_lot::{Condvar, Mutex};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -312,13 +313,9 @@ impl MeshMonitor {
                 // Segments of processes that died without closing their mesh: the next mesh
                 // removes them (only ours, only when the owner is gone).
                 let _ = ttmesh_monitor::cleanup_stale();
-                let mut stop = thread_signal.stop.lock().unwrap_or_else(|e| e.into_inner());
+                let mut stop = thread_signal.stop.lock();
                 while !*stop {
-                    stop = thread_signal
-                        .cv
-                        .wait_timeout(stop, REFRESH)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
+                    thread_signal.cv.wait_for(&mut stop, REFRESH);
                     if !*stop {
                         refresher.refresh();
                     }
@@ -346,7 +343,7 @@ impl MeshMonitor {
 
     /// Ends the refresh thread and removes the segment. Idempotent.
     pub(crate) fn stop(&mut self) {
-        *self.signal.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        *self.signal.stop.lock() = true;
         self.signal.cv.notify_all();
         if let Some(t) = self.thread.take() {
             // The thread only refreshes and waits, so this returns within one refresh.
