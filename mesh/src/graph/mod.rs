@@ -28,10 +28,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use ttmesh_chip::allocator::AllocatorEvent;
 use ttmesh_chip::observe::{self, ChipObserver, LaunchEvent};
+use ttmesh_chip::tensor::TensorSpec;
 use ttmesh_chip::{BufferType, DataType, Layout, MemoryConfig};
 
 use crate::error::{MeshError, Result};
 use crate::tensor::MeshTensor;
+use crate::MeshDevice;
 use recorder::{Capture, FrameKind, LaunchRec};
 
 pub use analysis::{
@@ -115,6 +117,8 @@ pub(crate) struct TensorInfo {
     pub page_size: u64,
     /// (chip id, address) per chip, mesh order.
     pub places: Vec<(u32, u64)>,
+    /// The mesh device's address, which TT-NN prints for a device argument.
+    pub device: usize,
 }
 
 impl TensorInfo {
@@ -136,8 +140,25 @@ impl TensorInfo {
             size: spec.buffer_size(),
             page_size: spec.page_size(),
             places,
+            device: device_pointer(t.mesh()),
         })
     }
+
+    /// The arguments of the `create_device_tensor` that made this tensor.
+    fn creation_arguments(&self) -> Vec<String> {
+        let spec = TensorSpec {
+            shape: self.shape.clone(),
+            dtype: self.dtype,
+            layout: self.layout,
+            memory_config: self.memory_config.clone(),
+        };
+        describe::create_device_tensor_arguments(&spec, self.device)
+    }
+}
+
+/// A mesh device as a pointer, the way TT-NN shows a `MeshDevice*` argument.
+fn device_pointer(mesh: &MeshDevice) -> usize {
+    Arc::as_ptr(&mesh.inner) as usize
 }
 
 static CAPTURES: Mutex<Vec<Capture>> = parking_lot::const_mutex(Vec::new());
@@ -304,14 +325,17 @@ pub(crate) fn device_operation(
     out
 }
 
-/// Runs a mesh tensor allocation inside a `create_device_tensor` frame.
+/// Runs a mesh tensor allocation inside a `create_device_tensor` frame (with TT-NN's five
+/// arguments: shape, dtype, layout, device, memory config).
 pub(crate) fn create_device_tensor(
+    mesh: &MeshDevice,
+    spec: &TensorSpec,
     body: impl FnOnce() -> Result<MeshTensor>,
 ) -> Result<MeshTensor> {
     if !is_capturing() {
         return body();
     }
-    let arguments = vec![String::new(); 5];
+    let arguments = describe::create_device_tensor_arguments(spec, device_pointer(mesh));
     begin_frame(FrameKind::CreateDeviceTensor, &[], arguments);
     let out = body();
     match &out {

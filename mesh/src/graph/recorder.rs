@@ -334,11 +334,15 @@ impl Capture {
                     // with the op's output tensor that lives in it.
                     let outs: Vec<(TensorInfo, usize)> =
                         outputs.iter().filter(|o| o.1 == b).cloned().collect();
+                    // A buffer no output lives in (scratch) has no tensor to describe.
+                    let arguments = outs
+                        .first()
+                        .map_or_else(Vec::new, |(t, _)| t.creation_arguments());
                     self.emit_frame(Frame {
                         kind: FrameKind::CreateDeviceTensor,
                         inputs: Vec::new(),
                         outputs: outs,
-                        arguments: Vec::new(),
+                        arguments,
                         stack_trace: None,
                         items: vec![Item::Alloc(b)],
                         start: Instant::now(),
