@@ -250,7 +250,10 @@ fn peak_memory_from_the_graph_equals_the_allocators_peak() {
     }
     assert!(graph::peak_memory(&g) > 0);
     let names: Vec<String> = graph::op_durations(&g).into_iter().map(|d| d.0).collect();
-    assert!(names.contains(&"ttnn::all_reduce".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"AllReduceAsyncDeviceOperation".to_string()),
+        "{names:?}"
+    );
     assert!(
         names.contains(&"BinaryNgDeviceOperation".to_string()),
         "{names:?}"
@@ -335,7 +338,7 @@ fn a_capture_ended_after_a_timeout_holds_the_error() {
     assert!(g
         .nodes
         .iter()
-        .any(|n| n.param("name").as_deref() == Some("ttnn::all_reduce")));
+        .any(|n| n.param("name").as_deref() == Some("AllReduceAsyncDeviceOperation")));
     assert_eq!(g.nodes.last().unwrap().node_type, "capture_end");
 }
 

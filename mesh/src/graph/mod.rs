@@ -18,6 +18,7 @@ mod describe;
 mod plan;
 mod recorder;
 mod report;
+mod ttnn_ops;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -94,6 +95,27 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     pub buffer_chips: HashMap<usize, Vec<u32>>,
     pub buffer_pages: Vec<Value>,
+    /// Allocations TT-NN's graph has no node for, in order (see [`ScratchEvent`]).
+    pub scratch: Vec<ScratchEvent>,
+}
+
+/// A buffer ttmesh allocates and frees inside one device operation where TT-NN's operation
+/// allocates none (a collective's slots: TT-NN's keeps its packets in circular buffers). TT-NN's
+/// graph shows no node for it, so neither does ours; it is kept here instead, so peak memory
+/// and `plan` count what the allocators really held.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScratchEvent {
+    /// Takes effect just before node `at` (after the last node when `at` is the node count).
+    pub at: usize,
+    /// Allocated (true) or freed.
+    pub allocate: bool,
+    /// The device operation it belongs to.
+    pub operation: String,
+    /// TT-NN's BufferType number, as buffer nodes carry it.
+    pub buffer_type: u8,
+    pub size: u64,
+    pub max_size_per_bank: u64,
+    pub chips: Vec<u32>,
 }
 
 impl Graph {
