@@ -52,9 +52,9 @@ fn decode_with_graph_writes_every_op_and_keeps_a_failure() {
     for op in [
         "tt::tt_metal::create_device_tensor",
         "EmbeddingsDeviceOperation",
-        "ScaledDotProductAttentionDecodeDeviceOperation",
-        "ttnn::all_reduce",
-        "ttnn::all_gather",
+        "SdpaDecodeDeviceOperation",
+        "AllReduceAsyncDeviceOperation",
+        "AllGatherDeviceOperation",
         "ArgMaxDeviceOperation",
     ] {
         assert!(ops.contains(&op), "{op} missing from {ops:?}");

@@ -39,7 +39,7 @@ fn run_with_graph_writes_a_report_of_every_op() {
         .filter(|n| n["node_type"] == "function_start" && n["stacking_level"] == 1)
         .filter_map(|n| n["params"]["name"].as_str())
         .collect();
-    assert!(ops.contains(&"ttnn::all_reduce"), "{ops:?}");
+    assert!(ops.contains(&"AllReduceAsyncDeviceOperation"), "{ops:?}");
     assert!(ops.contains(&"MatmulDeviceOperation"), "{ops:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 

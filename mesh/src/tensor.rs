@@ -299,7 +299,7 @@ impl MeshTensor {
 
     /// [`allocate_tensor_on_device`](crate::allocate_tensor_on_device).
     pub fn allocate(mesh: &MeshDevice, spec: &TensorSpec) -> Result<MeshTensor> {
-        crate::graph::create_device_tensor(|| {
+        crate::graph::create_device_tensor(mesh, spec, || {
             let shards =
                 crate::lockstep::allocate(&"allocate_tensor_on_device", mesh.chips(), spec)?;
             Ok(MeshTensor {

@@ -114,6 +114,35 @@ fn assert_same_addresses(ours: &[graph::Node], theirs: &[graph::Node]) {
     }
 }
 
+/// `create_device_tensor`'s arguments: shape, dtype, layout, device, memory config, as TT-NN
+/// serialises them. The device is a pointer, which differs from run to run: only its form is
+/// compared.
+fn assert_same_creation_arguments(ours: &[graph::Node], theirs: &[graph::Node]) {
+    let creations = |g: &[graph::Node]| -> Vec<Vec<String>> {
+        g.iter()
+            .filter(|n| {
+                n.node_type == "function_start"
+                    && n.param("name").as_deref() == Some("tt::tt_metal::create_device_tensor")
+            })
+            .map(|n| n.arguments.clone())
+            .collect()
+    };
+    let (ours, theirs) = (creations(ours), creations(theirs));
+    assert_eq!(ours.len(), theirs.len(), "create_device_tensor count");
+    assert!(!theirs.is_empty());
+    for (o, t) in ours.iter().zip(&theirs) {
+        assert_eq!(o.len(), 5, "{o:?}");
+        assert!(is_pointer(&o[3]) && is_pointer(&t[3]), "{o:?} {t:?}");
+        let without_device = |a: &[String]| [&a[..3], &a[4..]].concat();
+        assert_eq!(without_device(o), without_device(t));
+    }
+}
+
+fn is_pointer(s: &str) -> bool {
+    s.strip_prefix("0x")
+        .is_some_and(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
 fn t3k() -> MeshDevice {
     open_with(MeshConfig {
         topology: "t3k".into(),
@@ -134,6 +163,7 @@ fn add_on_a_2x4_mesh_matches_ttnn_normal() {
     let theirs = reference("graph_add_normal.json");
     assert_same_structure(&g.nodes, &theirs);
     assert_same_addresses(&g.nodes, &theirs);
+    assert_same_creation_arguments(&g.nodes, &theirs);
     // The add ran: every chip's result is the host sum (bf16 inputs, one rounding).
     let want: Vec<f32> = a.to_host_shards(CqId(0)).unwrap()[0]
         .to_f32_vec()
@@ -177,6 +207,7 @@ fn add_on_a_2x4_mesh_matches_ttnn_no_dispatch() {
     assert_same_structure(&g.nodes, &theirs);
     // Buffers made during the capture are at address 0, inputs at their real addresses.
     assert_same_addresses(&g.nodes, &theirs);
+    assert_same_creation_arguments(&g.nodes, &theirs);
     // The allocator accounted the output: it really holds a buffer on every chip.
     assert!(out.buffer_address().unwrap() > 0);
 }
@@ -219,7 +250,10 @@ fn peak_memory_from_the_graph_equals_the_allocators_peak() {
     }
     assert!(graph::peak_memory(&g) > 0);
     let names: Vec<String> = graph::op_durations(&g).into_iter().map(|d| d.0).collect();
-    assert!(names.contains(&"ttnn::all_reduce".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"AllReduceAsyncDeviceOperation".to_string()),
+        "{names:?}"
+    );
     assert!(
         names.contains(&"BinaryNgDeviceOperation".to_string()),
         "{names:?}"
@@ -304,8 +338,41 @@ fn a_capture_ended_after_a_timeout_holds_the_error() {
     assert!(g
         .nodes
         .iter()
-        .any(|n| n.param("name").as_deref() == Some("ttnn::all_reduce")));
+        .any(|n| n.param("name").as_deref() == Some("AllReduceAsyncDeviceOperation")));
     assert_eq!(g.nodes.last().unwrap().node_type, "capture_end");
+}
+
+#[test]
+fn an_allocation_outside_an_op_is_a_create_device_tensor_with_its_arguments() {
+    let _turn = TURN.lock();
+    let mesh = open("n300", FabricConfig::Disabled);
+    let spec = TensorSpec::new(
+        vec![2, 1, 64, 96],
+        DataType::Float32,
+        Layout::RowMajor,
+        MemoryConfig::L1,
+    );
+    graph::begin_graph_capture(RunMode::Normal);
+    let t = MeshTensor::allocate(&mesh, &spec).unwrap();
+    let g = graph::end_graph_capture().unwrap();
+    drop(t);
+    let start = &g.nodes[1];
+    assert_eq!(start.node_type, "function_start");
+    assert_eq!(
+        start.param("name").as_deref(),
+        Some("tt::tt_metal::create_device_tensor")
+    );
+    assert_eq!(start.param("inputs").as_deref(), Some("5"));
+    let a = &start.arguments;
+    assert_eq!(a.len(), 5, "{a:?}");
+    assert_eq!(a[0], "Shape([2, 1, 64, 96])");
+    assert_eq!(a[1], "DataType::FLOAT32");
+    assert_eq!(a[2], "Layout::ROW_MAJOR");
+    assert!(is_pointer(&a[3]), "{a:?}");
+    assert_eq!(
+        a[4],
+        "MemoryConfig(memory_layout=TensorMemoryLayout::INTERLEAVED,buffer_type=BufferType::L1,shard_spec=std::nullopt,nd_shard_spec=std::nullopt,created_with_nd_shard_spec=0,per_core_allocation=0,range_lockstep_allocation=0)"
+    );
 }
 
 #[test]

@@ -205,6 +205,7 @@ fn errors_and_stack_traces_reach_their_tables() {
         cluster_descriptor: json!(null),
         buffer_pages: vec![],
         buffer_devices: Default::default(),
+        scratch: vec![],
     };
     write(&tmp.path().join("r.json"), &report);
     let out = tmp.path().join("v");
@@ -279,6 +280,7 @@ fn bad_input_is_refused_and_nothing_is_half_written() {
         cluster_descriptor: json!(null),
         buffer_pages: vec![],
         buffer_devices: Default::default(),
+        scratch: vec![],
     };
     write(&dir.join("good.json"), &report);
     std::fs::create_dir(&out).unwrap();

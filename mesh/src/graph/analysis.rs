@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use ttmesh_chip::BufferType;
 
-use super::{Graph, Node};
+use super::{Graph, Node, ScratchEvent};
 
 /// `(op name, wall-clock ns)` for every function_end that carries a duration, in order.
 pub fn op_durations(graph: &Graph) -> Vec<(String, u64)> {
@@ -53,70 +53,101 @@ impl PeakMemory {
 pub fn peak_memory(graph: &Graph) -> u64 {
     let mut total: i128 = 0;
     let mut peak: i128 = 0;
-    for n in &graph.nodes {
-        match n.node_type.as_str() {
-            "buffer_allocate" => {
+    walk(graph, |event| {
+        match event {
+            Event::Node(n) if n.node_type == "buffer_allocate" => {
                 total += n.param_u64("size").unwrap_or(0) as i128;
-                peak = peak.max(total);
             }
-            "buffer_deallocate" => {
+            Event::Node(n) if n.node_type == "buffer_deallocate" => {
                 if let Some(b) = n.connections.first().and_then(|&b| graph.nodes.get(b)) {
                     total -= b.param_u64("size").unwrap_or(0) as i128;
                 }
             }
-            _ => {}
+            Event::Node(_) => {}
+            Event::Scratch(s) if s.allocate => total += s.size as i128,
+            Event::Scratch(s) => total -= s.size as i128,
         }
-    }
+        peak = peak.max(total);
+    });
     peak.max(0) as u64
 }
 
+/// What the memory walks see, in the order it happened: the graph's nodes, and the scratch kept
+/// beside them (each just before the node it is recorded at).
+enum Event<'a> {
+    Node(&'a Node),
+    Scratch(&'a ScratchEvent),
+}
+
+fn walk<'a>(graph: &'a Graph, mut f: impl FnMut(Event<'a>)) {
+    let mut scratch = graph.scratch.iter().peekable();
+    for (i, n) in graph.nodes.iter().enumerate() {
+        while let Some(s) = scratch.next_if(|s| s.at <= i) {
+            f(Event::Scratch(s));
+        }
+        f(Event::Node(n));
+    }
+    scratch.for_each(|s| f(Event::Scratch(s)));
+}
+
 /// Peak bytes per bank of each buffer type, per chip, from the graph's buffer_allocate /
-/// buffer_deallocate nodes and the chips each buffer lives on.
+/// buffer_deallocate nodes (with the chips each buffer lives on) and the scratch beside them.
 pub fn peak_memory_per_chip(graph: &Graph) -> BTreeMap<u32, PeakMemory> {
     let mut live: BTreeMap<u32, PeakMemory> = BTreeMap::new();
     let mut peak: BTreeMap<u32, PeakMemory> = BTreeMap::new();
     // Buffer node -> (type, bytes per bank, chips).
     let mut buffers: HashMap<usize, (BufferType, u64, Vec<u32>)> = HashMap::new();
-    for n in &graph.nodes {
-        let sign = match n.node_type.as_str() {
-            "buffer_allocate" => 1i64,
-            "buffer_deallocate" => -1,
-            _ => continue,
-        };
-        let Some(&b) = n.connections.first() else {
-            continue;
-        };
-        if sign > 0 {
-            let t = n
-                .param_u64("buffer_type")
-                .and_then(|v| BufferType::from_u8(v as u8))
-                .unwrap_or(BufferType::Dram);
-            let per_bank = n.param_u64("max_size_per_bank").unwrap_or(0);
-            let chips = graph
-                .buffer_chips
-                .get(&b)
-                .cloned()
-                .unwrap_or_else(|| vec![n.param_u64("device_id").unwrap_or(0) as u32]);
-            buffers.insert(b, (t, per_bank, chips));
-        }
-        let Some((t, per_bank, chips)) = buffers.get(&b) else {
-            continue;
+    walk(graph, |event| {
+        let (sign, t, per_bank, chips) = match event {
+            Event::Scratch(s) => (
+                if s.allocate { 1 } else { -1 },
+                BufferType::from_u8(s.buffer_type).unwrap_or(BufferType::Dram),
+                s.max_size_per_bank,
+                s.chips.clone(),
+            ),
+            Event::Node(n) => {
+                let sign = match n.node_type.as_str() {
+                    "buffer_allocate" => 1i64,
+                    "buffer_deallocate" => -1,
+                    _ => return,
+                };
+                let Some(&b) = n.connections.first() else {
+                    return;
+                };
+                if sign > 0 {
+                    let t = n
+                        .param_u64("buffer_type")
+                        .and_then(|v| BufferType::from_u8(v as u8))
+                        .unwrap_or(BufferType::Dram);
+                    let per_bank = n.param_u64("max_size_per_bank").unwrap_or(0);
+                    let chips = graph
+                        .buffer_chips
+                        .get(&b)
+                        .cloned()
+                        .unwrap_or_else(|| vec![n.param_u64("device_id").unwrap_or(0) as u32]);
+                    buffers.insert(b, (t, per_bank, chips));
+                }
+                let Some((t, per_bank, chips)) = buffers.get(&b) else {
+                    return;
+                };
+                (sign, *t, *per_bank, chips.clone())
+            }
         };
         for chip in chips {
-            let now = live.entry(*chip).or_default();
-            let Some(v) = now.slot(*t) else { continue };
+            let now = live.entry(chip).or_default();
+            let Some(v) = now.slot(t) else { continue };
             *v = if sign > 0 {
                 *v + per_bank
             } else {
-                v.saturating_sub(*per_bank)
+                v.saturating_sub(per_bank)
             };
             let cur = *v;
-            let p = peak.entry(*chip).or_default();
-            if let Some(pv) = p.slot(*t) {
+            let p = peak.entry(chip).or_default();
+            if let Some(pv) = p.slot(t) {
                 *pv = (*pv).max(cur);
             }
         }
-    }
+    });
     peak
 }
 

@@ -1,6 +1,6 @@
 //! TT-NN's text for shapes, layouts, memory configs and tensors, as its graph params show them.
 
-use ttmesh_chip::tensor::TensorMemoryLayout;
+use ttmesh_chip::tensor::{TensorMemoryLayout, TensorSpec};
 use ttmesh_chip::{Layout, MemoryConfig};
 
 use super::TensorInfo;
@@ -73,4 +73,16 @@ pub(crate) fn tensor_repr(t: &TensorInfo) -> String {
         page,
         memory_config(&t.memory_config)
     )
+}
+
+/// `create_device_tensor`'s five arguments as TT-NN serialises them: shape, dtype, layout, the
+/// device (a pointer, which TT-NN prints as its address) and the memory config.
+pub(crate) fn create_device_tensor_arguments(spec: &TensorSpec, device: usize) -> Vec<String> {
+    vec![
+        shape(&spec.shape),
+        format!("DataType::{}", spec.dtype),
+        layout(spec.layout).to_string(),
+        format!("{device:#x}"),
+        memory_config(&spec.memory_config),
+    ]
 }

@@ -18,6 +18,7 @@ mod describe;
 mod plan;
 mod recorder;
 mod report;
+mod ttnn_ops;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,10 +29,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use ttmesh_chip::allocator::AllocatorEvent;
 use ttmesh_chip::observe::{self, ChipObserver, LaunchEvent};
+use ttmesh_chip::tensor::TensorSpec;
 use ttmesh_chip::{BufferType, DataType, Layout, MemoryConfig};
 
 use crate::error::{MeshError, Result};
 use crate::tensor::MeshTensor;
+use crate::MeshDevice;
 use recorder::{Capture, FrameKind, LaunchRec};
 
 pub use analysis::{
@@ -92,6 +95,27 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     pub buffer_chips: HashMap<usize, Vec<u32>>,
     pub buffer_pages: Vec<Value>,
+    /// Allocations TT-NN's graph has no node for, in order (see [`ScratchEvent`]).
+    pub scratch: Vec<ScratchEvent>,
+}
+
+/// A buffer ttmesh allocates and frees inside one device operation where TT-NN's operation
+/// allocates none (a collective's slots: TT-NN's keeps its packets in circular buffers). TT-NN's
+/// graph shows no node for it, so neither does ours; it is kept here instead, so peak memory
+/// and `plan` count what the allocators really held.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScratchEvent {
+    /// Takes effect just before node `at` (after the last node when `at` is the node count).
+    pub at: usize,
+    /// Allocated (true) or freed.
+    pub allocate: bool,
+    /// The device operation it belongs to.
+    pub operation: String,
+    /// TT-NN's BufferType number, as buffer nodes carry it.
+    pub buffer_type: u8,
+    pub size: u64,
+    pub max_size_per_bank: u64,
+    pub chips: Vec<u32>,
 }
 
 impl Graph {
@@ -115,6 +139,8 @@ pub(crate) struct TensorInfo {
     pub page_size: u64,
     /// (chip id, address) per chip, mesh order.
     pub places: Vec<(u32, u64)>,
+    /// The mesh device's address, which TT-NN prints for a device argument.
+    pub device: usize,
 }
 
 impl TensorInfo {
@@ -136,8 +162,25 @@ impl TensorInfo {
             size: spec.buffer_size(),
             page_size: spec.page_size(),
             places,
+            device: device_pointer(t.mesh()),
         })
     }
+
+    /// The arguments of the `create_device_tensor` that made this tensor.
+    fn creation_arguments(&self) -> Vec<String> {
+        let spec = TensorSpec {
+            shape: self.shape.clone(),
+            dtype: self.dtype,
+            layout: self.layout,
+            memory_config: self.memory_config.clone(),
+        };
+        describe::create_device_tensor_arguments(&spec, self.device)
+    }
+}
+
+/// A mesh device as a pointer, the way TT-NN shows a `MeshDevice*` argument.
+fn device_pointer(mesh: &MeshDevice) -> usize {
+    Arc::as_ptr(&mesh.inner) as usize
 }
 
 static CAPTURES: Mutex<Vec<Capture>> = parking_lot::const_mutex(Vec::new());
@@ -304,14 +347,17 @@ pub(crate) fn device_operation(
     out
 }
 
-/// Runs a mesh tensor allocation inside a `create_device_tensor` frame.
+/// Runs a mesh tensor allocation inside a `create_device_tensor` frame (with TT-NN's five
+/// arguments: shape, dtype, layout, device, memory config).
 pub(crate) fn create_device_tensor(
+    mesh: &MeshDevice,
+    spec: &TensorSpec,
     body: impl FnOnce() -> Result<MeshTensor>,
 ) -> Result<MeshTensor> {
     if !is_capturing() {
         return body();
     }
-    let arguments = vec![String::new(); 5];
+    let arguments = describe::create_device_tensor_arguments(spec, device_pointer(mesh));
     begin_frame(FrameKind::CreateDeviceTensor, &[], arguments);
     let out = body();
     match &out {

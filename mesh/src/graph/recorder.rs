@@ -14,7 +14,8 @@ use ttmesh_chip::allocator::{AllocatorEvent, AllocatorEventKind};
 use ttmesh_chip::observe::LaunchEvent;
 use ttmesh_chip::BufferType;
 
-use super::{describe, Graph, Node, RunMode, TensorInfo};
+use super::ttnn_ops::{device_op, factory_index, DeviceOp, ProgramL1};
+use super::{describe, Graph, Node, RunMode, ScratchEvent, TensorInfo};
 
 /// A launch as the graph needs it.
 #[derive(Clone, Debug)]
@@ -25,10 +26,18 @@ pub(crate) struct LaunchRec {
     pub cache_hit: bool,
     pub cbs: Vec<u64>,
     pub grid: (u32, u32),
+    /// The worker cores the program runs on.
+    pub cores: u32,
+    /// Per operand: sharded, and its shape.
+    pub sharded: Vec<bool>,
+    pub shapes: Vec<Vec<usize>>,
+    /// The first operand is row-major.
+    pub row_major: bool,
 }
 
 impl LaunchRec {
     pub fn from_event(l: &LaunchEvent<'_>) -> LaunchRec {
+        let operands = &l.program.operands;
         LaunchRec {
             chip: l.chip,
             cq: l.cq.0,
@@ -37,6 +46,15 @@ impl LaunchRec {
             // Double-buffered circular buffers: two pages per operand.
             cbs: l.page_sizes.iter().map(|p| 2 * p).collect(),
             grid: l.compute_grid,
+            cores: l.program.split.cores,
+            sharded: operands
+                .iter()
+                .map(|o| o.spec.memory_config.is_sharded())
+                .collect(),
+            shapes: operands.iter().map(|o| o.spec.shape.clone()).collect(),
+            row_major: operands
+                .first()
+                .is_some_and(|o| o.spec.layout == ttmesh_chip::Layout::RowMajor),
         }
     }
 }
@@ -58,9 +76,21 @@ enum Item {
     Error(String, String),
 }
 
-/// The op a node is emitted in: its function_start, whether its first launch is still to
-/// come, and its outputs (tensor, buffer).
-type OpenFrame<'a> = (usize, &'a mut bool, &'a [(TensorInfo, usize)]);
+/// The op a node is emitted in.
+struct OpenFrame<'a> {
+    /// Its function_start node.
+    start: usize,
+    /// The device operation it is, when it is one.
+    op: Option<&'static DeviceOp>,
+    /// No launch of it has shown its program-scope L1 yet.
+    first_launch: bool,
+    /// Its own launches (not its children's), in order.
+    launches: &'a [LaunchRec],
+    /// Its outputs (tensor, buffer).
+    outputs: &'a [(TensorInfo, usize)],
+    /// Buffers it allocates and frees that TT-NN's operation does not: kept beside the graph.
+    scratch: &'a [usize],
+}
 
 #[derive(Debug)]
 pub(crate) struct Frame {
@@ -105,6 +135,7 @@ pub(crate) struct Capture {
     pub buffer_chips: HashMap<usize, Vec<u32>>,
     pub buffer_pages: Vec<Value>,
     pub with_pages: bool,
+    scratch: Vec<ScratchEvent>,
 }
 
 /// Process-wide count of program executions (TT-NN's global_call_count).
@@ -126,6 +157,7 @@ impl Capture {
             buffer_chips: HashMap::new(),
             buffer_pages: Vec::new(),
             with_pages,
+            scratch: Vec::new(),
         };
         c.push("capture_start", None, 0);
         c
@@ -321,24 +353,35 @@ impl Capture {
             nodes: self.nodes,
             buffer_chips: self.buffer_chips,
             buffer_pages: self.buffer_pages,
+            scratch: self.scratch,
         }
     }
 
     // ---- nodes ----
 
-    fn emit_item(&mut self, item: Item, frame: Option<OpenFrame<'_>>) {
+    fn emit_item(&mut self, item: Item, frame: Option<&mut OpenFrame<'_>>) {
         match item {
+            Item::Alloc(b) | Item::Dealloc(b)
+                if frame.as_ref().is_some_and(|f| f.scratch.contains(&b)) =>
+            {
+                let operation = frame.and_then(|f| f.op).map_or("", |o| o.name);
+                self.scratch_event(b, matches!(item, Item::Alloc(_)), operation);
+            }
             Item::Alloc(b) => match frame {
-                Some((_, _, outputs)) => {
+                Some(OpenFrame { outputs, .. }) => {
                     // An allocation inside an op: TT-NN shows it under create_device_tensor,
                     // with the op's output tensor that lives in it.
                     let outs: Vec<(TensorInfo, usize)> =
                         outputs.iter().filter(|o| o.1 == b).cloned().collect();
+                    // A buffer no output lives in (scratch) has no tensor to describe.
+                    let arguments = outs
+                        .first()
+                        .map_or_else(Vec::new, |(t, _)| t.creation_arguments());
                     self.emit_frame(Frame {
                         kind: FrameKind::CreateDeviceTensor,
                         inputs: Vec::new(),
                         outputs: outs,
-                        arguments: Vec::new(),
+                        arguments,
                         stack_trace: None,
                         items: vec![Item::Alloc(b)],
                         start: Instant::now(),
@@ -355,25 +398,18 @@ impl Capture {
                 self.nodes[n].connections.push(node);
             }
             Item::Launch(l) => {
-                if let Some((start, first, _)) = frame {
-                    if std::mem::replace(first, false) {
-                        let mut p = Map::new();
-                        p.insert("device_id".into(), json!(0));
-                        let n = self.child("circular_buffer_deallocate_all", p);
-                        self.nodes[n].connections.push(start);
-                        if self.mode == RunMode::NoDispatch || !l.cache_hit {
-                            for size in &l.cbs {
-                                let mut p = Map::new();
-                                p.insert("address".into(), json!(0));
-                                p.insert(
-                                    "core_range_set".into(),
-                                    json!(format!("{{[0-0 - {}-{}]}}", l.grid.0 - 1, l.grid.1 - 1)),
-                                );
-                                p.insert("device_id".into(), json!(0));
-                                p.insert("globally_allocated".into(), json!("0"));
-                                p.insert("size".into(), json!(size));
-                                self.child("circular_buffer_allocate", p);
-                            }
+                // TT-NN tracks every program of a mesh workload before it enqueues the
+                // workload: the program-scope nodes of all of them come first, then the
+                // executions. A workload of one program over the mesh has one set.
+                if let Some(f) = frame {
+                    if std::mem::replace(&mut f.first_launch, false) {
+                        let programs = if f.op.is_some_and(|o| o.program_per_chip) {
+                            f.launches
+                        } else {
+                            &f.launches[..f.launches.len().min(1)]
+                        };
+                        for program in programs {
+                            self.program_l1(f.start, f.op, program);
                         }
                     }
                 }
@@ -421,6 +457,66 @@ impl Capture {
         }
     }
 
+    /// A program's L1 scope: TT-NN releases the previous program's circular buffers before
+    /// each program (`circular_buffer_deallocate_all`), then, when the program allocates (under
+    /// NO_DISPATCH, or on a program cache miss), shows its own per-core buffers.
+    fn program_l1(&mut self, start: usize, op: Option<&DeviceOp>, l: &LaunchRec) {
+        let mut p = Map::new();
+        p.insert("device_id".into(), json!(0));
+        let n = self.child("circular_buffer_deallocate_all", p);
+        self.nodes[n].connections.push(start);
+        if self.mode == RunMode::Normal && l.cache_hit {
+            return;
+        }
+        let whole_grid = core_range_set(l.grid.0 * l.grid.1, l.grid);
+        let used_cores = core_range_set(l.cores, l.grid);
+        let buffer = |size: u64, cores: &str, flag: (&str, &str)| {
+            let mut p = Map::new();
+            p.insert("address".into(), json!(0));
+            p.insert(flag.0.into(), json!(flag.1));
+            p.insert("core_range_set".into(), json!(cores));
+            p.insert("device_id".into(), json!(0));
+            p.insert("size".into(), json!(size));
+            p
+        };
+        match op.map_or(ProgramL1::CircularBuffers, |o| o.l1) {
+            ProgramL1::CircularBuffers => {
+                for size in &l.cbs {
+                    let p = buffer(*size, &whole_grid, ("globally_allocated", "0"));
+                    self.child("circular_buffer_allocate", p);
+                }
+            }
+            // tt-metal reports dataflow buffers only for a program that never runs (NO_DISPATCH);
+            // a running one has no allocation-time hook for them.
+            ProgramL1::DataflowBuffers if self.mode == RunMode::NoDispatch => {
+                for size in &l.cbs {
+                    let p = buffer(*size, &used_cores, ("borrows_memory", "0"));
+                    self.child("dataflow_buffer_allocate", p);
+                }
+            }
+            ProgramL1::DataflowBuffers => {}
+            ProgramL1::OnePacketBuffer => {
+                let size = l.cbs.first().copied().unwrap_or(0);
+                let p = buffer(size, &used_cores, ("globally_allocated", "0"));
+                self.child("circular_buffer_allocate", p);
+            }
+        }
+    }
+
+    /// A scratch buffer's allocation or release, kept beside the nodes (see `ScratchEvent`).
+    fn scratch_event(&mut self, b: usize, allocate: bool, operation: &str) {
+        let rec = &self.buffers[b];
+        self.scratch.push(ScratchEvent {
+            at: self.nodes.len(),
+            allocate,
+            operation: operation.to_string(),
+            buffer_type: rec.buffer_type as u8,
+            size: rec.size,
+            max_size_per_bank: rec.per_bank,
+            chips: rec.chips.clone(),
+        });
+    }
+
     fn buffer_allocate(&mut self, b: usize) {
         let node = self.buffer_node(b);
         let rec = self.buffers[b].clone();
@@ -464,36 +560,47 @@ impl Capture {
         n
     }
 
-    fn emit_frame(&mut self, f: Frame) {
+    fn emit_frame(&mut self, mut f: Frame) {
         let level = self.stack.len();
-        let name = match f.kind {
-            FrameKind::CreateDeviceTensor => "tt::tt_metal::create_device_tensor".to_string(),
-            FrameKind::DeviceOp(Some(n)) => n.to_string(),
-            FrameKind::DeviceOp(None) => first_launch(&f.items)
+        let launch = first_launch(&f.items).cloned();
+        // The device operation: named by the chip op that launched, or by the mesh op's own
+        // name when nothing launched (it failed first).
+        let op = match f.kind {
+            FrameKind::CreateDeviceTensor => None,
+            FrameKind::DeviceOp(given) => launch
+                .as_ref()
+                .and_then(|l| device_op(l.name))
+                .or_else(|| given.and_then(device_op)),
+        };
+        let name = match (&f.kind, op) {
+            (FrameKind::CreateDeviceTensor, _) => "tt::tt_metal::create_device_tensor".to_string(),
+            (_, Some(op)) => op.name.to_string(),
+            (FrameKind::DeviceOp(Some(n)), None) => n.to_string(),
+            (FrameKind::DeviceOp(None), None) => launch
+                .as_ref()
                 .map(|l| format!("{}DeviceOperation", l.name))
                 .unwrap_or_else(|| "ttnn::operation".into()),
         };
         let mut params = Map::new();
+        // TT-NN counts a device operation's two arguments (attributes, tensor args) and
+        // create_device_tensor's five.
         let inputs = match f.kind {
             FrameKind::CreateDeviceTensor => 5,
-            _ => f.inputs.len(),
+            FrameKind::DeviceOp(_) => 2,
         };
         params.insert("inputs".into(), json!(inputs.to_string()));
         params.insert("name".into(), json!(name));
-        if let FrameKind::DeviceOp(None) = f.kind {
-            let launch = first_launch(&f.items);
+        if let Some(op) = op {
             params.insert(
                 "program_cache_hit".into(),
-                json!(launch.is_some_and(|l| l.cache_hit)),
+                json!(launch.as_ref().is_some_and(|l| l.cache_hit)),
             );
-            params.insert("program_factory_index".into(), json!(0));
-            params.insert(
-                "program_factory_type".into(),
-                json!(format!(
-                    "ttnn::operations::{}::{name}::ProgramFactory",
-                    launch.map_or("".into(), |l| snake(l.name))
-                )),
-            );
+            let index = launch.as_ref().map_or(0, |l| factory_index(op, l));
+            params.insert("program_factory_index".into(), json!(index));
+            params.insert("program_factory_type".into(), json!(op.factories[index]));
+            if let Some(first) = f.arguments.first_mut() {
+                *first = format!("{}()", op.attributes);
+            }
         }
         let start = self.push("function_start", Some(params), level);
         self.nodes[start].arguments = f.arguments;
@@ -512,9 +619,29 @@ impl Capture {
         if matches!(f.kind, FrameKind::DeviceOp(_)) {
             self.runtime_id += 1;
         }
-        let mut first_launch_seen = true;
         let outputs = f.outputs;
         let is_cdt = matches!(f.kind, FrameKind::CreateDeviceTensor);
+        let scratch = if op.is_some() {
+            scratch_of(&f.items, &outputs)
+        } else {
+            Vec::new()
+        };
+        let launches: Vec<LaunchRec> = f
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Launch(l) => Some(l.clone()),
+                _ => None,
+            })
+            .collect();
+        let mut open = OpenFrame {
+            start,
+            op,
+            first_launch: true,
+            launches: &launches,
+            outputs: &outputs,
+            scratch: &scratch,
+        };
         for item in f.items {
             if is_cdt {
                 if let Item::Alloc(b) = item {
@@ -522,7 +649,7 @@ impl Capture {
                     continue;
                 }
             }
-            self.emit_item(item, Some((start, &mut first_launch_seen, &outputs)));
+            self.emit_item(item, Some(&mut open));
         }
         let mut params = Map::new();
         params.insert("name".into(), json!(name));
@@ -548,20 +675,37 @@ fn first_launch(items: &[Item]) -> Option<&LaunchRec> {
     })
 }
 
-/// "BinaryNg" -> "binary_ng".
-fn snake(name: &str) -> String {
-    let mut s = String::new();
-    for (i, c) in name.chars().enumerate() {
-        if c.is_uppercase() {
-            if i > 0 {
-                s.push('_');
-            }
-            s.extend(c.to_lowercase());
-        } else {
-            s.push(c);
-        }
+/// The buffers a device operation allocates and frees itself without returning them: TT-NN's
+/// device operations allocate only their outputs (their working memory is circular buffers).
+fn scratch_of(items: &[Item], outputs: &[(TensorInfo, usize)]) -> Vec<usize> {
+    let freed = |b: usize| {
+        items
+            .iter()
+            .any(|i| matches!(i, Item::Dealloc(d) if *d == b))
+    };
+    items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Alloc(b) if freed(*b) && !outputs.iter().any(|o| o.1 == *b) => Some(*b),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `cores` worker cores of a `grid` (columns, rows), filled row by row from (0, 0), as a
+/// CoreRangeSet prints: `{[x-y - x-y], ...}`.
+fn core_range_set(cores: u32, grid: (u32, u32)) -> String {
+    let width = grid.0.max(1);
+    let cores = cores.clamp(1, width * grid.1.max(1));
+    let (full_rows, rest) = (cores / width, cores % width);
+    let mut ranges = Vec::new();
+    if full_rows > 0 {
+        ranges.push(format!("[0-0 - {}-{}]", width - 1, full_rows - 1));
     }
-    s
+    if rest > 0 {
+        ranges.push(format!("[0-{full_rows} - {}-{full_rows}]", rest - 1));
+    }
+    format!("{{{}}}", ranges.join(", "))
 }
 
 fn layout_name(sharded: bool) -> &'static str {

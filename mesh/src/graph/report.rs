@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::recorder::PagesOf;
-use super::{end_graph_capture, Graph, Node};
+use super::{end_graph_capture, Graph, Node, ScratchEvent};
 use crate::error::{MeshError, Result};
 use crate::MeshDevice;
 
@@ -27,6 +27,9 @@ pub struct Report {
     /// ttmesh's addition: the chips each buffer node's buffer lives on.
     #[serde(default)]
     pub buffer_devices: std::collections::BTreeMap<usize, Vec<u32>>,
+    /// ttmesh's addition: allocations TT-NN's graph has no node for (see `ScratchEvent`).
+    #[serde(default)]
+    pub scratch: Vec<ScratchEvent>,
 }
 
 impl Report {
@@ -35,6 +38,7 @@ impl Report {
             nodes: self.graph.clone(),
             buffer_chips: self.buffer_devices.clone().into_iter().collect(),
             buffer_pages: self.buffer_pages.clone(),
+            scratch: self.scratch.clone(),
         }
     }
 }
@@ -125,6 +129,7 @@ pub fn write_report(path: &Path, graph: &Graph, mesh: Option<&MeshDevice>) -> Re
         cluster_descriptor: mesh.map(cluster_descriptor).unwrap_or(Value::Null),
         buffer_pages: graph.buffer_pages.clone(),
         buffer_devices: graph.buffer_chips.clone().into_iter().collect(),
+        scratch: graph.scratch.clone(),
     };
     let text = serde_json::to_string_pretty(&report).map_err(|e| MeshError::ReportFormat {
         path: path.into(),
