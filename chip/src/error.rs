@@ -277,6 +277,27 @@ pub enum RecordFault {
         region: u64,
     },
 
+    /// The trace's bytes read back for a replay are not those its capture wrote (their digest
+    /// differs): caught before any record runs. `offset` is the first byte that differs; the
+    /// site names the captured record holding it.
+    #[error("the trace's bytes in DRAM differ from those its capture wrote, first at byte {offset} (captured {captured:#04x}, now {found:#04x}); nothing of it ran. Something wrote over the trace without the emulator seeing it (an injected fault): release_trace and capture again")]
+    Damaged {
+        offset: usize,
+        captured: u8,
+        found: u8,
+    },
+
+    /// An EXEC_BUF whose trace id, address or size is not that of a live trace on this chip.
+    #[error("EXEC_BUF of trace {trace} names {pages} pages of {page_size} B at {address:#x} holding {size} B, but {captured}; the command is corrupt")]
+    NotCaptured {
+        trace: u32,
+        address: u32,
+        pages: u32,
+        page_size: u64,
+        size: u64,
+        captured: String,
+    },
+
     #[error("kernel {kernel} panicked: {message}; this is a bug in ttmesh (the queue goes on with the next command)")]
     Panicked { kernel: String, message: String },
 }

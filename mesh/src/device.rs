@@ -59,6 +59,9 @@ pub struct MeshConfig {
     pub fabric_config: FabricConfig,
     pub operation_timeout: Option<Duration>,
     pub replay_sanitizer: bool,
+    /// Check each chip's trace bytes against their capture's digest at replay (on by
+    /// default; see `ChipConfig::trace_digest`).
+    pub trace_digest: bool,
 }
 
 impl Default for MeshConfig {
@@ -72,6 +75,7 @@ impl Default for MeshConfig {
             fabric_config: FabricConfig::Fabric1D,
             operation_timeout: None,
             replay_sanitizer: true,
+            trace_digest: true,
         }
     }
 }
@@ -277,6 +281,7 @@ impl MeshDevice {
             cc.l1_small_size = config.l1_small_size;
             cc.num_command_queues = config.num_command_queues;
             cc.replay_sanitizer = config.replay_sanitizer;
+            cc.trace_digest = config.trace_digest;
             if let Some(t) = config.operation_timeout {
                 cc.operation_timeout = t;
             }
