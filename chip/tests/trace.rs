@@ -450,9 +450,10 @@ fn a_corrupted_trace_is_an_error() {
     chip.end_trace_capture(tid, CQ0).unwrap();
     chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap();
     let info = chip.trace_info(tid).unwrap();
-    chip.memory()
-        .write(MemSpace::Dram, 0, info.address, &[0xEE; 16])
-        .unwrap();
+    let original = chip.read_trace_commands(&info).unwrap();
+    let mut bytes = original.clone();
+    bytes[..16].fill(0xEE);
+    chip.write_trace_commands(&info, &bytes).unwrap();
     let msg = chip
         .execute_trace(tid, CQ0, Blocking::Yes)
         .unwrap_err()
@@ -466,9 +467,9 @@ fn a_corrupted_trace_is_an_error() {
     // A plausible but wrong record: a go signal with no launch before it.
     let mut e = ttmesh_chip::command::Encoder::new();
     e.simple(ttmesh_chip::command::Opcode::GoSignal, 0, 0);
-    chip.memory()
-        .write(MemSpace::Dram, 0, info.address, &e.bytes)
-        .unwrap();
+    let mut bytes = original.clone();
+    bytes[..e.bytes.len()].copy_from_slice(&e.bytes);
+    chip.write_trace_commands(&info, &bytes).unwrap();
     assert!(chip
         .execute_trace(tid, CQ0, Blocking::Yes)
         .unwrap_err()

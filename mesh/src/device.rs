@@ -158,12 +158,18 @@ impl HeldMemory for HeldChipBank<'_, '_> {
     }
 }
 
+/// A chip's refusal of a fabric delivery into its memory, naming the delivery as what wrote
+/// when it would have landed in a live trace.
+fn delivery_refused(e: ttmesh_chip::ChipError) -> MemoryError {
+    MemoryError::new(e.written_by(|| "a fabric delivery".into()))
+}
+
 impl ChipMemory for ChipPort {
     fn write(&self, dest: NocAddr, data: &[u8]) -> std::result::Result<(), MemoryError> {
         self.chip()?
             .memory()
             .write(chip_space(&dest), dest.bank, dest.addr, data)
-            .map_err(MemoryError::new)
+            .map_err(delivery_refused)
     }
 
     fn read(&self, src: NocAddr, out: &mut [u8]) -> std::result::Result<(), MemoryError> {
@@ -194,7 +200,7 @@ impl ChipMemory for ChipPort {
         self.chip()?
             .memory()
             .write_with(chip_space(&dest), dest.bank, dest.addr, len, f)
-            .map_err(MemoryError::new)
+            .map_err(delivery_refused)
     }
 
     fn try_read_with(
@@ -228,7 +234,7 @@ impl ChipMemory for ChipPort {
                     None => f(o, out, None),
                 },
             )
-            .map_err(MemoryError::new)
+            .map_err(delivery_refused)
     }
 
     fn copy_from(
@@ -249,7 +255,7 @@ impl ChipMemory for ChipPort {
                 (chip_space(&from), from.bank, from.addr),
                 len,
             )
-            .map_err(MemoryError::new)
+            .map_err(delivery_refused)
     }
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {

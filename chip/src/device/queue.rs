@@ -495,6 +495,13 @@ impl Dispatcher {
                     }
                     Ok(Launched::Done) => self.record_launch(started.elapsed()),
                     Err(e) => {
+                        let site = self.site(trace, offset, Some(Opcode::GoSignal));
+                        let e = e.written_by(|| {
+                            format!(
+                                "kernel {} (program {program_id}, launched by {site})",
+                                p.kernel.name()
+                            )
+                        });
                         self.record_launch(started.elapsed());
                         return Err(e.into());
                     }

@@ -265,11 +265,15 @@ impl Chip {
         Ok(bytes)
     }
 
-    /// Writes `bytes` over a live trace's commands from its start, as a stray write would.
+    /// Writes `bytes` over a live trace's commands from its start: fault injection, standing
+    /// for damage the emulator cannot see (a DRAM fault), so it passes the refusal of writes
+    /// into live traces (`DeviceMemory::check_write`). A replay's digest check catches it
+    /// unless `set_trace_digest(false)`.
     pub fn write_trace_commands(&self, info: &TraceInfo, bytes: &[u8]) -> Result<()> {
         for (p, page) in bytes.chunks(info.page_size as usize).enumerate() {
             let (bank, addr) = self.trace_page(info, p as u64);
-            self.memory().write(MemSpace::Dram, bank, addr, page)?;
+            self.memory()
+                .write_past_trace_guard(MemSpace::Dram, bank, addr, page)?;
         }
         Ok(())
     }
@@ -356,6 +360,11 @@ impl Chip {
             let (bank, addr) = alloc.page_map().location(p);
             let page = &bytes[(p * page_size) as usize..((p + 1) * page_size) as usize];
             self.memory().write(MemSpace::Dram, bank, addr, page)?;
+        }
+        if !without_dispatch {
+            // From here on, writes into these bytes are refused: a replay runs them.
+            self.memory()
+                .guard_trace(tid.0, alloc.address, alloc.address + alloc.per_bank_size);
         }
         let (guards, private, watermark) = self.with_allocator(|a| {
             let mut guards = Vec::new();
@@ -554,6 +563,7 @@ impl Chip {
             let r = table.traces.remove(&tid.0);
             r.ok_or_else(|| self.unknown_trace(&table, tid, "release"))?
         };
+        self.memory().unguard_trace(tid.0);
         self.deallocate(&record.alloc)
     }
 
