@@ -117,6 +117,10 @@ pub enum ChipError {
     #[error("{0}")]
     Trace(String),
 
+    /// A write refused because it would land inside a live trace's bytes in DRAM.
+    #[error("{0}")]
+    IntoLiveTrace(LiveTraceWrite),
+
     #[error("{0}")]
     Queue(String),
 
@@ -277,11 +281,83 @@ pub enum RecordFault {
         region: u64,
     },
 
+    /// The trace's bytes read back for a replay are not those its capture wrote (their digest
+    /// differs): caught before any record runs. `offset` is the first byte that differs; the
+    /// site names the captured record holding it.
+    #[error("the trace's bytes in DRAM differ from those its capture wrote, first at byte {offset} (captured {captured:#04x}, now {found:#04x}); nothing of it ran. Something wrote over the trace without the emulator seeing it (an injected fault): release_trace and capture again")]
+    Damaged {
+        offset: usize,
+        captured: u8,
+        found: u8,
+    },
+
+    /// An EXEC_BUF whose trace id, address or size is not that of a live trace on this chip.
+    #[error("EXEC_BUF of trace {trace} names {pages} pages of {page_size} B at {address:#x} holding {size} B, but {captured}; the command is corrupt")]
+    NotCaptured {
+        trace: u32,
+        address: u32,
+        pages: u32,
+        page_size: u64,
+        size: u64,
+        captured: String,
+    },
+
+    /// The record writes into a live trace's bytes (refused before any of its pages is written).
+    #[error("{0}")]
+    IntoLiveTrace(LiveTraceWrite),
+
     #[error("kernel {kernel} panicked: {message}; this is a bug in ttmesh (the queue goes on with the next command)")]
     Panicked { kernel: String, message: String },
 }
 
 pub type Result<T, E = ChipError> = std::result::Result<T, E>;
+
+/// A write that would land inside a live trace's bytes: a replay would run whatever it wrote
+/// (on hardware, how an out-of-bounds kernel corrupts a trace), so it is refused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveTraceWrite {
+    /// What wrote, as precisely as the refusing code knew it ("a write" at the memory; the
+    /// record, kernel or fabric delivery where its caller names it).
+    pub by: String,
+    pub chip: u32,
+    pub bank: u32,
+    pub address: u64,
+    pub len: u64,
+    pub trace: u32,
+    /// The trace's bytes in every DRAM bank: [start, end).
+    pub trace_bytes: (u64, u64),
+}
+
+impl fmt::Display for LiveTraceWrite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of {} B to chip {} DRAM bank {} at {:#x} would land inside live trace {}'s bytes ([{:#x}, {:#x}) of every DRAM bank) and was refused: a replay would run whatever it wrote. Write only inside buffers that are allocated, or release_trace first",
+            self.by,
+            self.len,
+            self.chip,
+            self.bank,
+            self.address,
+            self.trace,
+            self.trace_bytes.0,
+            self.trace_bytes.1
+        )
+    }
+}
+
+impl ChipError {
+    /// Names what wrote in a refused write into a live trace (see [`LiveTraceWrite::by`]);
+    /// any other error is returned as it is.
+    pub fn written_by(self, by: impl FnOnce() -> String) -> ChipError {
+        match self {
+            ChipError::IntoLiveTrace(mut w) => {
+                w.by = by();
+                ChipError::IntoLiveTrace(w)
+            }
+            other => other,
+        }
+    }
+}
 
 /// The sentence TT-NN appends to an out-of-memory error when the L1_SMALL region is 0 B.
 pub const L1_SMALL_EMPTY_HINT: &str = "The L1_SMALL region is 0 B because it is reserved at device open; set l1_small_size large enough for this allocation when opening the device.";

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::allocator::MemSpace;
-use crate::error::{ChipError, Result};
+use crate::error::{ChipError, LiveTraceWrite, Result};
 
 mod held_bank;
 mod held_reads;
@@ -296,9 +296,13 @@ pub struct DeviceMemory {
     l1_bank_size: u64,
     host_size: u64,
     /// DRAM addresses from here up (the TRACE region) count their writes and discards in
-    /// `watched_epoch`, so a dispatcher may keep a trace's bytes between replays.
+    /// `watched_epoch`, so a dispatcher may keep a trace's bytes between replays; and only
+    /// writes reaching here can land in a live trace, so every other write costs one compare.
     watch_from: AtomicU64,
     watched_epoch: AtomicU64,
+    /// Live traces' bytes in DRAM: (trace id, [start, end) in every bank), all in the TRACE
+    /// region. Writes into them are refused (`check_write`).
+    live_traces: RwLock<Vec<(u32, u64, u64)>>,
     /// Chunks `discard` dropped, kept for the next writes (at most `POOL_BYTES`): a buffer
     /// freed and allocated again, like a collective's scratch at every launch, then costs no
     /// allocation, page faults or zeroing of memory the write covers anyway.
@@ -340,6 +344,7 @@ impl DeviceMemory {
             host_size,
             watch_from: AtomicU64::new(u64::MAX),
             watched_epoch: AtomicU64::new(0),
+            live_traces: RwLock::new(Vec::new()),
             pools: Default::default(),
             resident: Resident::new(
                 (num_dram_banks, dram_bank_size),
@@ -358,6 +363,56 @@ impl DeviceMemory {
     /// Changes whenever watched DRAM (the TRACE region) may have changed.
     pub fn watched_epoch(&self) -> u64 {
         self.watched_epoch.load(Ordering::Acquire)
+    }
+
+    /// Refuses from now on every write into [start, end) of each DRAM bank, the bytes of
+    /// live trace `trace` (written before this is called), until `unguard_trace`.
+    pub(crate) fn guard_trace(&self, trace: u32, start: u64, end: u64) {
+        debug_assert!(start >= self.watch_from.load(Ordering::Relaxed));
+        self.live_traces.write().push((trace, start, end));
+    }
+
+    /// Lets writes into trace `trace`'s bytes through again (it is being released).
+    pub(crate) fn unguard_trace(&self, trace: u32) {
+        self.live_traces.write().retain(|&(t, ..)| t != trace);
+    }
+
+    /// Does [addr, end) of a DRAM bank overlap a live trace's bytes? Which one, and where.
+    fn live_trace_in(&self, addr: u64, end: u64) -> Option<(u32, u64, u64)> {
+        (end > self.watch_from.load(Ordering::Relaxed))
+            .then(|| {
+                let live = self.live_traces.read();
+                live.iter().copied().find(|&(_, s, e)| addr < e && s < end)
+            })
+            .flatten()
+    }
+
+    /// An error if `len` bytes written at `addr` of a bank would land inside a live trace's
+    /// bytes: a replay would run them. One compare for any write below the TRACE region
+    /// (all but a trace's own).
+    pub fn check_write(&self, space: MemSpace, bank: u32, addr: u64, len: u64) -> Result<()> {
+        if space != MemSpace::Dram {
+            return Ok(());
+        }
+        match self.live_trace_in(addr, addr.saturating_add(len)) {
+            None => Ok(()),
+            Some((trace, start, end)) => Err(ChipError::IntoLiveTrace(LiveTraceWrite {
+                by: "a write".into(),
+                chip: self.chip,
+                bank,
+                address: addr,
+                len,
+                trace,
+                trace_bytes: (start, end),
+            })),
+        }
+    }
+
+    /// `check_write`, then counts a write that reaches the TRACE region in the watched epoch.
+    fn admit(&self, space: MemSpace, bank: u32, addr: u64, len: u64) -> Result<()> {
+        self.check_write(space, bank, addr, len)?;
+        self.touch(space, addr + len);
+        Ok(())
     }
 
     fn touch(&self, space: MemSpace, end: u64) {
@@ -387,7 +442,34 @@ impl DeviceMemory {
     }
 
     pub fn write(&self, space: MemSpace, bank: u32, addr: u64, data: &[u8]) -> Result<()> {
+        self.write_checked(space, bank, addr, data, true)
+    }
+
+    /// `write` that may land inside a live trace's bytes: for tools that damage a trace on
+    /// purpose, standing for what the emulator cannot see (a DRAM fault); the replay's
+    /// digest check is then what catches it.
+    pub(crate) fn write_past_trace_guard(
+        &self,
+        space: MemSpace,
+        bank: u32,
+        addr: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        self.write_checked(space, bank, addr, data, false)
+    }
+
+    fn write_checked(
+        &self,
+        space: MemSpace,
+        bank: u32,
+        addr: u64,
+        data: &[u8],
+        guarded: bool,
+    ) -> Result<()> {
         let lock = self.bank(space, bank, addr, data.len() as u64)?;
+        if guarded {
+            self.check_write(space, bank, addr, data.len() as u64)?;
+        }
         self.touch(space, addr + data.len() as u64);
         for (off, chunk, in_chunk, n) in chunk_spans(addr, data.len(), chunk_size(space)) {
             // Locked per chunk (see `read_in_place`).
@@ -436,7 +518,7 @@ impl DeviceMemory {
         mut f: impl FnMut(usize, &mut [u8], Option<&HeldBank>) -> bool,
     ) -> Result<()> {
         let lock = self.bank(space, bank, addr, len as u64)?;
-        self.touch(space, addr + len as u64);
+        self.admit(space, bank, addr, len as u64)?;
         let size = self.bank_size(space);
         let mut staged = Vec::new();
         for (off, chunk, in_chunk, n) in chunk_spans(addr, len, chunk_size(space)) {
@@ -529,7 +611,7 @@ impl DeviceMemory {
             read_soon(src_lock).read_into(from, &mut staged);
             return self.write(space, bank, to, &staged);
         }
-        self.touch(space, to + len as u64);
+        self.admit(space, bank, to, len as u64)?;
         let mut staged = Vec::new();
         for (off, chunk, in_chunk, n) in chunk_spans(to, len, chunk_size(space)) {
             let from = from + off as u64;
@@ -669,6 +751,11 @@ impl DeviceMemory {
         let Ok(lock) = self.bank(space, bank, addr, end - addr) else {
             return;
         };
+        // Dropping chunks only gives host memory back (freed memory may read as anything), so
+        // a live trace's bytes are simply kept; only its release's free reaches them.
+        if space == MemSpace::Dram && self.live_trace_in(addr, end).is_some() {
+            return;
+        }
         self.touch(space, end);
         let chunk = chunk_size(space);
         let first = addr.div_ceil(chunk);

@@ -436,9 +436,13 @@ fn replays_compute_with_each_new_input() {
 }
 
 /// Bytes in the trace region are what replays run: garbage there is an error, not a panic.
+/// (The digest is off: these are the dispatcher's own checks of each record.)
 #[test]
 fn a_corrupted_trace_is_an_error() {
-    let chip = chip_with(|c| c.trace_region_size = 1 << 20);
+    let chip = chip_with(|c| {
+        c.trace_region_size = 1 << 20;
+        c.trace_digest = false;
+    });
     let x = one_tile(&chip);
     let y = relu_chain(&x, 1);
     let tid = chip.begin_trace_capture(CQ0).unwrap();
@@ -446,9 +450,10 @@ fn a_corrupted_trace_is_an_error() {
     chip.end_trace_capture(tid, CQ0).unwrap();
     chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap();
     let info = chip.trace_info(tid).unwrap();
-    chip.memory()
-        .write(MemSpace::Dram, 0, info.address, &[0xEE; 16])
-        .unwrap();
+    let original = chip.read_trace_commands(&info).unwrap();
+    let mut bytes = original.clone();
+    bytes[..16].fill(0xEE);
+    chip.write_trace_commands(&info, &bytes).unwrap();
     let msg = chip
         .execute_trace(tid, CQ0, Blocking::Yes)
         .unwrap_err()
@@ -462,14 +467,85 @@ fn a_corrupted_trace_is_an_error() {
     // A plausible but wrong record: a go signal with no launch before it.
     let mut e = ttmesh_chip::command::Encoder::new();
     e.simple(ttmesh_chip::command::Opcode::GoSignal, 0, 0);
-    chip.memory()
-        .write(MemSpace::Dram, 0, info.address, &e.bytes)
-        .unwrap();
+    let mut bytes = original.clone();
+    bytes[..e.bytes.len()].copy_from_slice(&e.bytes);
+    chip.write_trace_commands(&info, &bytes).unwrap();
     assert!(chip
         .execute_trace(tid, CQ0, Blocking::Yes)
         .unwrap_err()
         .to_string()
         .contains("go signal for program 0 without its launch"));
+    drop(y2);
+}
+
+/// A trace whose bytes changed after capture (by a write the emulator did not see) is refused
+/// before any record runs, naming the chip, the trace and the first changed byte; once the
+/// bytes are put back it replays again.
+#[test]
+fn a_damaged_trace_is_refused_by_its_digest_before_anything_runs() {
+    let chip = chip_with(|c| c.trace_region_size = 1 << 20);
+    let x = one_tile(&chip);
+    let y = relu_chain(&x, 1);
+    let tid = chip.begin_trace_capture(CQ0).unwrap();
+    let y2 = ops::relu(&x, &OpOptions::into_output(&y)).unwrap();
+    chip.end_trace_capture(tid, CQ0).unwrap();
+    chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap();
+    let before = y.to_host(CQ0).unwrap().to_f32_vec();
+    let info = chip.trace_info(tid).unwrap();
+    let original = chip.read_trace_commands(&info).unwrap();
+    // New input: a replay that ran anything would change y.
+    let negated: Vec<f32> = x
+        .to_host(CQ0)
+        .unwrap()
+        .to_f32_vec()
+        .iter()
+        .map(|v| -v)
+        .collect();
+    x.copy_from_host(
+        &HostTensor::from_f32(vec![32, 32], DataType::BFloat16, negated.clone()).unwrap(),
+        CQ0,
+    )
+    .unwrap();
+    for offset in [0, 9, 100, original.len() - 1] {
+        let mut bytes = original.clone();
+        bytes[offset] ^= 0x10;
+        chip.write_trace_commands(&info, &bytes).unwrap();
+        let e = chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap_err();
+        match &e {
+            ChipError::BadRecord {
+                site,
+                fault: ttmesh_chip::error::RecordFault::Damaged { offset: at, .. },
+            } => {
+                assert_eq!(
+                    (site.chip, site.trace, *at),
+                    (0, Some(tid.0), offset),
+                    "{e}"
+                );
+                assert!(site.offset <= offset, "{e}");
+            }
+            other => panic!("expected a damaged-trace error at byte {offset}, got: {other}"),
+        }
+        assert!(
+            e.to_string().contains(&format!("first at byte {offset} ")),
+            "{e}"
+        );
+        assert_eq!(
+            y.to_host(CQ0).unwrap().to_f32_vec(),
+            before,
+            "something ran"
+        );
+    }
+    chip.write_trace_commands(&info, &original).unwrap();
+    chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap();
+    let want: Vec<f32> = negated.iter().map(|v| v.max(0.0)).collect();
+    assert_eq!(y.to_host(CQ0).unwrap().to_f32_vec(), want);
+    // Off, the damaged bytes run (and here fail on their own).
+    chip.set_trace_digest(false);
+    let mut bytes = original.clone();
+    bytes[0] = 0xEE;
+    chip.write_trace_commands(&info, &bytes).unwrap();
+    let e = chip.execute_trace(tid, CQ0, Blocking::Yes).unwrap_err();
+    assert!(e.to_string().contains("unknown opcode 0xee"), "{e}");
     drop(y2);
 }
 

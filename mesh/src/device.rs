@@ -59,6 +59,9 @@ pub struct MeshConfig {
     pub fabric_config: FabricConfig,
     pub operation_timeout: Option<Duration>,
     pub replay_sanitizer: bool,
+    /// Check each chip's trace bytes against their capture's digest at replay (on by
+    /// default; see `ChipConfig::trace_digest`).
+    pub trace_digest: bool,
 }
 
 impl Default for MeshConfig {
@@ -72,6 +75,7 @@ impl Default for MeshConfig {
             fabric_config: FabricConfig::Fabric1D,
             operation_timeout: None,
             replay_sanitizer: true,
+            trace_digest: true,
         }
     }
 }
@@ -154,12 +158,18 @@ impl HeldMemory for HeldChipBank<'_, '_> {
     }
 }
 
+/// A chip's refusal of a fabric delivery into its memory, naming the delivery as what wrote
+/// when it would have landed in a live trace.
+fn delivery_refused(e: ttmesh_chip::ChipError) -> MemoryError {
+    MemoryError::new(e.written_by(|| "a fabric delivery".into()))
+}
+
 impl ChipMemory for ChipPort {
     fn write(&self, dest: NocAddr, data: &[u8]) -> std::result::Result<(), MemoryError> {
         self.chip()?
             .memory()
             .write(chip_space(&dest), dest.bank, dest.addr, data)
-            .map_err(MemoryError::new)
+            .map_err(delivery_refused)
     }
 
     fn read(&self, src: NocAddr, out: &mut [u8]) -> std::result::Result<(), MemoryError> {
@@ -190,7 +200,7 @@ impl ChipMemory for ChipPort {
         self.chip()?
             .memory()
             .write_with(chip_space(&dest), dest.bank, dest.addr, len, f)
-            .map_err(MemoryError::new)
+            .map_err(delivery_refused)
     }
 
     fn try_read_with(
@@ -224,7 +234,7 @@ impl ChipMemory for ChipPort {
                     None => f(o, out, None),
                 },
             )
-            .map_err(MemoryError::new)
+            .map_err(delivery_refused)
     }
 
     fn copy_from(
@@ -245,7 +255,7 @@ impl ChipMemory for ChipPort {
                 (chip_space(&from), from.bank, from.addr),
                 len,
             )
-            .map_err(MemoryError::new)
+            .map_err(delivery_refused)
     }
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {
@@ -277,6 +287,7 @@ impl MeshDevice {
             cc.l1_small_size = config.l1_small_size;
             cc.num_command_queues = config.num_command_queues;
             cc.replay_sanitizer = config.replay_sanitizer;
+            cc.trace_digest = config.trace_digest;
             if let Some(t) = config.operation_timeout {
                 cc.operation_timeout = t;
             }

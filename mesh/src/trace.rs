@@ -284,6 +284,14 @@ impl MeshDevice {
         }
     }
 
+    /// Turns every chip's check of its trace bytes against their digest on or off
+    /// (`MeshConfig::trace_digest`).
+    pub fn set_trace_digest(&self, on: bool) {
+        for c in self.chips() {
+            c.set_trace_digest(on);
+        }
+    }
+
     pub fn create_event(&self) -> MeshEvent {
         MeshEvent {
             events: self.chips().iter().map(|c| c.create_event()).collect(),

@@ -34,11 +34,18 @@ struct Fixture {
     golden: Vec<Vec<f32>>,
 }
 
+/// Without the trace digest, which would refuse every mutation before a record ran: the
+/// per-record checks are what most tests here are of.
 fn fixture() -> Fixture {
+    fixture_with_digest(false)
+}
+
+fn fixture_with_digest(trace_digest: bool) -> Fixture {
     let mesh = MeshDevice::open(MeshConfig {
         topology: "n300".into(),
         trace_region_size: 1 << 20,
         operation_timeout: Some(TIMEOUT),
+        trace_digest,
         ..Default::default()
     })
     .unwrap();
@@ -263,4 +270,64 @@ fn mutated_mesh_traces_fail_cleanly_and_the_mesh_recovers() {
         "close and drop took {:?}",
         started.elapsed()
     );
+}
+
+/// With the digest on, damage to one chip's trace is refused by that chip before any of its
+/// records runs, naming the chip, the trace and the damaged byte; the other chip's collective
+/// does not wait for it, and the mesh then replays the good trace.
+#[test]
+fn a_damaged_chip_trace_is_refused_by_its_digest() {
+    let f = fixture_with_digest(true);
+    for damaged in 0..f.traces.len() {
+        let (info, original, _) = &f.traces[damaged];
+        let offset = original.len() / 3;
+        let mut bytes = original.clone();
+        bytes[offset] ^= 0x04;
+        f.mesh.chips()[damaged]
+            .write_trace_commands(info, &bytes)
+            .unwrap();
+        let started = Instant::now();
+        let e = f.mesh.execute_trace(f.tid, CQ0, Blocking::Yes).unwrap_err();
+        assert!(started.elapsed() < TIMEOUT, "took {:?}", started.elapsed());
+        let id = f.mesh.chips()[damaged].id();
+        match &e {
+            MeshError::Chip {
+                chip,
+                source:
+                    ChipError::BadRecord {
+                        site,
+                        fault: RecordFault::Damaged { offset: at, .. },
+                    },
+            } => assert_eq!(
+                (*chip, site.chip, site.trace, *at),
+                (id, id, Some(f.tid.0), offset),
+                "{e}"
+            ),
+            other => panic!("chip {id} damaged at byte {offset}: {other}"),
+        }
+        f.replay_good().unwrap();
+    }
+}
+
+/// A fabric delivery into a chip's live trace (a collective given a wrong address) is refused
+/// by the receiving chip, naming the delivery, the chip and the address.
+#[test]
+fn a_fabric_delivery_into_a_live_trace_is_refused() {
+    let f = fixture_with_digest(true);
+    let (info, _, _) = &f.traces[1];
+    let to = f.mesh.chips()[1].id();
+    let fabric = f.mesh.fabric().expect("n300 has a fabric");
+    let tx = fabric.sender(f.mesh.chips()[0].id()).unwrap();
+    let at = ttmesh_fabric::NocAddr::dram(0, info.address + 64);
+    let sent = tx.unicast_write(to, at, &[0xAB; 128], 0);
+    let e = sent.and_then(|_| tx.flush()).unwrap_err().to_string();
+    let want = format!(
+        "a fabric delivery of 128 B to chip {to} DRAM bank 0 at {:#x} would land inside live trace {}'s bytes",
+        info.address + 64,
+        f.tid.0
+    );
+    assert!(e.contains(&want), "{e}");
+    // Nothing reached the trace.
+    let now = f.mesh.chips()[1].read_trace_commands(info).unwrap();
+    assert_eq!(now, f.traces[1].1);
 }

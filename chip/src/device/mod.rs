@@ -69,6 +69,10 @@ pub struct ChipConfig {
     pub operation_timeout: Duration,
     /// Refuse to replay a trace whose captured buffers moved (on by default).
     pub replay_sanitizer: bool,
+    /// Check a trace's command bytes against the digest taken at capture whenever a replay
+    /// reads them from DRAM, so damage is an error naming the first damaged byte rather than
+    /// a wrong result (on by default; `Chip::set_trace_digest` changes it).
+    pub trace_digest: bool,
 }
 
 impl ChipConfig {
@@ -82,6 +86,7 @@ impl ChipConfig {
             num_command_queues: 1,
             operation_timeout: default_operation_timeout(),
             replay_sanitizer: true,
+            trace_digest: true,
         }
     }
 }
@@ -130,6 +135,8 @@ pub(crate) struct ChipShared {
     launches: AtomicU64,
     kernel_ns: AtomicU64,
     pub(crate) sanitizer: AtomicBool,
+    /// Whether replays check their trace's digest (`ChipConfig::trace_digest`).
+    pub(crate) trace_digest: AtomicBool,
     /// Told of every record a dispatcher refuses (see [`Chip::on_refused_record`]).
     refusal_listener: Mutex<Option<RefusalListener>>,
     observer: observer::ObserverSlot,
@@ -249,6 +256,7 @@ impl Chip {
             launches: AtomicU64::new(0),
             kernel_ns: AtomicU64::new(0),
             sanitizer: AtomicBool::new(config.replay_sanitizer),
+            trace_digest: AtomicBool::new(config.trace_digest),
             refusal_listener: Mutex::new(None),
             observer: Default::default(),
         });

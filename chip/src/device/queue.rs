@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::ring::{HostRing, PendingKernel};
+use super::trace::ReplayRefusal;
 use super::validate::{
     allowed_in_trace, check_launch_shape, check_operands, check_pages, panic_message, Regions,
 };
@@ -166,7 +167,8 @@ pub(crate) struct Dispatcher {
     trace_scratch: Vec<u8>,
     /// Which trace `trace_scratch` holds: (id, address, pages, size, TRACE-region epoch). The
     /// same key means no byte of the region changed since it was read, so the read is skipped.
-    scratch_key: Option<(u32, u32, u32, u64, u64)>,
+    /// Whether they were checked against the trace's digest is part of the key.
+    scratch_key: Option<(u32, u32, u32, u64, u64, bool)>,
     programs: Vec<Arc<Program>>,
     launch: PendingLaunch,
     /// The id of the program whose kernel runs now: named if it panics.
@@ -493,6 +495,13 @@ impl Dispatcher {
                     }
                     Ok(Launched::Done) => self.record_launch(started.elapsed()),
                     Err(e) => {
+                        let site = self.site(trace, offset, Some(Opcode::GoSignal));
+                        let e = e.written_by(|| {
+                            format!(
+                                "kernel {} (program {program_id}, launched by {site})",
+                                p.kernel.name()
+                            )
+                        });
                         self.record_launch(started.elapsed());
                         return Err(e.into());
                     }
@@ -604,7 +613,8 @@ impl Dispatcher {
         Ok(out)
     }
 
-    /// Reads a trace's bytes from DRAM (interleaved pages) and executes them.
+    /// Reads a trace's bytes from DRAM (interleaved pages), checks them against the capture's
+    /// digest (`ChipConfig::trace_digest`) and executes them.
     fn replay(
         &mut self,
         shared: &ChipShared,
@@ -613,24 +623,28 @@ impl Dispatcher {
         page_size: u64,
         num_pages: u32,
         size: u64,
-    ) -> Result<()> {
+    ) -> Result<(), Failure> {
         let banks = shared.config.arch.num_dram_banks as u64;
         let total = page_size as usize * num_pages as usize;
         if (size as usize) > total {
             return Err(ChipError::Trace(format!(
                 "trace {trace_id}: {size} B do not fit in {num_pages} pages"
-            )));
+            ))
+            .into());
         }
         let started = Instant::now();
         let mut bytes = std::mem::take(&mut self.trace_scratch);
+        let checked = shared.trace_digest.load(Ordering::Relaxed);
         // The epoch is read before the pages: a write racing with the read changes it, and
-        // the next replay reads again.
+        // the next replay reads again. Bytes kept from an unchecked replay are read and
+        // checked again once checks are on.
         let key = (
             trace_id,
             address,
             num_pages,
             size,
             shared.memory.watched_epoch(),
+            checked,
         );
         if self.scratch_key != Some(key) {
             self.scratch_key = None;
@@ -641,7 +655,32 @@ impl Dispatcher {
                 let dst = &mut bytes[(p * page_size) as usize..((p + 1) * page_size) as usize];
                 if let Err(e) = shared.memory.read(MemSpace::Dram, bank, addr, dst) {
                     self.trace_scratch = bytes;
-                    return Err(e);
+                    return Err(e.into());
+                }
+            }
+            // Kept bytes were checked when read: every write that could change them since
+            // would have changed the epoch.
+            if checked {
+                let place = (address, page_size, num_pages);
+                let verdict =
+                    shared
+                        .traces
+                        .lock()
+                        .check_replay(trace_id, place, &bytes[..size as usize]);
+                if let Err(refusal) = verdict {
+                    self.trace_scratch = bytes;
+                    return Err(match refusal {
+                        ReplayRefusal::NotCaptured(fault) => Failure::Refused(fault),
+                        ReplayRefusal::Damaged {
+                            record,
+                            opcode,
+                            fault,
+                        } => ChipError::BadRecord {
+                            site: self.site(Some(trace_id), record, opcode),
+                            fault,
+                        }
+                        .into(),
+                    });
                 }
             }
             self.scratch_key = Some(key);
@@ -704,7 +743,7 @@ impl Dispatcher {
         self.flush_launches(shared);
         shared.record_replay(trace_id, commands, started.elapsed());
         self.trace_scratch = bytes;
-        result
+        result.map_err(Failure::from)
     }
 }
 

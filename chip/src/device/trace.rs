@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{Chip, CqId};
 use crate::allocator::{Allocation, AllocationRequest, BufferType, MemSpace, Placement};
 use crate::command::{Encoder, Opcode, HEADER_BYTES};
-use crate::error::{ChipError, Result};
+use crate::error::{ChipError, RecordFault, Result};
 use crate::program::Access;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -84,6 +84,31 @@ pub(crate) struct TraceRecord {
     /// Captured during a NO_DISPATCH graph capture: its commands were encoded (so its size is
     /// exact) but never written to the TRACE region, so it can replay only under NO_DISPATCH.
     captured_without_dispatch: bool,
+    /// `trace_digest` of the command bytes as captured: a replay that reads them back from
+    /// DRAM checks it before any record runs.
+    digest: u64,
+    /// The command bytes as captured, compared only when the digest differs, to name the
+    /// first damaged byte.
+    captured: Vec<u8>,
+}
+
+/// The digest a replay checks a trace's command bytes against. xxh3 (64-bit) for speed: it
+/// hashes at memory bandwidth, so a check costs about what reading the bytes from DRAM
+/// did; 64 bits make a damaged trace that keeps its digest a 2^-64 chance.
+pub(crate) fn trace_digest(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes)
+}
+
+/// Why bytes read back for an EXEC_BUF may not run: the record is not a live trace's
+/// (refused at the EXEC_BUF), or the trace's bytes were damaged (refused at the record
+/// holding the first damaged byte, whose offset and opcode in the capture are given).
+pub(crate) enum ReplayRefusal {
+    NotCaptured(RecordFault),
+    Damaged {
+        record: usize,
+        opcode: Option<Opcode>,
+        fault: RecordFault,
+    },
 }
 
 #[derive(Default)]
@@ -102,6 +127,69 @@ impl TraceTable {
             t.last_replay = elapsed;
             t.replayed_commands = commands;
         }
+    }
+    /// Checks an EXEC_BUF and the command bytes it read from DRAM against the capture of
+    /// its trace: the same place and size, and the same bytes by digest.
+    pub(crate) fn check_replay(
+        &self,
+        trace_id: u32,
+        (address, page_size, num_pages): (u32, u64, u32),
+        bytes: &[u8],
+    ) -> Result<(), ReplayRefusal> {
+        let not_captured = |captured: String| {
+            ReplayRefusal::NotCaptured(RecordFault::NotCaptured {
+                trace: trace_id,
+                address,
+                pages: num_pages,
+                page_size,
+                size: bytes.len() as u64,
+                captured,
+            })
+        };
+        let Some(t) = self.traces.get(&trace_id) else {
+            return Err(not_captured(format!(
+                "this chip has no live trace {trace_id}"
+            )));
+        };
+        let placed = (t.alloc.address, t.page_size, t.num_pages, t.size);
+        if placed
+            != (
+                address as u64,
+                page_size,
+                num_pages as u64,
+                bytes.len() as u64,
+            )
+        {
+            return Err(not_captured(format!(
+                "trace {trace_id} was captured as {} pages of {} B at {:#x} holding {} B",
+                t.num_pages, t.page_size, t.alloc.address, t.size
+            )));
+        }
+        if trace_digest(bytes) == t.digest {
+            return Ok(());
+        }
+        // Same length (checked above), different digest: some byte differs.
+        let offset = bytes
+            .iter()
+            .zip(&t.captured)
+            .position(|(a, b)| a != b)
+            .unwrap_or(0);
+        // The capture's own bytes always decode.
+        let record = crate::command::record_offsets(&t.captured)
+            .unwrap_or_default()
+            .into_iter()
+            .take_while(|&at| at <= offset)
+            .last()
+            .unwrap_or(0);
+        Err(ReplayRefusal::Damaged {
+            record,
+            opcode: t.captured.get(record).copied().and_then(Opcode::from_u8),
+            fault: RecordFault::Damaged {
+                offset,
+                captured: t.captured[offset],
+                found: bytes[offset],
+            },
+        })
     }
     fn total_size(&self) -> u64 {
         self.traces.values().map(|t| t.alloc.size()).sum()
@@ -177,11 +265,15 @@ impl Chip {
         Ok(bytes)
     }
 
-    /// Writes `bytes` over a live trace's commands from its start, as a stray write would.
+    /// Writes `bytes` over a live trace's commands from its start: fault injection, standing
+    /// for damage the emulator cannot see (a DRAM fault), so it passes the refusal of writes
+    /// into live traces (`DeviceMemory::check_write`). A replay's digest check catches it
+    /// unless `set_trace_digest(false)`.
     pub fn write_trace_commands(&self, info: &TraceInfo, bytes: &[u8]) -> Result<()> {
         for (p, page) in bytes.chunks(info.page_size as usize).enumerate() {
             let (bank, addr) = self.trace_page(info, p as u64);
-            self.memory().write(MemSpace::Dram, bank, addr, page)?;
+            self.memory()
+                .write_past_trace_guard(MemSpace::Dram, bank, addr, page)?;
         }
         Ok(())
     }
@@ -230,6 +322,8 @@ impl Chip {
         end.simple(Opcode::ExecBufEnd, 0, 0);
         bytes.extend_from_slice(&end.bytes);
         let size = bytes.len() as u64;
+        let digest = trace_digest(&bytes);
+        let captured = bytes.clone();
         let banks = self.arch().num_dram_banks as u64;
         let (page_size, padded) = trace_page_size(size, banks);
         let num_pages = padded / page_size;
@@ -266,6 +360,11 @@ impl Chip {
             let (bank, addr) = alloc.page_map().location(p);
             let page = &bytes[(p * page_size) as usize..((p + 1) * page_size) as usize];
             self.memory().write(MemSpace::Dram, bank, addr, page)?;
+        }
+        if !without_dispatch {
+            // From here on, writes into these bytes are refused: a replay runs them.
+            self.memory()
+                .guard_trace(tid.0, alloc.address, alloc.address + alloc.per_bank_size);
         }
         let (guards, private, watermark) = self.with_allocator(|a| {
             let mut guards = Vec::new();
@@ -307,6 +406,8 @@ impl Chip {
                 last_replay: Duration::ZERO,
                 replayed_commands: 0,
                 captured_without_dispatch: without_dispatch,
+                digest,
+                captured,
             },
         );
         Ok(())
@@ -462,6 +563,7 @@ impl Chip {
             let r = table.traces.remove(&tid.0);
             r.ok_or_else(|| self.unknown_trace(&table, tid, "release"))?
         };
+        self.memory().unguard_trace(tid.0);
         self.deallocate(&record.alloc)
     }
 
@@ -496,6 +598,14 @@ impl Chip {
             trace_buffers_size: table.total_size(),
             replays: table.traces.values().map(|t| t.replays).sum(),
         }
+    }
+
+    /// Turns the check of a trace's bytes against its capture's digest on or off (it starts
+    /// as `ChipConfig::trace_digest`). Off, a damaged trace runs whatever it now says.
+    pub fn set_trace_digest(&self, on: bool) {
+        self.shared
+            .trace_digest
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Turns the replay sanitizer on or off (it starts as `ChipConfig::replay_sanitizer`).

@@ -8,7 +8,7 @@ use std::any::Any;
 
 use crate::allocator::{Allocator, BufferType, MemSpace};
 use crate::command::Record;
-use crate::error::RecordFault;
+use crate::error::{ChipError, LiveTraceWrite, RecordFault};
 use crate::memory::DeviceMemory;
 use crate::program::Program;
 
@@ -89,7 +89,8 @@ pub(crate) fn check_operands(
     Ok(())
 }
 
-/// Pages of `page_size` at `locations` must each lie inside one bank, and a read may not be
+/// Pages of `page_size` at `locations` must each lie inside one bank, a write may not land in a
+/// live trace's bytes (refused before any page is written), and a read may not be
 /// larger than the whole memory it reads (so the host buffer it fills is bounded by that).
 pub(crate) fn check_pages(
     memory: &DeviceMemory,
@@ -123,6 +124,15 @@ pub(crate) fn check_pages(
                 banks,
                 bank_size,
             });
+        }
+        if !reading {
+            let refused = memory.check_write(space, bank, address as u64, page_size as u64);
+            if let Err(ChipError::IntoLiveTrace(w)) = refused {
+                return Err(RecordFault::IntoLiveTrace(LiveTraceWrite {
+                    by: format!("its page {page}'s write"),
+                    ..w
+                }));
+            }
         }
     }
     Ok(())

@@ -472,3 +472,53 @@ fn held_reads_give_way_to_a_writer_and_never_wait_holding() {
     drop(reads);
     assert!(bank(0).try_write().is_some() && bank(1).try_write().is_some());
 }
+
+/// Every way of writing refuses a live trace's bytes (one byte of overlap is enough), a
+/// discard keeps them, and once the trace is released they are ordinary memory.
+#[test]
+fn live_trace_bytes_refuse_every_write_until_released() {
+    let m = DeviceMemory::new(4, 2, 1 << 24, 1, 1 << 20, 1 << 20);
+    let src = DeviceMemory::new(5, 2, 1 << 24, 1, 1 << 20, 1 << 20);
+    let (start, end) = ((1 << 24) - (1 << 20), (1 << 24) - (1 << 19));
+    m.watch_dram_from(start);
+    m.write(MemSpace::Dram, 1, start, &[9u8; 64]).unwrap();
+    m.guard_trace(7, start, end);
+    let refused = |r: Result<()>, at: u64, len: u64| match r {
+        Err(ChipError::IntoLiveTrace(w)) => {
+            assert_eq!((w.chip, w.trace, w.address, w.len), (4, 7, at, len));
+            assert_eq!(w.trace_bytes, (start, end));
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    refused(m.write(MemSpace::Dram, 1, start - 4, &[1; 5]), start - 4, 5);
+    refused(m.write(MemSpace::Dram, 0, end - 1, &[1; 8]), end - 1, 8);
+    refused(
+        m.write_with(MemSpace::Dram, 1, start + 8, 8, |_, b| b.fill(1)),
+        start + 8,
+        8,
+    );
+    refused(
+        m.write_trying(MemSpace::Dram, 1, start, 8, |_, b, _| {
+            b.fill(1);
+            true
+        }),
+        start,
+        8,
+    );
+    refused(
+        m.copy_from((MemSpace::Dram, 1, start), &src, (MemSpace::Dram, 0, 0), 16),
+        start,
+        16,
+    );
+    // Just outside, and in L1 at the same address: allowed.
+    m.write(MemSpace::Dram, 1, start - 4, &[1; 4]).unwrap();
+    m.write(MemSpace::Dram, 1, end, &[1; 4]).unwrap();
+    m.write(MemSpace::L1, 0, 1000, &[1; 4]).unwrap();
+    // A discard over the trace keeps its bytes (it only gives host memory back).
+    m.discard(MemSpace::Dram, 1, start - (1 << 20), 2 << 20);
+    let mut got = [0u8; 64];
+    m.read(MemSpace::Dram, 1, start, &mut got).unwrap();
+    assert_eq!(got, [9u8; 64]);
+    m.unguard_trace(7);
+    m.write(MemSpace::Dram, 1, start, &[2; 8]).unwrap();
+}
