@@ -193,63 +193,32 @@ fn a_link_going_down_mid_stream_ends_the_send_not_the_process() {
     f.shutdown().unwrap();
 }
 
-/// A receiving chip whose writes wait until the test opens the gate (30 s at most): the one
-/// way a channel stays full, held exactly as long as the test needs rather than for a time
-/// that a busy host may outlast.
-#[derive(Default)]
-struct Gate {
-    open: parking_lot::Mutex<bool>,
-    opened: parking_lot::Condvar,
-    entered: std::sync::atomic::AtomicBool,
-}
-
-impl Gate {
-    fn close(&self) {
-        *self.open.lock() = false;
-        self.entered
-            .store(false, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    fn open(&self) {
-        *self.open.lock() = true;
-        self.opened.notify_all();
-    }
-
-    /// Until a write has entered (and is held at the gate).
-    fn wait_entered(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.entered.load(std::sync::atomic::Ordering::SeqCst) {
-            assert!(Instant::now() < deadline, "no write reached the gate");
-            std::thread::yield_now();
-        }
-    }
-}
-
-impl ChipMemory for Gate {
-    fn write(&self, _: NocAddr, _: &[u8]) -> Result<(), ttmesh_fabric::MemoryError> {
-        self.entered
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut open = self.open.lock();
-        while !*open && !self.opened.wait_until(&mut open, deadline).timed_out() {}
-        Ok(())
-    }
-}
-
 #[test]
 fn a_stuck_receiver_times_out_with_the_link_named() {
+    // A write that takes long is the one way a channel stays full.
+    #[derive(Default)]
+    struct Slow(std::sync::atomic::AtomicBool);
+    impl ChipMemory for Slow {
+        fn write(&self, _: NocAddr, _: &[u8]) -> Result<(), ttmesh_fabric::MemoryError> {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(600));
+            Ok(())
+        }
+    }
     let mut spec = FabricSpec::line(2, 1, false, FabricConfig::Fabric1D);
     spec.timeout = Duration::from_millis(300);
     spec.channel_slots = 2;
-    let gate = std::sync::Arc::new(Gate::default());
-    let mems: Vec<std::sync::Arc<dyn ChipMemory>> = vec![gate.clone(), gate.clone()];
+    let slow = std::sync::Arc::new(Slow::default());
+    let mems: Vec<std::sync::Arc<dyn ChipMemory>> = vec![slow.clone(), slow.clone()];
     let f = Fabric::new(spec, mems).unwrap();
     let tx = f.sender(0).unwrap();
     // Get chip 1's router stuck in a write first, so the sender cannot do the work itself.
     // Senders deliver their own packets when they can, so another thread's send does it.
     let other = f.sender(0).unwrap();
     let stuck = std::thread::spawn(move || other.unicast_write(1, NocAddr::dram(0, 0), &[1], 0));
-    gate.wait_entered();
+    while !slow.0.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
     let e = tx
         .unicast_write(1, NocAddr::dram(0, 0), &vec![1u8; 4352 * 6], 0)
         .unwrap_err();
@@ -259,13 +228,14 @@ fn a_stuck_receiver_times_out_with_the_link_named() {
          the receiving router is not draining (raise the operation timeout if the load is legitimate)"
     );
     // Let the router finish what it took, then catch a flush that gives up early.
-    gate.open();
     stuck.join().unwrap().unwrap();
     tx.flush_timeout(Duration::from_secs(20)).unwrap();
-    gate.close();
+    slow.0.store(false, std::sync::atomic::Ordering::SeqCst);
     let other = f.sender(0).unwrap();
     let stuck = std::thread::spawn(move || other.unicast_write(1, NocAddr::dram(0, 0), &[1], 0));
-    gate.wait_entered();
+    while !slow.0.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
     tx.unicast_write(1, NocAddr::dram(0, 0), &[2], 0).unwrap();
     let e = tx.flush_timeout(Duration::from_millis(50)).unwrap_err();
     assert!(
@@ -278,7 +248,6 @@ fn a_stuck_receiver_times_out_with_the_link_named() {
         "{e}"
     );
     assert!(f.link_stats()[0].credit_stalls >= 1);
-    gate.open();
     stuck.join().unwrap().unwrap();
     f.shutdown().unwrap();
 }
