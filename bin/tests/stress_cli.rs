@@ -31,8 +31,10 @@ fn fifty_cases_of_seed_1_pass_and_list_the_same_cases_every_run() {
         "50",
         "--seed",
         "1",
+        // 3 s, not 1: the watchdog (5 timeouts) must outlast a healthy case on a host whose
+        // two cores are busy with other builds, or a slow case reads as a hang.
         "--timeout",
-        "1",
+        "3",
         "--json",
     ]);
     let stdout = text(&out.stdout);
@@ -184,7 +186,25 @@ fn ctrl_c_stops_between_cases_and_prints_the_summary_so_far() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Interrupt once its Ctrl-C handler is in place (before that, SIGINT would just end it):
+    // Linux lists the signals a process catches in /proc/<pid>/status.
+    let catches_sigint = || {
+        std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+            .ok()
+            .and_then(|s| {
+                let mask = s.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+                u64::from_str_radix(mask.trim(), 16).ok()
+            })
+            .is_some_and(|mask| mask & (1 << (2 - 1)) != 0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !catches_sigint() {
+        assert!(
+            Instant::now() < deadline,
+            "ttmesh stress never installed its Ctrl-C handler"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let kill = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()

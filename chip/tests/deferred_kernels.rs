@@ -211,10 +211,14 @@ fn finish_waits_for_deferred_work_and_reports_its_error() {
         let k = HandOff::new(true);
         launch(&t, &k, &format!("error {late}"));
         let job = k.job(0);
+        // The late completer starts its 50 ms only once this thread is about to call finish,
+        // so finish is known to have waited at least that long.
+        let (finishing, finish_called) = std::sync::mpsc::channel::<()>();
         let mut completer = Some({
             let job = job.clone();
             thread::spawn(move || {
                 if late {
+                    let _ = finish_called.recv_timeout(TIMEOUT);
                     thread::sleep(Duration::from_millis(50));
                 }
                 job.complete(Err(format!("the line failed (late {late})")));
@@ -224,6 +228,7 @@ fn finish_waits_for_deferred_work_and_reports_its_error() {
             completer.take().unwrap().join().unwrap();
         }
         let started = Instant::now();
+        let _ = finishing.send(());
         let e = chip.finish(CQ0).unwrap_err();
         assert!(
             e.to_string()
@@ -232,7 +237,7 @@ fn finish_waits_for_deferred_work_and_reports_its_error() {
         );
         if late {
             assert!(
-                started.elapsed() >= Duration::from_millis(40),
+                started.elapsed() >= Duration::from_millis(50),
                 "finish did not wait"
             );
         }

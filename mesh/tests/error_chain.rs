@@ -59,10 +59,11 @@ fn link_down_during_all_reduce_is_a_typed_error_chain_down_to_the_link() {
         chains.push(Box::new(e));
     }
     // Every chip's own errors (the mesh's synchronize returns only the first chip's); a
-    // second round takes the kernel errors of chips whose finish timed out first.
+    // second round, once every queue is idle, takes the kernel errors of chips whose finish
+    // timed out first.
     for round in 0..2 {
         if round == 1 {
-            std::thread::sleep(Duration::from_millis(500));
+            wait_until_idle(&mesh);
         }
         for c in mesh.chips() {
             if let Err(e) = c.synchronize() {

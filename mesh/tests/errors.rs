@@ -292,7 +292,7 @@ fn link_down_fails_on_every_chip_naming_the_link() {
     assert!(r.is_err(), "an all_gather over a down link succeeded");
     assert!(took < Duration::from_secs(6), "synchronize took {took:?}");
     // Errors the mesh synchronize did not take yet (a chip whose finish timed out first).
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until_idle(&mesh);
     let mut errors = vec![r.unwrap_err().to_string()];
     for c in mesh.chips() {
         if let Err(e) = c.synchronize() {

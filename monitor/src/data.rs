@@ -203,6 +203,16 @@ pub enum Staleness {
     PidReused,
 }
 
+impl Staleness {
+    /// "process 1234 exited", or "... and its pid was reused".
+    pub fn describe(self, pid: u32) -> String {
+        match self {
+            Staleness::Exited => format!("process {pid} exited"),
+            Staleness::PidReused => format!("process {pid} exited and its pid was reused"),
+        }
+    }
+}
+
 /// Everything one segment holds, read at one moment (each chip and link consistent within
 /// itself; different slots may be a few nanoseconds apart).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -56,6 +56,12 @@ pub enum MonitorError {
         "{name}: not initialised yet (its process is still creating it, or died while creating it)"
     )]
     NotInitialised { name: String },
+    #[error("{name}: stale ({}, before it finished creating the segment); `ttmesh monitor --cleanup` removes it", why.describe(*pid))]
+    StaleUninitialised {
+        name: String,
+        pid: u32,
+        why: crate::data::Staleness,
+    },
     #[error("{name}: layout version {found}, this monitor reads version {supported}; use a ttmesh built from the same release as the watched program")]
     WrongVersion {
         name: String,

@@ -64,6 +64,9 @@
 //! taken from fstat before mapping and nothing beyond it is read (a truncated file is an error,
 //! never SIGBUS), and every field is validated before use. A stale segment (owner's pid gone,
 //! a zombie, or reused: start time differs) is reported and removable with [`cleanup_stale`].
+//! So is a segment whose owner died before writing its header (size 0 or magic 0): it names
+//! its owner only by the pid in its name, reused when that process started after the file
+//! was last written.
 //! Publishing is off when `TTMESH_MONITOR=0` ([`Publisher::create_from_env`]).
 
 mod cli;

@@ -14,7 +14,7 @@ use crate::error::MonitorError;
 use crate::handles::{ChipPublisher, ChipWriter, LinkPublisher, Slot};
 use crate::handles::{CLAIM_EXCLUSIVE, CLAIM_NONE, CLAIM_SHARED};
 use crate::layout::*;
-use crate::shm::{fd_stat, now_unix_ms, own_start_time, staleness, Mapping};
+use crate::shm::{fd_stat, now_unix_ms, own_start_time, Mapping};
 
 /// How many meshes one process may publish at once (`/ttmesh-<pid>`, `-1`, ... `-15`).
 const MAX_SEGMENTS_PER_PROCESS: usize = 16;
@@ -124,7 +124,7 @@ impl Publisher {
                             claims: (0..num_chips).map(|_| AtomicU8::new(CLAIM_NONE)).collect(),
                         });
                     }
-                    None if existing_is_stale(&name) => {
+                    None if crate::reader::owner_gone(&name) => {
                         let _ = shm_unlink(format!("/{name}").as_str());
                     }
                     None => break,
@@ -251,11 +251,6 @@ fn open_exclusive(name: &str) -> Result<Option<OwnedFd>, MonitorError> {
         Err(Errno::EEXIST) => Ok(None),
         Err(e) => Err(MonitorError::os("create", name, e)),
     }
-}
-
-/// True only for a valid segment of ours whose owner is gone.
-fn existing_is_stale(name: &str) -> bool {
-    crate::reader::probe_owner(name).is_some_and(|(pid, start)| staleness(pid, start).is_some())
 }
 
 fn init_segment(

@@ -10,12 +10,12 @@ use nix::fcntl::OFlag;
 use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::Mode;
 
-use crate::data::{ProcessInfo, ProcessSnapshot, SegmentInfo};
+use crate::data::{ProcessInfo, ProcessSnapshot, SegmentInfo, Staleness};
 use crate::error::MonitorError;
 use crate::handles::{chip_from_words, link_from_words};
 use crate::layout::*;
 use crate::seqlock::{read_slot, ReadFailure};
-use crate::shm::{fd_stat, staleness, Mapping};
+use crate::shm::{fd_modified, fd_stat, staleness, staleness_by_name, Mapping};
 
 /// Where Linux shows POSIX shared-memory objects.
 const SHM_DIR: &str = "/dev/shm";
@@ -105,18 +105,54 @@ fn map_readonly(
     Mapping::map(fd, len, false).map_err(|e| MonitorError::os("map", name, e))
 }
 
-/// Pid and start time of a segment with our magic, or None for anything else.
-pub(crate) fn probe_owner(name: &str) -> Option<(u32, u64)> {
-    let (fd, size) = open_readonly(name).ok()?;
+/// Whether `name` is a segment of ours whose owner is gone: judged by the pid and start time
+/// in its header once that is written, by the pid in its name before (size 0 or magic 0: its
+/// creator died between creating and publishing it). False for anything else.
+pub(crate) fn owner_gone(name: &str) -> bool {
+    let Ok((fd, size)) = open_readonly(name) else {
+        return false;
+    };
+    if size == 0 {
+        return stale_before_header(name, &fd).is_some();
+    }
     if size < FROZEN_PREFIX as u64 {
-        return None;
+        return false;
     }
-    let map = map_readonly(name, &fd, size, FROZEN_PREFIX).ok()?;
-    if map.word(H_MAGIC)?.load(Ordering::Acquire) != MAGIC {
-        return None;
+    let Ok(map) = map_readonly(name, &fd, size, FROZEN_PREFIX) else {
+        return false;
+    };
+    match map.word(H_MAGIC).map(|w| w.load(Ordering::Acquire)) {
+        Some(0) => stale_before_header(name, &fd).is_some(),
+        Some(MAGIC) => {
+            let pid = map.load_u32(H_PID).filter(|p| valid_pid(*p));
+            let start = map.load_u64(H_START_TIME);
+            matches!((pid, start), (Some(pid), Some(start)) if staleness(pid, start).is_some())
+        }
+        _ => false,
     }
-    let pid = map.load_u32(H_PID).filter(|p| valid_pid(*p))?;
-    Some((pid, map.load_u64(H_START_TIME)?))
+}
+
+/// A segment without its header yet names its owner only in its name (`ttmesh-<pid>[-<n>]`):
+/// Some(pid, why) when that owner is gone.
+fn stale_before_header(name: &str, fd: &OwnedFd) -> Option<(u32, Staleness)> {
+    let pid = pid_from_name(name)?;
+    let modified = fd_modified(fd).ok()?;
+    Some((pid, staleness_by_name(pid, modified)?))
+}
+
+/// The error for a segment whose header is not written yet: stale when its owner is gone (it
+/// died while creating it), otherwise still being created.
+fn not_initialised(name: &str, fd: &OwnedFd) -> MonitorError {
+    match stale_before_header(name, fd) {
+        Some((pid, why)) => MonitorError::StaleUninitialised {
+            name: name.to_string(),
+            pid,
+            why,
+        },
+        None => MonitorError::NotInitialised {
+            name: name.to_string(),
+        },
+    }
 }
 
 /// Linux pids are positive `pid_t`s (i32): a header pid above that is damage, and asking the
@@ -140,9 +176,7 @@ pub fn read_segment(name: &str) -> Result<ProcessSnapshot, MonitorError> {
     let (fd, size) = open_readonly(name)?;
     if size < 8 {
         return Err(if size == 0 {
-            MonitorError::NotInitialised {
-                name: name.to_string(),
-            }
+            not_initialised(name, &fd)
         } else {
             MonitorError::Truncated {
                 name: name.to_string(),
@@ -155,9 +189,7 @@ pub fn read_segment(name: &str) -> Result<ProcessSnapshot, MonitorError> {
     let map = map_readonly(name, &fd, size, max_total)?;
     let magic = map.word(H_MAGIC).map_or(0, |w| w.load(Ordering::Acquire));
     if magic == 0 {
-        return Err(MonitorError::NotInitialised {
-            name: name.to_string(),
-        });
+        return Err(not_initialised(name, &fd));
     }
     if magic != MAGIC {
         return Err(MonitorError::BadMagic {
@@ -299,20 +331,14 @@ pub fn read_segment(name: &str) -> Result<ProcessSnapshot, MonitorError> {
     })
 }
 
-/// Remove segments whose owner is gone. Only ours (name prefix and valid magic); segments we
-/// may not remove (another user's) are skipped silently. Returns the names removed.
+/// Remove segments whose owner is gone. Only ours (name prefix, and valid magic or a header
+/// not yet written); segments we may not remove (another user's) are skipped silently.
+/// Returns the names removed.
 pub fn cleanup_stale() -> Vec<String> {
-    let mut removed = Vec::new();
-    for seg in list_segments() {
-        let Some((pid, start)) = probe_owner(&seg.name) else {
-            continue;
-        };
-        if staleness(pid, start).is_none() {
-            continue;
-        }
-        if shm_unlink(format!("/{}", seg.name).as_str()).is_ok() {
-            removed.push(seg.name);
-        }
-    }
-    removed
+    list_segments()
+        .into_iter()
+        .filter(|seg| owner_gone(&seg.name))
+        .filter(|seg| shm_unlink(format!("/{}", seg.name).as_str()).is_ok())
+        .map(|seg| seg.name)
+        .collect()
 }

@@ -140,13 +140,10 @@ fn columns(rows: &[Vec<String>], numeric: &[bool], indent: &str) -> String {
 }
 
 fn stale_line(p: &ProcessSnapshot, why: Staleness) -> String {
-    let what = match why {
-        Staleness::Exited => format!("process {} exited", p.info.pid),
-        Staleness::PidReused => format!("process {} exited and its pid was reused", p.info.pid),
-    };
     format!(
-        "{}: stale ({what}); `ttmesh monitor --cleanup` removes it",
-        escape_control(&p.segment)
+        "{}: stale ({}); `ttmesh monitor --cleanup` removes it",
+        escape_control(&p.segment),
+        why.describe(p.info.pid)
     )
 }
 

@@ -4,6 +4,7 @@ use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
@@ -131,19 +132,73 @@ pub(crate) fn own_start_time() -> u64 {
 
 /// None while the owner lives; why not otherwise.
 pub(crate) fn staleness(pid: u32, start_time: u64) -> Option<Staleness> {
+    match alive_start_time(pid)? {
+        None => Some(Staleness::Exited),
+        Some(t) if start_time != 0 && t != start_time => Some(Staleness::PidReused),
+        Some(_) => None,
+    }
+}
+
+/// The owner of a segment whose header is not written yet, known only by the pid in its name:
+/// stale when no process has that pid, or when the one that has it started after the segment
+/// was last written (so it cannot be the process that created it).
+pub(crate) fn staleness_by_name(pid: u32, modified: SystemTime) -> Option<Staleness> {
+    match alive_start_time(pid)? {
+        None => Some(Staleness::Exited),
+        Some(ticks) => {
+            // The boot time /proc gives is whole seconds and drifts by up to a second between
+            // reads: only a start clearly after the last write counts as another process.
+            let started = started_at(ticks)?;
+            (started > modified + Duration::from_secs(2)).then_some(Staleness::PidReused)
+        }
+    }
+}
+
+/// Some(None) when no process has `pid` (or it is a zombie), Some(Some(start ticks)) when one
+/// does (Some(Some(0)) if /proc cannot say when it started), None for a pid no process can have.
+fn alive_start_time(pid: u32) -> Option<Option<u64>> {
     use nix::sys::signal::kill;
     use nix::unistd::Pid;
     // pid 0 or a negative pid would make kill() address a process group: never do that.
     let raw = i32::try_from(pid).ok().filter(|p| *p > 0)?;
     // EPERM means alive but another user's; anything but ESRCH: assume alive.
     if kill(Pid::from_raw(raw), None) == Err(Errno::ESRCH) {
-        return Some(Staleness::Exited);
+        return Some(None);
     }
     match proc_stat(pid) {
-        Some(('Z', _)) | Some(('X', _)) => Some(Staleness::Exited),
-        Some((_, t)) if start_time != 0 && t != start_time => Some(Staleness::PidReused),
-        _ => None,
+        Some(('Z', _)) | Some(('X', _)) => Some(None),
+        Some((_, t)) => Some(Some(t)),
+        None => Some(Some(0)),
     }
+}
+
+/// Wall-clock time of `ticks` clock ticks after boot (boot time from /proc/stat).
+fn started_at(ticks: u64) -> Option<SystemTime> {
+    if ticks == 0 {
+        return None;
+    }
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let btime: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|hz| *hz > 0)? as u64;
+    Some(UNIX_EPOCH + Duration::from_secs(btime) + Duration::from_nanos(ticks * 1_000_000_000 / hz))
+}
+
+/// When the file behind `fd` was last written.
+pub(crate) fn fd_modified(fd: &OwnedFd) -> Result<SystemTime, Errno> {
+    let st = nix::sys::stat::fstat(fd.as_raw_fd())?;
+    let since_epoch = Duration::new(
+        st.st_mtime.max(0) as u64,
+        st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
+    );
+    Ok(UNIX_EPOCH + since_epoch)
 }
 
 pub(crate) fn now_unix_ms() -> u64 {

@@ -19,14 +19,24 @@ pub(crate) fn shm_path(name: &str) -> String {
     format!("/dev/shm/{name}")
 }
 
+/// Held by every test that calls [`cleanup_stale`] or leaves a stale segment for it to find:
+/// one test's cleanup must not remove another's stale segment before that test has read it.
+pub(crate) fn cleanup_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// A file in /dev/shm removed when the test ends, pass or fail.
 struct TestFile(String);
 
 impl TestFile {
     fn new(tag: &str, bytes: &[u8]) -> TestFile {
-        let name = format!("ttmesh-test-{tag}-{}", std::process::id());
-        std::fs::write(shm_path(&name), bytes).unwrap();
-        TestFile(name)
+        Self::named(&format!("ttmesh-test-{tag}-{}", std::process::id()), bytes)
+    }
+
+    fn named(name: &str, bytes: &[u8]) -> TestFile {
+        std::fs::write(shm_path(name), bytes).unwrap();
+        TestFile(name.to_string())
     }
 }
 
@@ -329,6 +339,7 @@ fn env_switch() {
 
 #[test]
 fn garbage_file_is_a_specific_error_and_survives_cleanup() {
+    let _cleanup = cleanup_lock();
     let f = TestFile::new("garbage", &[b'x'; 300]);
     let e = read_segment(&f.0).unwrap_err();
     assert_eq!(
@@ -441,6 +452,7 @@ pub(crate) fn dead_pid() -> u32 {
 
 #[test]
 fn stale_segment_is_detected_and_cleaned() {
+    let _cleanup = cleanup_lock();
     let pid = dead_pid();
     let base = format!("ttmesh-{pid}");
     let p = Publisher::create_as(&info(), 2, 1, pid, 12345, Some(&base)).unwrap();
@@ -470,7 +482,56 @@ fn stale_segment_is_detected_and_cleaned() {
 }
 
 #[test]
+fn segment_whose_owner_died_before_publishing_is_stale_and_cleaned() {
+    let _cleanup = cleanup_lock();
+    // A creator killed between shm_open and storing the magic leaves an empty file (before
+    // ftruncate) or a zeroed one (after): only the pid in the name says whose it was.
+    let pid = dead_pid();
+    let empty = TestFile::named(&format!("ttmesh-{pid}"), &[]);
+    let zeroed = TestFile::named(&format!("ttmesh-{pid}-1"), &[0; 2048]);
+    for f in [&empty, &zeroed] {
+        assert_eq!(
+            read_segment(&f.0).unwrap_err().to_string(),
+            format!("{}: stale (process {pid} exited, before it finished creating the segment); `ttmesh monitor --cleanup` removes it", f.0)
+        );
+    }
+    // Named after this (live) process and written just now: still being created.
+    let me = std::process::id();
+    let creating = TestFile::named(&format!("ttmesh-{me}-77"), &[0; 2048]);
+    assert!(
+        matches!(
+            read_segment(&creating.0),
+            Err(MonitorError::NotInitialised { .. })
+        ),
+        "{:?}",
+        read_segment(&creating.0)
+    );
+    // Named after this process but last written an hour before it started: the leftover of
+    // an earlier process that had our pid.
+    let leftover = TestFile::named(&format!("ttmesh-{me}-78"), &[]);
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(shm_path(&leftover.0))
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+    assert_eq!(
+        read_segment(&leftover.0).unwrap_err().to_string(),
+        format!("{}: stale (process {me} exited and its pid was reused, before it finished creating the segment); `ttmesh monitor --cleanup` removes it", leftover.0)
+    );
+
+    let removed = cleanup_stale();
+    for gone in [&empty, &zeroed, &leftover] {
+        assert!(removed.contains(&gone.0), "{removed:?}");
+        assert!(!std::path::Path::new(&shm_path(&gone.0)).exists());
+    }
+    assert!(std::path::Path::new(&shm_path(&creating.0)).exists());
+}
+
+#[test]
 fn stale_name_is_reused_by_a_new_publisher() {
+    let _cleanup = cleanup_lock();
     // A segment left under a name this process wants (pid reuse after a crash) is replaced.
     let me = std::process::id();
     let base = format!("ttmesh-{me}-s");
@@ -480,6 +541,14 @@ fn stale_name_is_reused_by_a_new_publisher() {
         Publisher::create_as(&info(), 1, 0, me, crate::shm::own_start_time(), Some(&base)).unwrap();
     assert_eq!(new.name(), base);
     assert_eq!(read_segment(&base).unwrap().stale, None);
+
+    // So is one whose creator died before writing its header.
+    let pid = dead_pid();
+    let unfinished = format!("ttmesh-{pid}");
+    std::fs::write(shm_path(&unfinished), []).unwrap();
+    let new = Publisher::create_as(&info(), 1, 0, pid, 1, Some(&unfinished)).unwrap();
+    assert_eq!(new.name(), unfinished);
+    assert_eq!(read_segment(&unfinished).unwrap().info.pid, pid);
 }
 
 #[test]

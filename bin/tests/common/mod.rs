@@ -121,15 +121,18 @@ pub fn json_of(out: &Output) -> Value {
     })
 }
 
-/// Polls until the child's segment is listed; its name.
+/// Polls until the child's segment is listed and initialised (its header written, so it reads
+/// as a process); its name. A segment is listed from the moment its owner creates the name,
+/// before its header exists: acting on it then (killing the owner, say) tests another case.
 pub fn wait_for_segment(g: &mut Guard) -> String {
     let pid = g.pid();
     let deadline = Instant::now() + STARTUP;
     loop {
-        if let Some(s) = ttmesh_monitor::list_segments()
+        let initialised = ttmesh_monitor::list_segments()
             .into_iter()
-            .find(|s| s.pid == Some(pid))
-        {
+            .filter(|s| s.pid == Some(pid))
+            .find(|s| ttmesh_monitor::read_segment(&s.name).is_ok());
+        if let Some(s) = initialised {
             return s.name;
         }
         if let Some(c) = g.child.as_mut() {
@@ -143,7 +146,7 @@ pub fn wait_for_segment(g: &mut Guard) -> String {
         }
         assert!(
             Instant::now() < deadline,
-            "no segment for pid {pid} after {STARTUP:?}"
+            "no initialised segment for pid {pid} after {STARTUP:?}"
         );
         sleep(Duration::from_millis(20));
     }

@@ -82,29 +82,30 @@ fn a_long_read_does_not_hold_off_writes_until_it_ends() {
     let m = Arc::new(DeviceMemory::new(0, 1, 1 << 24, 1, 1 << 20, 1 << 20));
     let c = chunk_size(MemSpace::Dram) as usize;
     m.write(MemSpace::Dram, 0, 0, &vec![1u8; 4 * c]).unwrap();
-    let (started, written) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
+    let written = Arc::new(AtomicBool::new(false));
     let mut writer = None;
     let mut seen_at_end = false;
     m.read_in_place(MemSpace::Dram, 0, 0, 4 * c, |off, _| {
         if off == 0 {
-            // Another thread writes a new chunk; it finds the bank locked and waits. Once it
-            // has started, give it time to reach the lock (a parked writer is let in before
-            // the next read, so the write lands between two chunks of this read).
-            let (m2, s, w) = (m.clone(), started.clone(), written.clone());
+            // Another thread writes a new chunk; it finds the bank locked and waits. Wait
+            // until it is waiting for the lock (it has claimed the writer bit: a parked writer
+            // is let in before the next read, so the write lands between two chunks of this
+            // read).
+            let (m2, w) = (m.clone(), written.clone());
             writer = Some(std::thread::spawn(move || {
-                s.store(true, Ordering::SeqCst);
                 m2.write(MemSpace::Dram, 0, 8 * chunk_size(MemSpace::Dram), &[7; 64])
                     .unwrap();
                 w.store(true, Ordering::SeqCst);
             }));
+            let bank = m.bank(MemSpace::Dram, 0, 0, 1).unwrap();
             let t = std::time::Instant::now();
-            while !started.load(Ordering::SeqCst) && t.elapsed().as_secs() < 30 {
+            while !bank.is_locked_exclusive() {
+                assert!(
+                    t.elapsed().as_secs() < 30,
+                    "the writer never reached the lock"
+                );
                 std::thread::yield_now();
             }
-            std::thread::sleep(std::time::Duration::from_millis(100));
         }
         if off == 3 * c {
             seen_at_end = written.load(Ordering::SeqCst);
@@ -456,7 +457,21 @@ fn held_reads_give_way_to_a_writer_and_never_wait_holding() {
         std::thread::spawn(move || {
             m.write_trying(MemSpace::Dram, 0, 0, 16, |_, out, _| {
                 started.send(()).unwrap();
-                std::thread::sleep(std::time::Duration::from_millis(50));
+                // Fill only once the held read has let bank 1 go: it does that when it finds
+                // bank 0 taken, just before it waits for it.
+                let t = std::time::Instant::now();
+                while m
+                    .bank(MemSpace::Dram, 1, 0, 1)
+                    .unwrap()
+                    .try_write()
+                    .is_none()
+                {
+                    assert!(
+                        t.elapsed().as_secs() < 30,
+                        "the held read never let bank 1 go"
+                    );
+                    std::thread::yield_now();
+                }
                 out.fill(9);
                 true
             })

@@ -297,3 +297,22 @@ pub fn assert_bits_eq(what: &str, got: &[f32], want: &[f32]) {
         );
     }
 }
+
+/// Waits (30 s at most) until every command queue of every chip has run all it was given, so
+/// each chip's errors are there to take: a chip whose finish timed out during the mesh's
+/// synchronize is still running a kernel that fails later on its own timeout.
+pub fn wait_until_idle(mesh: &MeshDevice) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    for c in mesh.chips() {
+        for cq in 0..c.num_command_queues() {
+            while !c.queue_idle(ttmesh_chip::CqId(cq)) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "chip {} CQ {cq} still busy after 30 s",
+                    c.id()
+                );
+                std::thread::yield_now();
+            }
+        }
+    }
+}

@@ -78,6 +78,7 @@ fn escaping_leaves_ordinary_text_alone() {
 
 #[test]
 fn a_pid_beyond_i32_is_a_corrupt_segment_not_a_running_process() {
+    let _cleanup = super::cleanup_lock();
     let (f, e) = patched("pidmax", |b| {
         b[H_PID..H_PID + 4].copy_from_slice(&u32::MAX.to_le_bytes())
     });
