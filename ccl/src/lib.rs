@@ -47,12 +47,12 @@
 //!
 //! # Where the time goes
 //!
-//! Measured with perf on a 2-core host, change by change: see [`performance`].
+//! Measured with perf on a 2-core host, change by change, with dates and commands:
+//! `docs/performance.md` at the repository's root.
 
 #![forbid(unsafe_code)]
 
 mod kernels;
-pub mod performance;
 
 use std::sync::Arc;
 
