@@ -2,6 +2,8 @@
 //! `lists` writes and `steps::Endpoint::step` carries out, and what each step waits for,
 //! reads and writes (the runners schedule by it). No data moves here.
 
+use crate::Topology;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Side {
     Left,
@@ -185,5 +187,20 @@ impl Step {
             Step::Reduce { to, .. } => to,
             _ => None,
         }
+    }
+}
+
+/// Every piece of chunk `c`, as steps made by `f(piece)`.
+pub(crate) fn each_piece(s: &mut Vec<Step>, pieces: &[usize], c: usize, f: impl Fn(usize) -> Step) {
+    s.extend((0..pieces[c]).map(f));
+}
+
+/// The position beside `pos` on a line of `n` (a ring wraps round).
+pub(crate) fn neighbour_pos(topology: Topology, n: usize, pos: usize, side: Side) -> Option<usize> {
+    match (topology, side) {
+        (Topology::Ring, Side::Left) => Some((pos + n - 1) % n),
+        (Topology::Ring, Side::Right) => Some((pos + 1) % n),
+        (Topology::Linear, Side::Left) => pos.checked_sub(1),
+        (Topology::Linear, Side::Right) => (pos + 1 < n).then_some(pos + 1),
     }
 }
