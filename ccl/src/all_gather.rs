@@ -3,10 +3,13 @@
 //! paths: output to output when nothing lies above `dim`, whole pages through the slots, or
 //! element by element), and its step plan.
 
+use std::sync::Arc;
+
 use ttmesh_chip::ops::{read_logical, write_logical};
 use ttmesh_chip::program::Launched;
 use ttmesh_chip::tensor::{DataType, HostData, Tensor, TensorSpec};
 use ttmesh_chip::ChipError;
+use ttmesh_fabric::Fabric;
 
 use crate::collective::{Call, Plan};
 use crate::kernels::pages::{
@@ -14,10 +17,35 @@ use crate::kernels::pages::{
 };
 use crate::kernels::steps::{piece_count, sized, Side, Step};
 use crate::kernels::{from_wire, split_dims, to_wire, wire_bytes, CollectiveKind, Run};
-use crate::{Result, Topology};
+use crate::{CclConfig, CclLine, LockstepAlloc, Result, Topology};
 
 /// Gathers every chip's tensor along `dim`: output `shape[dim] *= n` on every chip, in line order.
-pub(crate) fn call(call: Call<'_, '_>, dim: usize) -> Result<Vec<Tensor>> {
+pub fn all_gather(
+    inputs: &[Tensor],
+    dim: usize,
+    line: &CclLine,
+    fabric: &Arc<Fabric>,
+    cfg: &CclConfig,
+    outputs: Option<&[Tensor]>,
+    alloc: &LockstepAlloc<'_>,
+) -> Result<Vec<Tensor>> {
+    let op = "all_gather";
+    gather(
+        Call {
+            op,
+            inputs,
+            line,
+            fabric,
+            cfg,
+            outputs,
+            alloc,
+        },
+        dim,
+    )
+}
+
+/// The collective behind [`all_gather`], on a checked call (all_reduce calls it too).
+pub(crate) fn gather(call: Call<'_, '_>, dim: usize) -> Result<Vec<Tensor>> {
     let (spec, topology) = call.check(dim)?;
     let n = call.inputs.len();
     let mut output_shape = spec.shape.clone();

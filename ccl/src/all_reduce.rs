@@ -3,9 +3,12 @@
 //! as evenly as the line allows, then the all_gather's steps moving the sums output to output,
 //! behind one handshake. Others run as reduce_scatter then all_gather.
 
+use std::sync::Arc;
+
 use ttmesh_chip::program::Launched;
 use ttmesh_chip::tensor::{DataType, Layout, Tensor, TensorSpec};
 use ttmesh_chip::ChipError;
+use ttmesh_fabric::Fabric;
 
 use crate::all_gather::gather_steps;
 use crate::collective::{Call, Plan};
@@ -13,12 +16,33 @@ use crate::kernels::pages::{fuse, page_elems, with_work, Placement};
 use crate::kernels::{CollectiveKind, Run};
 use crate::reduce_scatter::fused_reduce_steps;
 use crate::reduction::run_fused;
-use crate::{CclConfig, Result};
+use crate::{CclConfig, CclLine, LockstepAlloc, Result};
 
 /// Sum across the line, result on every chip. Summable formats whose pages hold whole elements
 /// (bf16, f32) run as one kernel over their pages; others as reduce_scatter then all_gather
 /// along the largest dim that splits evenly (the result does not depend on which).
-pub(crate) fn call(call: Call<'_, '_>) -> Result<Vec<Tensor>> {
+pub fn all_reduce(
+    inputs: &[Tensor],
+    line: &CclLine,
+    fabric: &Arc<Fabric>,
+    cfg: &CclConfig,
+    outputs: Option<&[Tensor]>,
+    alloc: &LockstepAlloc<'_>,
+) -> Result<Vec<Tensor>> {
+    let op = "all_reduce";
+    reduce(Call {
+        op,
+        inputs,
+        line,
+        fabric,
+        cfg,
+        outputs,
+        alloc,
+    })
+}
+
+/// The collective behind [`all_reduce`], on its call.
+pub(crate) fn reduce(call: Call<'_, '_>) -> Result<Vec<Tensor>> {
     let n = call.inputs.len();
     if n == 1 {
         // One chip: a copy, whatever topology the config names.
@@ -67,7 +91,7 @@ pub(crate) fn call(call: Call<'_, '_>) -> Result<Vec<Tensor>> {
         memory_config: None,
         ..call.cfg.clone()
     };
-    let partial = crate::reduce_scatter::call(
+    let partial = crate::reduce_scatter::scatter(
         Call {
             op: "reduce_scatter",
             cfg: &mid_cfg,
@@ -76,7 +100,7 @@ pub(crate) fn call(call: Call<'_, '_>) -> Result<Vec<Tensor>> {
         },
         dim,
     )?;
-    crate::all_gather::call(
+    crate::all_gather::gather(
         Call {
             op: "all_gather",
             inputs: &partial,

@@ -61,15 +61,14 @@ mod plan_tests;
 mod reduce_scatter;
 mod reduction;
 
-use std::sync::Arc;
-
 use ttmesh_chip::device::CqId;
 use ttmesh_chip::tensor::{MemoryConfig, Tensor, TensorSpec};
 use ttmesh_chip::ChipError;
-use ttmesh_fabric::Fabric;
 
+pub use all_gather::all_gather;
+pub use all_reduce::all_reduce;
 pub use collective::resolve_topology;
-use collective::Call;
+pub use reduce_scatter::reduce_scatter;
 
 pub use kernels::{
     set_step_runner, CollectiveKind, StepRunner, SEM_READY_FROM_LEFT, SEM_READY_FROM_RIGHT,
@@ -125,78 +124,4 @@ pub struct CclConfig {
     /// The mesh passes mesh order, so results compose with its mappers whatever path the line
     /// takes through the mesh (a T3K's 8-chip line is its perimeter, not row-major order).
     pub chunk_order: Vec<usize>,
-}
-
-/// Gathers every chip's tensor along `dim`: output `shape[dim] *= n` on every chip, in line order.
-pub fn all_gather(
-    inputs: &[Tensor],
-    dim: usize,
-    line: &CclLine,
-    fabric: &Arc<Fabric>,
-    cfg: &CclConfig,
-    outputs: Option<&[Tensor]>,
-    alloc: &LockstepAlloc<'_>,
-) -> Result<Vec<Tensor>> {
-    let op = "all_gather";
-    all_gather::call(
-        Call {
-            op,
-            inputs,
-            line,
-            fabric,
-            cfg,
-            outputs,
-            alloc,
-        },
-        dim,
-    )
-}
-
-/// Sums every chip's tensor and leaves chunk `i` (along `dim`) of the sum on the i-th chip of the
-/// line: output `shape[dim] /= n`.
-pub fn reduce_scatter(
-    inputs: &[Tensor],
-    dim: usize,
-    line: &CclLine,
-    fabric: &Arc<Fabric>,
-    cfg: &CclConfig,
-    outputs: Option<&[Tensor]>,
-    alloc: &LockstepAlloc<'_>,
-) -> Result<Vec<Tensor>> {
-    let op = "reduce_scatter";
-    reduce_scatter::call(
-        Call {
-            op,
-            inputs,
-            line,
-            fabric,
-            cfg,
-            outputs,
-            alloc,
-        },
-        dim,
-    )
-}
-
-/// Sum across the line, result on every chip. Summable formats whose pages hold whole elements
-/// (bf16, f32) run as one kernel over their pages; others as reduce_scatter then all_gather
-/// along the largest dim that splits evenly (the result does not depend on which).
-pub fn all_reduce(
-    inputs: &[Tensor],
-    line: &CclLine,
-    fabric: &Arc<Fabric>,
-    cfg: &CclConfig,
-    outputs: Option<&[Tensor]>,
-    alloc: &LockstepAlloc<'_>,
-) -> Result<Vec<Tensor>> {
-    let op = "all_reduce";
-    all_reduce::call(Call {
-        op,
-        inputs,
-        line,
-        fabric,
-        cfg,
-        outputs,
-        alloc,
-    })
 }

@@ -3,10 +3,13 @@
 //! chip (whole pages with the fused reduction, or element by element), and its step plan,
 //! which all_reduce reuses.
 
+use std::sync::Arc;
+
 use ttmesh_chip::ops::{read_logical, write_logical};
 use ttmesh_chip::program::Launched;
 use ttmesh_chip::tensor::{DataType, HostData, Tensor, TensorSpec};
 use ttmesh_chip::ChipError;
+use ttmesh_fabric::Fabric;
 
 use crate::collective::{Call, Plan};
 use crate::kernels::pages::{fuse, page_elems, page_split, with_work, PageSplit, Placement};
@@ -14,11 +17,36 @@ use crate::kernels::step::each_piece;
 use crate::kernels::steps::{Side, Step};
 use crate::kernels::{split_dims, CollectiveKind, Run};
 use crate::reduction::run_fused;
-use crate::{Result, Topology};
+use crate::{CclConfig, CclLine, LockstepAlloc, Result, Topology};
 
 /// Sums every chip's tensor and leaves chunk `i` (along `dim`) of the sum on the i-th chip of the
 /// line: output `shape[dim] /= n`.
-pub(crate) fn call(call: Call<'_, '_>, dim: usize) -> Result<Vec<Tensor>> {
+pub fn reduce_scatter(
+    inputs: &[Tensor],
+    dim: usize,
+    line: &CclLine,
+    fabric: &Arc<Fabric>,
+    cfg: &CclConfig,
+    outputs: Option<&[Tensor]>,
+    alloc: &LockstepAlloc<'_>,
+) -> Result<Vec<Tensor>> {
+    let op = "reduce_scatter";
+    scatter(
+        Call {
+            op,
+            inputs,
+            line,
+            fabric,
+            cfg,
+            outputs,
+            alloc,
+        },
+        dim,
+    )
+}
+
+/// The collective behind [`reduce_scatter`], on a checked call (all_reduce calls it too).
+pub(crate) fn scatter(call: Call<'_, '_>, dim: usize) -> Result<Vec<Tensor>> {
     let (spec, topology) = call.check(dim)?;
     let n = call.inputs.len();
     if spec.shape[dim] % n != 0 {
