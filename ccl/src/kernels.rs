@@ -13,21 +13,16 @@ use ttmesh_fabric::{Fabric, FabricError};
 use chip_io::{Local, StepError};
 use steps::{Endpoint, Step, Work};
 
+use crate::schedule::{self, meeting, own_thread, Runner};
 use crate::{CclLine, Topology};
 
-mod chip_io;
+pub(crate) mod chip_io;
 mod elements;
-mod helper;
 mod into;
 mod onward;
 pub(crate) mod pages;
-mod pair;
-mod sharing;
 pub(crate) mod step;
 pub(crate) mod steps;
-mod together;
-
-pub use together::{set_step_runner, StepRunner};
 
 /// Semaphore ids the collectives use on every chip (fabric semaphore tables are per chip).
 pub const SEM_READY_FROM_LEFT: u32 = 0x1000;
@@ -73,7 +68,7 @@ pub(crate) struct CollectiveKernel {
     /// Weak: the kernel sits in its chip's program cache, and the fabric holds the chips'
     /// memories, so a strong reference would keep a closed mesh alive.
     pub(crate) fabric: Weak<Fabric>,
-    /// The same on every chip's kernel of one collective: where they meet (see `together`).
+    /// The same on every chip's kernel of one collective: where they meet (`schedule::meeting`).
     pub(crate) meet_key: u64,
     /// The steps write all of the output, so a launch that runs together may return before
     /// the line has run: the fused all_reduce, the page reduce_scatter and the direct
@@ -171,7 +166,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn fail(&self, e: FabricError) -> ChipError {
+    pub(crate) fn fail(&self, e: FabricError) -> ChipError {
         abort(self.fabric, self.ctx, self.name(), e)
     }
 
@@ -214,27 +209,18 @@ impl<'a> Run<'a> {
         self.ctx.memory.write(MemSpace::Dram, bank, addr, data)
     }
 
-    fn step_error(&self, e: StepError) -> ChipError {
+    pub(crate) fn step_error(&self, e: StepError) -> ChipError {
         match e {
             StepError::Fabric(e) => self.fail(e),
             StepError::Chip(e) => e,
         }
     }
 
-    /// True if this collective's steps run together with the rest of the line (see `together`).
-    fn together(&self) -> bool {
-        together::wanted(
-            self.k.input.buffer_size() as usize,
-            self.k.line.chips.len(),
-            self.k.defers,
-        )
-    }
-
-    /// Runs this chip's `steps` on `work`: together with the rest of the line on one thread
-    /// when the collective is small (see `together`), else here, after the handshake
+    /// Runs this chip's `steps` on `work`, on the runner `schedule::runner` picks: together
+    /// with the rest of the line at the collective's meeting, or here, after the handshake
     /// (`writes_left`: the steps write into the left neighbour too). With `complete` (the
     /// steps write everything the kernel outputs) and a launch that may defer, a chip that
-    /// is not the last to arrive returns at once, its part left to the last.
+    /// is not the last to arrive at the meeting returns at once, its part left to the last.
     pub(crate) fn run_steps(
         &self,
         work: &mut Work,
@@ -242,67 +228,41 @@ impl<'a> Run<'a> {
         writes_left: bool,
         complete: bool,
     ) -> Result<Launched, ChipError> {
-        if self.together() {
-            let c = together::Collective {
-                fabric: self.fabric,
-                key: self.k.meet_key,
-                name: self.name(),
-                chips: &self.k.line.chips,
-                pos: self.k.pos,
-                timeout: self.timeout,
-                pair: together::pairs(self.k.input.buffer_size() as usize, self.k.line.chips.len()),
-            };
-            let part = together::Part {
-                ep: self.endpoint(None)?,
-                work: Box::new(std::mem::take(work)),
-                steps,
-            };
-            if complete && self.may_defer {
-                return Ok(match together::meet_deferred(&c, part)? {
-                    together::Met::Ran(part) => {
-                        *work = *part.work;
-                        Launched::Done
-                    }
-                    together::Met::Deferred(d) => Launched::Deferred(d),
-                });
-            }
-            *work = *together::meet(&c, part)?.work;
-            return Ok(Launched::Done);
+        let input_bytes = self.k.input.buffer_size() as usize;
+        let runner = schedule::runner(input_bytes, self.k.line.chips.len(), self.k.defers);
+        if runner == Runner::OwnThreads {
+            return own_thread::run(self, work, steps, writes_left);
         }
-        // Large ring slots share memory, the reader crediting the writer (see `sharing`).
-        let ring = self.k.topology == Topology::Ring;
-        let credits = sharing::plan(&steps, ring, self.ep.slots.map.page_size);
-        let shared;
-        let ep = match credits {
-            Some(_) => {
-                shared = self.endpoint(Some(sharing::REGIONS))?;
-                &shared
-            }
-            None => &self.ep,
+        let c = meeting::Collective {
+            fabric: self.fabric,
+            key: self.k.meet_key,
+            name: self.name(),
+            chips: &self.k.line.chips,
+            pos: self.k.pos,
+            timeout: self.timeout,
+            pair: runner == Runner::TwoThreads,
         };
-        self.handshake(writes_left, true)?;
-        let mem = Local::Memory(self.ctx.memory);
-        for (i, s) in steps.into_iter().enumerate() {
-            if let Some(sem) = credits.as_ref().and_then(|c| c.before(i)) {
-                let taken =
-                    self.fabric
-                        .wait_semaphore_spinning(ep.me, sem, 1, self.timeout, ep.spins);
-                taken.map_err(|e| self.fail(e))?;
-            }
-            let done = ep.step(s, work, self.fabric, mem, self.timeout);
-            done.map_err(|e| self.step_error(e))?;
-            if let Some((side, sem)) = credits.as_ref().and_then(|c| c.after(i)) {
-                let given = ep.senders[0].atomic_inc(ep.neighbour(side), sem, 1);
-                given.map_err(|e| self.fail(e))?;
-            }
+        let part = meeting::Part {
+            ep: self.endpoint(None)?,
+            work: Box::new(std::mem::take(work)),
+            steps,
+        };
+        if complete && self.may_defer {
+            return Ok(match meeting::meet_deferred(&c, part)? {
+                meeting::Met::Ran(part) => {
+                    *work = *part.work;
+                    Launched::Done
+                }
+                meeting::Met::Deferred(d) => Launched::Deferred(d),
+            });
         }
-        ep.flush(self.timeout).map_err(|e| self.fail(e))?;
+        *work = *meeting::meet(&c, part)?.work;
         Ok(Launched::Done)
     }
 
     /// A second endpoint for this chip's place on the line, with senders of its own, whose
     /// slots share memory `regions` apart if given (see `Endpoint::regions`).
-    fn endpoint(&self, regions: Option<usize>) -> Result<Endpoint, ChipError> {
+    pub(crate) fn endpoint(&self, regions: Option<usize>) -> Result<Endpoint, ChipError> {
         let senders = (0..self.ep.senders.len())
             .map(|l| self.fabric.sender(self.ep.me).map(|s| s.with_link(l)))
             .collect::<Result<_, _>>()
@@ -374,7 +334,7 @@ impl Kernel for CollectiveKernel {
     /// never waits at launch.
     fn hands_off(&self) -> bool {
         self.defers
-            && together::wanted(
+            && schedule::runs_together(
                 self.input.buffer_size() as usize,
                 self.line.chips.len(),
                 true,
@@ -491,7 +451,7 @@ impl CollectiveKernel {
                 right,
                 slots,
                 senders,
-                spins: steps::wait_spins(n),
+                spins: schedule::wait_spins(n),
                 regions: None,
             },
             fabric,

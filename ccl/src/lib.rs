@@ -60,6 +60,7 @@ mod kernels;
 mod plan_tests;
 mod reduce_scatter;
 mod reduction;
+mod schedule;
 
 use ttmesh_chip::device::CqId;
 use ttmesh_chip::tensor::{MemoryConfig, Tensor, TensorSpec};
@@ -70,10 +71,8 @@ pub use all_reduce::all_reduce;
 pub use collective::resolve_topology;
 pub use reduce_scatter::reduce_scatter;
 
-pub use kernels::{
-    set_step_runner, CollectiveKind, StepRunner, SEM_READY_FROM_LEFT, SEM_READY_FROM_RIGHT,
-    SEM_SLOT_BASE,
-};
+pub use kernels::{CollectiveKind, SEM_READY_FROM_LEFT, SEM_READY_FROM_RIGHT, SEM_SLOT_BASE};
+pub use schedule::{set_step_runner, StepRunner};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CclError {

@@ -69,7 +69,7 @@ pub(crate) fn page_elems(spec: &TensorSpec) -> usize {
     }
 }
 
-/// Bytes of partial sums per piece (see `lists`), in the input's format, at least: small
+/// Bytes of partial sums per piece (see the step plans), in the input's format, at least: small
 /// enough that a piece summed, sent and written stays in the host's cache.
 const PIECE_BYTES: usize = 256 * 1024;
 

@@ -1,6 +1,6 @@
 //! The data movement of the page-path collectives, written once as a list of steps per chip.
 //! The same lists run two ways: by each chip's own kernel (`run_own`: waits block), or all
-//! chips' lists by one thread for the whole line (`together`). Either way every chip does the
+//! chips' lists by one thread or two for the whole line (`crate::schedule`). Either way every chip does the
 //! same arithmetic on the same operands in the same order, so results are bitwise the same.
 
 use std::time::Duration;
@@ -165,23 +165,8 @@ pub(crate) struct Endpoint {
     pub spins: u32,
     /// Slots whose memory is shared, `regions` apart (slot `s` lands in slot `s % regions`'s
     /// memory; its semaphore stays its own). Only a runner that knows when a slot's pieces
-    /// were read sets it (`together::alias_slots`); a chip's own thread never does.
+    /// were read sets it (`schedule::one_thread::alias_slots`); a chip's own thread never does.
     pub regions: Option<usize>,
-}
-
-/// Checks a chip's semaphore wait makes before sleeping, on a line of `n` chips. When every
-/// chip's thread has a core of its own, the peer that will raise the semaphore is running and
-/// a sleep only adds a wake-up to the line's critical path; when threads outnumber cores,
-/// spinning takes the core from the peer. A/B on a 2-core host, all_reduce on own threads
-/// (medians, 256 checks / 4096 or more): line-2 2 MiB 557 / 490 us, 4 MiB 1151 / 1021, 16 MiB
-/// 7.80 / 7.69 ms; line-4 8 MiB 8.24 / 9.07 ms; t3k 16 MiB 28.7 / 29.9 ms.
-pub(crate) fn wait_spins(n: usize) -> u32 {
-    const WHEN_CORES_SUFFICE: u32 = 4096;
-    let default = Fabric::default_semaphore_spins();
-    match n <= ttmesh_chip::device::host_cores() {
-        true => default.max(WHEN_CORES_SUFFICE),
-        false => default,
-    }
 }
 
 impl Endpoint {
