@@ -103,7 +103,7 @@ fn run_direct(run: &Run, addresses: &[u32]) -> Result<Launched, ChipError> {
     debug_assert_eq!(in_page, out_page, "a gather moves pages as they are");
     with_work(|w| {
         w.shape(&[], &vec![len; n], Some(k.pos));
-        let own = &mut w.blocks[k.pos][..len];
+        let own = &mut w.bufs.blocks[k.pos][..len];
         read_pages(run.ctx, &k.input, addresses[0], own)?;
         write_pages(
             run.ctx,
@@ -138,7 +138,12 @@ fn run_pages(run: &Run, split: PageSplit, addresses: &[u32]) -> Result<(), ChipE
     let len = k.input.buffer_size() as usize;
     with_work(|w| {
         w.shape(&[], &vec![len; n], Some(pos));
-        read_pages(run.ctx, &k.input, addresses[0], &mut w.blocks[pos][..len])?;
+        read_pages(
+            run.ctx,
+            &k.input,
+            addresses[0],
+            &mut w.bufs.blocks[pos][..len],
+        )?;
         // One piece per block: without a fused reduction, pieces only add waits.
         let pieces = vec![piece_count(len, w.block_piece); n];
         let steps = gather_steps(k.topology, n, pos, 0, &pieces, false);
@@ -154,7 +159,7 @@ fn run_pages(run: &Run, split: PageSplit, addresses: &[u32]) -> Result<(), ChipE
         let ps = k.input.page_size() as usize;
         let run_pages = split.extent * split.inner;
         let pages_at_once = (ASSEMBLY_BYTES / ps).clamp(1, run_pages.max(1));
-        let mut buf = std::mem::take(&mut w.staged);
+        let mut buf = std::mem::take(&mut w.bufs.staged);
         for o in 0..split.outer {
             for (blk, &j) in from_position.iter().enumerate() {
                 for p in (0..run_pages).step_by(pages_at_once) {
@@ -172,7 +177,7 @@ fn run_pages(run: &Run, split: PageSplit, addresses: &[u32]) -> Result<(), ChipE
                 }
             }
         }
-        w.staged = buf;
+        w.bufs.staged = buf;
         Ok(())
     })
 }

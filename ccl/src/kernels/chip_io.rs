@@ -295,6 +295,23 @@ pub(crate) enum Local<'a> {
     Fabric(&'a Fabric),
 }
 
+/// One access to chip memory, either way a `Local` reaches it: `$memory` with the chip's
+/// memory, or `$fabric` with the fabric and the bytes' NoC address; each error becomes a
+/// `StepError`. A macro, not a function taking two closures: both arms use the caller's
+/// `FnMut` callback, which two closures could not borrow at once.
+macro_rules! either_way {
+    ($local:expr, ($me:expr, $space:expr, $bank:expr, $addr:expr),
+     |$m:ident| $memory:expr, |$f:ident, $at:ident| $fabric:expr) => {
+        match $local {
+            Local::Memory($m) => $memory.map_err(StepError::Chip),
+            Local::Fabric($f) => {
+                let $at = noc($me, $space, $bank, $addr)?;
+                $fabric.map_err(StepError::Fabric)
+            }
+        }
+    };
+}
+
 impl Local<'_> {
     /// Hands chip `me`'s `len` bytes at `addr` to `f` in place, in order (no copy).
     pub(crate) fn read_with(
@@ -306,14 +323,12 @@ impl Local<'_> {
         len: usize,
         mut f: impl FnMut(usize, &[u8]),
     ) -> Result<(), StepError> {
-        match self {
-            Local::Memory(m) => m
-                .read_in_place(space, bank, addr, len, f)
-                .map_err(StepError::Chip),
-            Local::Fabric(fabric) => fabric
-                .read_local_with(me, noc(me, space, bank, addr)?, len, &mut f)
-                .map_err(StepError::Fabric),
-        }
+        either_way!(
+            self,
+            (me, space, bank, addr),
+            |m| m.read_in_place(space, bank, addr, len, f),
+            |fabric, at| fabric.read_local_with(me, at, len, &mut f)
+        )
     }
 
     /// `read_with` that never waits for a lock: Ok(false) when a bank is busy (some bytes
@@ -325,14 +340,12 @@ impl Local<'_> {
         len: usize,
         mut f: impl FnMut(usize, &[u8]),
     ) -> Result<bool, StepError> {
-        match self {
-            Local::Memory(m) => m
-                .try_read_in_place(space, bank, addr, len, f)
-                .map_err(StepError::Chip),
-            Local::Fabric(fabric) => fabric
-                .try_read_local_with(me, noc(me, space, bank, addr)?, len, &mut f)
-                .map_err(StepError::Fabric),
-        }
+        either_way!(
+            self,
+            (me, space, bank, addr),
+            |m| m.try_read_in_place(space, bank, addr, len, f),
+            |fabric, at| fabric.try_read_local_with(me, at, len, &mut f)
+        )
     }
 
     /// Hints that chip `me`'s `len` bytes at `addr` will be read soon (nothing is checked).
@@ -356,12 +369,12 @@ impl Local<'_> {
         addr: u64,
         out: &mut [u8],
     ) -> Result<(), StepError> {
-        match self {
-            Local::Memory(m) => m.read(space, bank, addr, out).map_err(StepError::Chip),
-            Local::Fabric(f) => f
-                .read_local(me, noc(me, space, bank, addr)?, out)
-                .map_err(StepError::Fabric),
-        }
+        either_way!(
+            self,
+            (me, space, bank, addr),
+            |m| m.read(space, bank, addr, out),
+            |fabric, at| fabric.read_local(me, at, out)
+        )
     }
 
     /// Writes `data` into chip `me`'s memory at `addr`.
@@ -373,12 +386,12 @@ impl Local<'_> {
         addr: u64,
         data: &[u8],
     ) -> Result<(), StepError> {
-        match self {
-            Local::Memory(m) => m.write(space, bank, addr, data).map_err(StepError::Chip),
-            Local::Fabric(fabric) => fabric
-                .write_local(me, noc(me, space, bank, addr)?, data)
-                .map_err(StepError::Fabric),
-        }
+        either_way!(
+            self,
+            (me, space, bank, addr),
+            |m| m.write(space, bank, addr, data),
+            |fabric, at| fabric.write_local(me, at, data)
+        )
     }
 
     /// Hands chip `me`'s `len` bytes at `addr` to `f(offset, bytes)` to fill in place (it
@@ -393,14 +406,12 @@ impl Local<'_> {
         len: usize,
         mut f: impl FnMut(usize, &mut [u8]),
     ) -> Result<(), StepError> {
-        match self {
-            Local::Memory(m) => m
-                .write_with(space, bank, addr, len, f)
-                .map_err(StepError::Chip),
-            Local::Fabric(fabric) => fabric
-                .write_local_with(me, noc(me, space, bank, addr)?, len, &mut f)
-                .map_err(StepError::Fabric),
-        }
+        either_way!(
+            self,
+            (me, space, bank, addr),
+            |m| m.write_with(space, bank, addr, len, f),
+            |fabric, at| fabric.write_local_with(me, at, len, &mut f)
+        )
     }
 }
 

@@ -34,7 +34,7 @@ use super::chip_io::{
     StepError,
 };
 use super::elements::{fill_le_bf16, fill_le_bf16_sum};
-use super::steps::{message_bytes, sized, Endpoint, Work};
+use super::steps::{message_bytes, sized, Buffers, Endpoint, Span};
 
 impl Endpoint {
     /// Writes this chip's bf16 sums of block `chunk`'s bytes `ba..be` plus chip `dest`'s
@@ -42,17 +42,16 @@ impl Endpoint {
     /// run of pages in one bank (at most `message_bytes`); the last raises `dest`'s semaphore
     /// for `slot`. `dest`'s input pages share the bank of the output pages being written,
     /// whose lock the fill runs under, and are read through it (`owner_held_into`), else
-    /// copied into L1 first. The sums are staged in `w.partials16`, or, at a line's end
+    /// copied into L1 first. The sums are staged in `w.bufs.partials16`, or, at a line's end
     /// where they are this chip's input as it is, read in place beside.
     pub(crate) fn sums_into(
         &self,
         (fabric, own_input): (&Fabric, Option<Local>),
         (dest, slot): (u32, usize),
-        (chunk, a, ba, be): (usize, usize, usize, usize),
-        w: &mut Work,
+        (chunk, Span { a, ba, be, .. }): (usize, Span),
+        (io, b): (&FusedIo, &mut Buffers),
     ) -> Result<(), StepError> {
-        let Work {
-            fused,
+        let Buffers {
             partials16: sums,
             staged,
             runs,
@@ -60,10 +59,7 @@ impl Endpoint {
             into_sums,
             into_runs,
             ..
-        } = w;
-        let io = fused
-            .as_ref()
-            .expect("a ReduceInto step's collective sets its fused io");
+        } = b;
         let (pages, page_bytes, _) = &io.output_pages;
         let (page_bytes, space) = (*page_bytes, pages.map.space);
         let in_space = io.input_pages.0.map.space;
