@@ -6,6 +6,18 @@
 //! touch: mesh shapes and coordinates (the mesh crate hands it lines of chips and per-chip
 //! tensors), routing (the fabric's), or allocation policy (the chip's).
 //!
+//! # Layout
+//!
+//! - One module per collective, first: `all_gather`, `reduce_scatter`, `all_reduce`. Each holds
+//!   its public function, its checks, output spec and scratch size, its part of the kernel on
+//!   one chip, and its step plan. `collective` is what all three do before a launch (the one
+//!   shared preamble, `collective::Call`); `reduction` what the two reductions share.
+//! - `kernels`: one chip's program (`CollectiveKernel`) and what its steps are made of: the
+//!   step vocabulary (`kernels::step`), its executor (`kernels::steps`), chip memory access
+//!   (`kernels::chip_io`) and the data path's parts.
+//! - `schedule`: who runs the steps. One table, `schedule::runner`, says when each runner
+//!   applies, with every size limit beside it and its reason.
+//!
 //! # Protocol
 //!
 //! Every chip of a line runs the same kernel, parameterised by its position. Data moves in
