@@ -13,9 +13,7 @@
 //!
 //! The owner's input pages lie in the same banks as the output pages the fill writes under
 //! those banks' locks, so the fill reads them through the lock it holds
-//! (`HeldMemory`); they were copied into L1 before each message (line-2 1 MiB 238 -> 221
-//! us, 16 MiB 4.05 -> 3.68 ms, medians of 15 and 9 alternated with the build before, on a
-//! host slower that hour than in the figures below). Up to about 1 MiB per chip an input
+//! (`HeldMemory`) rather than copying them into L1 before each message. Up to about 1 MiB per chip an input
 //! and the output allocated after it share a 64 KiB chunk in each bank, the very chunk being
 //! filled; chip memory now lends the fill that chunk's other bytes too (before that, every
 //! such fill was handed back and staged: counted on line-2 256 KiB, all of them). Where
@@ -23,8 +21,7 @@
 //! chunk) they are still copied.
 //! At a line's end the sums are this chip's input, which the fill reads in place, only
 //! *trying* its banks as `onward`'s fill does (a busy bank hands the run back, to be filled
-//! with nothing locked). That was a second staging copy per byte: line-2 1 MiB 211 -> 185
-//! us, 16 MiB 3.57 -> 3.19 ms (medians of 7 and 5, alternated with the build before).
+//! with nothing locked), where staging it was a second copy per byte.
 
 use ttmesh_chip::allocator::MemSpace;
 use ttmesh_fabric::{Fabric, FabricError, HeldMemory};

@@ -78,10 +78,7 @@ const PIECE_BYTES: usize = 256 * 1024;
 /// chip adds piece 0 while piece 1 is on the wire. That keeps both cores of a small host busy
 /// on a line of 2, but from 4 chips on the chips' own threads already outnumber the cores,
 /// and each piece adds a semaphore wait that often sleeps: there, at most two pieces per
-/// chunk, and one from 16 chips. A/B on a 2-core host, all_reduce on own threads (medians,
-/// ms; 256 KiB pieces / capped): line-4 8 MiB 9.2 / 7.9, 16 MiB 18.4 / 16.4; t3k 8 MiB 16.2 /
-/// 15.3, 16 MiB 32.8 / 29.1 (one piece: 29.1 too); galaxy 16 MiB 142 / 126 (one piece).
-/// line-2 gains nothing from the cap (4 MiB 1.22 / 1.31 with four pieces).
+/// chunk, and one from 16 chips (line-2 gains nothing from a cap).
 fn piece_bytes(n: usize, largest: usize) -> usize {
     let most_pieces = match n {
         0..=3 => return PIECE_BYTES,
@@ -93,27 +90,15 @@ fn piece_bytes(n: usize, largest: usize) -> usize {
 
 /// Inputs of the whole line, in bytes, from which a fused reduction's input reads hint the
 /// host's cache ahead (`chip_io::PREFETCH_AHEAD`). Below, the inputs mostly come from the
-/// cache and each hint's bank lock and chunk lookup cost more than they save. A/B on a 2-core
-/// host, all_reduce (medians of 5, us; without / with hints): line-2 1 MiB (2 MiB in all) 314
-/// / 340, t3k 256 KiB (2 MiB) 359 / 375; line-4 1 MiB (4 MiB) 696 / 677; t3k 1 MiB (8 MiB)
-/// 1873 / 1587 and 2216 / 1955, galaxy 256 KiB 3187 / 2915, line-2 4 MiB 1390 / 1235;
-/// t3k 16 MiB 30.1 / 27.2 ms, line-2 16 MiB 8.3 / 7.6 ms. Once a `Reduce` read its operands
-/// in place inside the neighbour's write (`onward`), lines of 8 and 16 MiB lost by the hints
-/// (medians of 7): t3k 1 MiB 1358 / 1451 us, 2 MiB 2420 / 2595 us; line-2 4 MiB 776 / 845
-/// us; line-4 2 MiB 1537 / 1769 us; galaxy 256 KiB 2963 / 3214 us, 512 KiB 5967 / 6095 us;
-/// reduce_scatter t3k 1 MiB 931 / 1044 us. From 32 MiB they are even or pay: galaxy 1 MiB
-/// 12.6 / 11.4 ms (of 5), t3k 4 MiB 6.69 / 6.37 ms and 6.36 / 6.70 ms, line-2 16 MiB 3.95 /
-/// 3.86 ms, t3k 16 MiB 42.2 / 42.0 ms.
+/// cache and each hint's bank lock and chunk lookup cost more than they save; once a
+/// `Reduce` read its operands in place inside the neighbour's write (`onward`), that held up
+/// to 16 MiB of inputs in all.
 const PREFETCH_MIN_LINE_INPUT: u64 = 32 << 20;
 
 /// The largest chunk per chip (input bytes / chips) whose reads are hinted: once the bf16
 /// sums were rounded by the CPU (`ttmesh_chip::format`'s AVX-512 BF16 path) and a sum added
 /// at delivery read its input in place, long chunks lost by the hints and short ones still
-/// gained. Alternated (medians of 5-9; without / with hints): t3k 4 MiB (512 KiB chunks)
-/// 4.47 / 4.69 ms, t3k 16 MiB 31.9 / 33.6 ms, reduce_scatter t3k 16 MiB 28.4 / 30.4 ms,
-/// line-4 16 MiB 18.7 / 21.6 ms, galaxy 16 MiB (512 KiB) 151 / 159 ms, line-2 16 MiB
-/// 2.62 / 2.60 ms; but galaxy 1 MiB (32 KiB chunks) 10.4 / 9.8 ms and galaxy 4 MiB (128
-/// KiB) 34.9 / 33.4 ms.
+/// gained.
 const PREFETCH_MAX_CHUNK: u64 = 256 << 10;
 
 fn prefetches_input(n: usize, input_bytes: u64) -> bool {

@@ -42,9 +42,6 @@ const SLOT_BLOCK: usize = 8192;
 /// in the host's L1 cache, and never more than the fabric delivers on the sending thread
 /// (`FabricSender::direct_message_bytes`, 34 KiB with 8 slots of 4,352 bytes), so a message
 /// lands with one copy instead of as packets through the channel's slots and the router.
-/// A/B on a 2-core host, all_reduce (medians of 5, whole pieces and bank runs / 32 KiB
-/// messages): t3k 16 MiB 44.5 / 40.1 ms, 1 MiB 1.61 / 1.44 ms; line-2 16 MiB 5.99 / 4.81 ms;
-/// line-4 1 MiB 785 / 751 us; line-2 1 MiB 353 / 345 us.
 pub(crate) fn message_bytes(sender: &FabricSender) -> usize {
     const MESSAGE_BYTES: usize = 32 * 1024;
     // At least one bf16 element: callers cut messages into whole elements.
