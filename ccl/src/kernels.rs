@@ -11,18 +11,18 @@ use ttmesh_chip::ChipError;
 use ttmesh_fabric::{Fabric, FabricError};
 
 use chip_io::{Local, StepError};
-use steps::{Endpoint, Step, Work};
+use execute::{Endpoint, Step, Work};
 
 use crate::schedule::{self, meeting, own_thread, Runner};
 use crate::{CclLine, Topology};
 
 pub(crate) mod chip_io;
 mod elements;
+pub(crate) mod execute;
 mod into;
 mod onward;
 pub(crate) mod pages;
 pub(crate) mod step;
-pub(crate) mod steps;
 
 /// Semaphore ids the collectives use on every chip (fabric semaphore tables are per chip).
 pub const SEM_READY_FROM_LEFT: u32 = 0x1000;

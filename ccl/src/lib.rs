@@ -13,7 +13,7 @@
 //!   one chip, and its step plan. `collective` is what all three do before a launch (the one
 //!   shared preamble, `collective::Call`); `reduction` what the two reductions share.
 //! - `kernels`: one chip's program (`CollectiveKernel`) and what its steps are made of: the
-//!   step vocabulary (`kernels::step`), its executor (`kernels::steps`), chip memory access
+//!   step vocabulary (`kernels::step`), its executor (`kernels::execute`), chip memory access
 //!   (`kernels::chip_io`) and the data path's parts.
 //! - `schedule`: who runs the steps. One table, `schedule::runner`, says when each runner
 //!   applies, with every size limit beside it and its reason.

@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use crate::all_gather::gather_steps;
+use crate::kernels::execute::{Side, Step};
 use crate::kernels::step::neighbour_pos;
-use crate::kernels::steps::{Side, Step};
 use crate::reduce_scatter::fused_reduce_steps;
 use crate::reduction::{encode_when_summed, join_middle_sums, reduce_at_delivery};
 use crate::Topology;

@@ -12,9 +12,9 @@ use ttmesh_chip::ChipError;
 use ttmesh_fabric::Fabric;
 
 use crate::collective::{Call, Plan};
+use crate::kernels::execute::{Side, Step};
 use crate::kernels::pages::{fuse, page_elems, page_split, with_work, PageSplit, Placement};
 use crate::kernels::step::each_piece;
-use crate::kernels::steps::{Side, Step};
 use crate::kernels::{split_dims, CollectiveKind, Run};
 use crate::reduction::run_fused;
 use crate::{CclConfig, CclLine, LockstepAlloc, Result, Topology};

@@ -6,8 +6,8 @@ use ttmesh_chip::program::Launched;
 use ttmesh_chip::tensor::DataType;
 use ttmesh_chip::ChipError;
 
+use crate::kernels::execute::{Side, Step, Work};
 use crate::kernels::step::neighbour_pos;
-use crate::kernels::steps::{Side, Step, Work};
 use crate::kernels::Run;
 use crate::Topology;
 

@@ -1,5 +1,5 @@
 //! Who runs a collective's steps. Every chip's kernel builds the same step list either way
-//! (`crate::kernels::steps`), and every step does the same arithmetic on the same operands in
+//! (`crate::kernels::execute`), and every step does the same arithmetic on the same operands in
 //! the same order, so the runner never changes a bit; it changes only which threads carry
 //! the line's steps out, and so the context switches and cores a collective costs.
 //!

@@ -1,7 +1,7 @@
 //! Where the collective steps read and write chip memory: a fused reduction's input and
 //! output pages (`FusedIo`), read in place or copied, by the chip's own kernel or through the
 //! fabric by a thread that runs the chip's steps for it (`Local`). Owns no buffers and sends
-//! nothing: the steps (`steps`) decide what moves where.
+//! nothing: the steps (`execute`) decide what moves where.
 
 use ttmesh_chip::allocator::MemSpace;
 use ttmesh_chip::memory::DeviceMemory;

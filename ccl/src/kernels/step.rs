@@ -1,5 +1,5 @@
 //! What a chip does in a collective, one step at a time: the `Step` vocabulary that
-//! collectives' step plans write and `steps::Endpoint::step` carries out, and what each step waits for,
+//! collectives' step plans write and `execute::Endpoint::step` carries out, and what each step waits for,
 //! reads and writes (the runners schedule by it). No data moves here.
 
 use crate::Topology;

@@ -19,7 +19,7 @@ use ttmesh_chip::ChipError;
 use ttmesh_fabric::{Fabric, FabricError};
 
 use crate::kernels::chip_io::StepError;
-use crate::kernels::steps::{Endpoint, Step, Work};
+use crate::kernels::execute::{Endpoint, Step, Work};
 
 use super::{one_thread, two_threads};
 
@@ -91,7 +91,7 @@ pub(crate) struct Collective<'a> {
     pub chips: &'a [u32],
     pub pos: usize,
     pub timeout: Duration,
-    /// Run the line on two threads (`pair`): worth the helper thread from mid sizes up.
+    /// Run the line on two threads (`two_threads`; `schedule::runner` decides).
     pub pair: bool,
 }
 

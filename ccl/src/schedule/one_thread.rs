@@ -12,7 +12,7 @@ use ttmesh_fabric::FabricError;
 use super::meeting::{Collective, Part};
 use super::{step_runner, StepRunner, ALIAS_LONG_ALONE, ALIAS_MIN_SLOT_BYTES, SLOT_REGIONS};
 use crate::kernels::chip_io::{Local, StepError};
-use crate::kernels::steps::{Side, Step};
+use crate::kernels::execute::{Side, Step};
 
 /// Lets the parts' slots share memory (`Endpoint::regions`) when a runner can keep them
 /// apart (`shared_regions` then says in how many regions). A collective's slots are scratch, one per step, so a

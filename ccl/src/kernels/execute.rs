@@ -1,7 +1,8 @@
-//! The data movement of the page-path collectives, written once as a list of steps per chip.
-//! The same lists run two ways: by each chip's own kernel (`run_own`: waits block), or all
-//! chips' lists by one thread or two for the whole line (`crate::schedule`). Either way every chip does the
-//! same arithmetic on the same operands in the same order, so results are bitwise the same.
+//! The executor of the step vocabulary (`step`): what one chip's `Endpoint` does for each
+//! `Step` of its list, on the buffers of its `Work`. Whichever runner carries the lists out
+//! (`crate::schedule`: each chip's own thread, or one or two threads for the whole line),
+//! every chip does the same arithmetic on the same operands in the same order, so results
+//! are bitwise the same.
 
 use std::time::Duration;
 
