@@ -134,23 +134,27 @@ pub(crate) fn runner(input_bytes: usize, n: usize, defers: bool) -> Runner {
 
 /// True if the line runs together (`runner` is not `OwnThreads`), asked on the dispatch path.
 pub(crate) fn runs_together(input_bytes: usize, n: usize, defers: bool) -> bool {
-    let most = if !defers {
-        n * WAITING_BYTES_PER_CHIP
-    } else {
-        let (_, alone, paired) = TOGETHER_UP_TO
-            .iter()
-            .find(|&&(chips, _, _)| n <= chips)
-            .copied()
-            .unwrap_or(TOGETHER_UP_TO[TOGETHER_UP_TO.len() - 1]);
-        match pairs(PAIR_MIN_INPUT, n) {
-            true => paired,
-            false => alone,
-        }
-    };
     match step_runner() {
-        StepRunner::BySize => input_bytes <= most,
+        StepRunner::BySize => input_bytes <= together_limit(n, defers, pairs(PAIR_MIN_INPUT, n)),
         StepRunner::Together => true,
         StepRunner::OwnThreads => false,
+    }
+}
+
+/// Input per chip up to which a line of `n` runs together by size; `paired`: a second thread
+/// would join it.
+fn together_limit(n: usize, defers: bool, paired: bool) -> usize {
+    if !defers {
+        return n * WAITING_BYTES_PER_CHIP;
+    }
+    let (_, alone, with_helper) = TOGETHER_UP_TO
+        .iter()
+        .find(|&&(chips, _, _)| n <= chips)
+        .copied()
+        .unwrap_or(TOGETHER_UP_TO[TOGETHER_UP_TO.len() - 1]);
+    match paired {
+        true => with_helper,
+        false => alone,
     }
 }
 
@@ -201,5 +205,41 @@ fn runner_from_env() -> StepRunner {
         Ok("together") => StepRunner::Together,
         Ok("own") => StepRunner::OwnThreads,
         _ => StepRunner::BySize,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_gives_each_line_its_limit() {
+        const KIB: usize = 1 << 10;
+        const MIB: usize = 1 << 20;
+        // (chips, alone, paired), as measured (docs/performance.md).
+        let rows = [
+            (1, 256 * KIB, 256 * KIB),
+            (2, 256 * KIB, 2 * MIB),
+            (3, 256 * KIB, 2 * MIB),
+            (4, 256 * KIB, 2 * MIB),
+            (5, 256 * KIB, MIB),
+            (8, 256 * KIB, MIB),
+            (9, 512 * KIB, 2 * MIB),
+            (32, 512 * KIB, 2 * MIB),
+        ];
+        for (n, alone, paired) in rows {
+            // One chip has no second thread to pair with (`pairs` needs two).
+            let paired = if n < 2 { alone } else { paired };
+            assert_eq!(together_limit(n, true, false), alone, "{n} chips alone");
+            if n >= 2 {
+                assert_eq!(together_limit(n, true, true), paired, "{n} chips paired");
+            }
+            // A launch that waits for the line: 6 KiB per chip of it, paired or not.
+            assert_eq!(
+                together_limit(n, false, true),
+                n * 6 * KIB,
+                "{n} chips waiting"
+            );
+        }
     }
 }
