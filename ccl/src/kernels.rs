@@ -5,58 +5,24 @@ use std::time::Duration;
 
 use ttmesh_chip::allocator::MemSpace;
 use ttmesh_chip::error::ForeignError;
-use ttmesh_chip::ops::{read_logical, write_logical};
 use ttmesh_chip::program::{CollectiveCost, Kernel, KernelContext, KernelCost, Launched};
 use ttmesh_chip::tensor::{DataType, HostData, TensorSpec};
 use ttmesh_chip::ChipError;
 use ttmesh_fabric::{Fabric, FabricError};
 
 use chip_io::{Local, StepError};
-use steps::{Endpoint, Step, Work};
+use execute::{Endpoint, Step, Work};
 
+use crate::schedule::{self, meeting, own_thread, Runner};
 use crate::{CclLine, Topology};
 
-mod chip_io;
+pub(crate) mod chip_io;
 mod elements;
-mod helper;
+pub(crate) mod execute;
 mod into;
-mod lists;
 mod onward;
-mod pages;
-mod pair;
-mod sharing;
-mod step;
-mod steps;
-mod together;
-
-pub use together::{set_step_runner, StepRunner};
-
-/// Scratch slot size of an all_gather: one chip's tensor, as pages (fast path) or as wire
-/// values (logical path), whichever is larger.
-pub(crate) fn gather_slot_bytes(spec: &TensorSpec) -> usize {
-    (spec.volume() * wire_bytes(spec.dtype)).max(spec.buffer_size() as usize)
-}
-
-/// Scratch of the one-kernel all_reduce over `n`: (slots, slot bytes). Slots `0..2n` carry
-/// partial sums of the largest chunk in the input's format; the gather moves blocks straight
-/// between the chips' outputs (its semaphores `2n..3n` have no slot).
-pub(crate) fn all_reduce_scratch(spec: &TensorSpec, n: usize) -> Option<(usize, usize)> {
-    pages::fused_all_reduce_fits(spec).then(|| {
-        let most = (spec.num_pages() as usize).div_ceil(n) * pages::page_elems(spec);
-        (
-            2 * n,
-            most * spec.page_size() as usize / pages::page_elems(spec),
-        )
-    })
-}
-
-/// Scratch slot size of a reduce_scatter over `n`: one chunk of f32 partial sums (the most a
-/// partial sum takes on the wire: bf16 ones take half), counting the
-/// tile padding the fast path carries.
-pub(crate) fn scatter_slot_bytes(spec: &TensorSpec, n: usize) -> usize {
-    let padded = (spec.num_pages() as usize).div_ceil(n) * pages::page_elems(spec);
-    (spec.volume() / n).max(padded) * 4
-}
+pub(crate) mod pages;
+pub(crate) mod step;
 
 /// Semaphore ids the collectives use on every chip (fabric semaphore tables are per chip).
 pub const SEM_READY_FROM_LEFT: u32 = 0x1000;
@@ -75,7 +41,7 @@ pub enum CollectiveKind {
     ReduceScatter {
         dim: usize,
     },
-    /// The whole all_reduce in one kernel (pages split unevenly; see `pages::all_reduce`).
+    /// The whole all_reduce in one kernel (pages split unevenly; see `crate::all_reduce`).
     AllReduce,
 }
 
@@ -89,32 +55,32 @@ pub fn wire_bytes(dtype: DataType) -> usize {
 }
 
 pub(crate) struct CollectiveKernel {
-    kind: CollectiveKind,
-    pos: usize,
-    line: CclLine,
+    pub(crate) kind: CollectiveKind,
+    pub(crate) pos: usize,
+    pub(crate) line: CclLine,
     /// Result place of each line position's block / chunk (a permutation).
-    order: Vec<usize>,
-    topology: Topology,
-    num_links: usize,
-    input: TensorSpec,
-    output: TensorSpec,
-    scratch: TensorSpec,
+    pub(crate) order: Vec<usize>,
+    pub(crate) topology: Topology,
+    pub(crate) num_links: usize,
+    pub(crate) input: TensorSpec,
+    pub(crate) output: TensorSpec,
+    pub(crate) scratch: TensorSpec,
     /// Weak: the kernel sits in its chip's program cache, and the fabric holds the chips'
     /// memories, so a strong reference would keep a closed mesh alive.
-    fabric: Weak<Fabric>,
-    /// The same on every chip's kernel of one collective: where they meet (see `together`).
-    meet_key: u64,
+    pub(crate) fabric: Weak<Fabric>,
+    /// The same on every chip's kernel of one collective: where they meet (`schedule::meeting`).
+    pub(crate) meet_key: u64,
     /// The steps write all of the output, so a launch that runs together may return before
     /// the line has run: the fused all_reduce, the page reduce_scatter and the direct
     /// all_gather. Decided once here,
     /// not at every launch (`hands_off` is asked on the dispatch path).
-    defers: bool,
+    pub(crate) defers: bool,
     /// A fused reduction's step list, built at the first launch: it depends only on the
     /// kernel (line, position, sizes), and building it was ~5% of a small line-2 collective.
-    fused_steps: std::sync::OnceLock<Vec<Step>>,
+    pub(crate) fused_steps: std::sync::OnceLock<Vec<Step>>,
     /// Every chip's input sits at one address, so a bf16 reduction's last hop may be added
     /// at delivery (`into`), reading the receiver's input from the sender's thread.
-    adds_at_delivery: bool,
+    pub(crate) adds_at_delivery: bool,
 }
 
 impl CollectiveKernel {
@@ -138,10 +104,8 @@ impl CollectiveKernel {
         let n = line.chips.len();
         let defers = match kind {
             CollectiveKind::AllReduce => true,
-            CollectiveKind::ReduceScatter { dim } => {
-                pages::page_split(&input, dim, input.shape[dim] / n).is_some()
-            }
-            CollectiveKind::AllGather { dim } => pages::gathers_direct(&input, dim),
+            CollectiveKind::ReduceScatter { dim } => crate::reduce_scatter::defers(&input, dim, n),
+            CollectiveKind::AllGather { dim } => crate::all_gather::defers(&input, dim),
         };
         let adds_at_delivery = inputs_share_address
             && input.dtype == DataType::BFloat16
@@ -167,14 +131,14 @@ impl CollectiveKernel {
 }
 
 /// One chip's view of the line while a collective runs.
-struct Run<'a> {
-    ctx: &'a KernelContext<'a>,
-    k: &'a CollectiveKernel,
-    ep: Endpoint,
-    fabric: &'a Arc<Fabric>,
-    timeout: Duration,
+pub(crate) struct Run<'a> {
+    pub(crate) ctx: &'a KernelContext<'a>,
+    pub(crate) k: &'a CollectiveKernel,
+    pub(crate) ep: Endpoint,
+    pub(crate) fabric: &'a Arc<Fabric>,
+    pub(crate) timeout: Duration,
     /// The launch may return before the line has run (`Kernel::launch`).
-    may_defer: bool,
+    pub(crate) may_defer: bool,
 }
 
 /// A fabric error inside a collective kernel, kept whole as the chip error's source.
@@ -202,15 +166,15 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn fail(&self, e: FabricError) -> ChipError {
+    pub(crate) fn fail(&self, e: FabricError) -> ChipError {
         abort(self.fabric, self.ctx, self.name(), e)
     }
 
-    fn send(&self, to: u32, slot: usize, data: &[u8]) -> Result<(), ChipError> {
+    pub(crate) fn send(&self, to: u32, slot: usize, data: &[u8]) -> Result<(), ChipError> {
         self.ep.send(to, slot, 0, data).map_err(|e| self.fail(e))
     }
 
-    fn wait_slot(&self, slot: usize) -> Result<(), ChipError> {
+    pub(crate) fn wait_slot(&self, slot: usize) -> Result<(), ChipError> {
         self.fabric
             .wait_semaphore_spinning(
                 self.ep.me,
@@ -222,113 +186,83 @@ impl<'a> Run<'a> {
             .map_err(|e| self.fail(e))
     }
 
-    fn read_slot(&self, slot: usize, len: usize) -> Result<Vec<u8>, ChipError> {
+    pub(crate) fn read_slot(&self, slot: usize, len: usize) -> Result<Vec<u8>, ChipError> {
         let mut buf = vec![0u8; len];
         self.read_slot_into(slot, 0, &mut buf)?;
         Ok(buf)
     }
 
     /// Copies the bytes at byte `offset` of this chip's slot into `out`.
-    fn read_slot_into(&self, slot: usize, offset: usize, out: &mut [u8]) -> Result<(), ChipError> {
+    pub(crate) fn read_slot_into(
+        &self,
+        slot: usize,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), ChipError> {
         self.ep
             .read_slot(Local::Memory(self.ctx.memory), slot, offset, out)
             .map_err(|e| self.step_error(e))
     }
 
-    fn write_slot_local(&self, slot: usize, data: &[u8]) -> Result<(), ChipError> {
+    pub(crate) fn write_slot_local(&self, slot: usize, data: &[u8]) -> Result<(), ChipError> {
         let (bank, addr) = self.ep.slots.location(slot as u64);
         self.ctx.memory.write(MemSpace::Dram, bank, addr, data)
     }
 
-    fn step_error(&self, e: StepError) -> ChipError {
+    pub(crate) fn step_error(&self, e: StepError) -> ChipError {
         match e {
             StepError::Fabric(e) => self.fail(e),
             StepError::Chip(e) => e,
         }
     }
 
-    /// True if this collective's steps run together with the rest of the line (see `together`).
-    fn together(&self) -> bool {
-        together::wanted(
-            self.k.input.buffer_size() as usize,
-            self.k.line.chips.len(),
-            self.k.defers,
-        )
-    }
-
-    /// Runs this chip's `steps` on `work`: together with the rest of the line on one thread
-    /// when the collective is small (see `together`), else here, after the handshake
+    /// Runs this chip's `steps` on `work`, on the runner `schedule::runner` picks: together
+    /// with the rest of the line at the collective's meeting, or here, after the handshake
     /// (`writes_left`: the steps write into the left neighbour too). With `complete` (the
     /// steps write everything the kernel outputs) and a launch that may defer, a chip that
-    /// is not the last to arrive returns at once, its part left to the last.
-    fn run_steps(
+    /// is not the last to arrive at the meeting returns at once, its part left to the last.
+    pub(crate) fn run_steps(
         &self,
         work: &mut Work,
         steps: Vec<Step>,
         writes_left: bool,
         complete: bool,
     ) -> Result<Launched, ChipError> {
-        if self.together() {
-            let c = together::Collective {
-                fabric: self.fabric,
-                key: self.k.meet_key,
-                name: self.name(),
-                chips: &self.k.line.chips,
-                pos: self.k.pos,
-                timeout: self.timeout,
-                pair: together::pairs(self.k.input.buffer_size() as usize, self.k.line.chips.len()),
-            };
-            let part = together::Part {
-                ep: self.endpoint(None)?,
-                work: Box::new(std::mem::take(work)),
-                steps,
-            };
-            if complete && self.may_defer {
-                return Ok(match together::meet_deferred(&c, part)? {
-                    together::Met::Ran(part) => {
-                        *work = *part.work;
-                        Launched::Done
-                    }
-                    together::Met::Deferred(d) => Launched::Deferred(d),
-                });
-            }
-            *work = *together::meet(&c, part)?.work;
-            return Ok(Launched::Done);
+        let input_bytes = self.k.input.buffer_size() as usize;
+        let runner = schedule::runner(input_bytes, self.k.line.chips.len(), self.k.defers);
+        if runner == Runner::OwnThreads {
+            return own_thread::run(self, work, steps, writes_left);
         }
-        // Large ring slots share memory, the reader crediting the writer (see `sharing`).
-        let ring = self.k.topology == Topology::Ring;
-        let credits = sharing::plan(&steps, ring, self.ep.slots.map.page_size);
-        let shared;
-        let ep = match credits {
-            Some(_) => {
-                shared = self.endpoint(Some(sharing::REGIONS))?;
-                &shared
-            }
-            None => &self.ep,
+        let c = meeting::Collective {
+            fabric: self.fabric,
+            key: self.k.meet_key,
+            name: self.name(),
+            chips: &self.k.line.chips,
+            pos: self.k.pos,
+            timeout: self.timeout,
+            pair: runner == Runner::TwoThreads,
         };
-        self.handshake(writes_left, true)?;
-        let mem = Local::Memory(self.ctx.memory);
-        for (i, s) in steps.into_iter().enumerate() {
-            if let Some(sem) = credits.as_ref().and_then(|c| c.before(i)) {
-                let taken =
-                    self.fabric
-                        .wait_semaphore_spinning(ep.me, sem, 1, self.timeout, ep.spins);
-                taken.map_err(|e| self.fail(e))?;
-            }
-            let done = ep.step(s, work, self.fabric, mem, self.timeout);
-            done.map_err(|e| self.step_error(e))?;
-            if let Some((side, sem)) = credits.as_ref().and_then(|c| c.after(i)) {
-                let given = ep.senders[0].atomic_inc(ep.neighbour(side), sem, 1);
-                given.map_err(|e| self.fail(e))?;
-            }
+        let part = meeting::Part {
+            ep: self.endpoint(None)?,
+            work: Box::new(std::mem::take(work)),
+            steps,
+        };
+        if complete && self.may_defer {
+            return Ok(match meeting::meet_deferred(&c, part)? {
+                meeting::Met::Ran(part) => {
+                    *work = *part.work;
+                    Launched::Done
+                }
+                meeting::Met::Deferred(d) => Launched::Deferred(d),
+            });
         }
-        ep.flush(self.timeout).map_err(|e| self.fail(e))?;
+        *work = *meeting::meet(&c, part)?.work;
         Ok(Launched::Done)
     }
 
     /// A second endpoint for this chip's place on the line, with senders of its own, whose
     /// slots share memory `regions` apart if given (see `Endpoint::regions`).
-    fn endpoint(&self, regions: Option<usize>) -> Result<Endpoint, ChipError> {
+    pub(crate) fn endpoint(&self, regions: Option<usize>) -> Result<Endpoint, ChipError> {
         let senders = (0..self.ep.senders.len())
             .map(|l| self.fabric.sender(self.ep.me).map(|s| s.with_link(l)))
             .collect::<Result<_, _>>()
@@ -346,7 +280,7 @@ impl<'a> Run<'a> {
 
     /// Tells the neighbours that write into this chip that it has entered the collective, and
     /// waits until the neighbours it writes into have done the same.
-    fn handshake(&self, writes_left: bool, writes_right: bool) -> Result<(), ChipError> {
+    pub(crate) fn handshake(&self, writes_left: bool, writes_right: bool) -> Result<(), ChipError> {
         let inc = |to: u32, sem: u32| {
             self.ep.senders[0]
                 .atomic_inc(to, sem, 1)
@@ -374,7 +308,7 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    fn flush(&self) -> Result<(), ChipError> {
+    pub(crate) fn flush(&self) -> Result<(), ChipError> {
         self.ep.flush(self.timeout).map_err(|e| self.fail(e))
     }
 }
@@ -400,7 +334,7 @@ impl Kernel for CollectiveKernel {
     /// never waits at launch.
     fn hands_off(&self) -> bool {
         self.defers
-            && together::wanted(
+            && schedule::runs_together(
                 self.input.buffer_size() as usize,
                 self.line.chips.len(),
                 true,
@@ -517,36 +451,24 @@ impl CollectiveKernel {
                 right,
                 slots,
                 senders,
-                spins: steps::wait_spins(n),
+                spins: schedule::wait_spins(n),
                 regions: None,
             },
             fabric,
             timeout: ctx.timeout,
             may_defer,
         };
-        let done = match self.kind {
-            CollectiveKind::AllGather { dim } => {
-                if pages::gathers_direct(&self.input, dim) {
-                    return pages::all_gather_direct(&run, addresses);
-                }
-                match pages::page_split(&self.input, dim, self.input.shape[dim]) {
-                    Some(split) => pages::all_gather(&run, split, addresses),
-                    None => all_gather(&run, dim, addresses),
-                }
-            }
+        match self.kind {
+            CollectiveKind::AllGather { dim } => crate::all_gather::run(&run, dim, addresses),
             CollectiveKind::ReduceScatter { dim } => {
-                match pages::page_split(&self.input, dim, self.input.shape[dim] / n) {
-                    Some(split) => return pages::reduce_scatter(&run, split, addresses),
-                    None => reduce_scatter(&run, dim, addresses),
-                }
+                crate::reduce_scatter::run(&run, dim, addresses)
             }
-            CollectiveKind::AllReduce => return pages::all_reduce(&run, addresses),
-        };
-        done.map(|()| Launched::Done)
+            CollectiveKind::AllReduce => crate::all_reduce::run(&run, addresses),
+        }
     }
 }
 
-fn to_wire(dtype: DataType, data: &HostData) -> Vec<u8> {
+pub(crate) fn to_wire(dtype: DataType, data: &HostData) -> Vec<u8> {
     match (data, dtype) {
         (HostData::F32(v), DataType::BFloat16) => v
             .iter()
@@ -557,7 +479,7 @@ fn to_wire(dtype: DataType, data: &HostData) -> Vec<u8> {
     }
 }
 
-fn from_wire(dtype: DataType, bytes: &[u8], out: &mut HostData) {
+pub(crate) fn from_wire(dtype: DataType, bytes: &[u8], out: &mut HostData) {
     match out {
         HostData::F32(v) if dtype == DataType::BFloat16 => v.extend(
             bytes
@@ -578,213 +500,10 @@ fn from_wire(dtype: DataType, bytes: &[u8], out: &mut HostData) {
 }
 
 /// Splits a shape at `dim`: (outer count, extent of dim, inner block size).
-fn split_dims(shape: &[usize], dim: usize) -> (usize, usize, usize) {
+pub(crate) fn split_dims(shape: &[usize], dim: usize) -> (usize, usize, usize) {
     (
         shape[..dim].iter().product(),
         shape[dim],
         shape[dim + 1..].iter().product(),
     )
-}
-
-fn all_gather(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipError> {
-    let k = run.k;
-    let n = k.line.chips.len();
-    let pos = k.pos;
-    let dtype = k.input.dtype;
-    let own = to_wire(dtype, &read_logical(run.ctx, &k.input, addresses[0])?);
-    let len = own.len();
-    run.write_slot_local(pos, &own)?;
-    if k.topology == Topology::Ring {
-        run.handshake(false, true)?;
-        let right = run.ep.right.expect("a ring has a right neighbour");
-        for t in 0..n - 1 {
-            let c = (pos + n - t) % n;
-            let data = if t == 0 {
-                own.clone()
-            } else {
-                run.read_slot(c, len)?
-            };
-            run.send(right, c, &data)?;
-            run.wait_slot((pos + 2 * n - 1 - t) % n)?;
-        }
-    } else {
-        run.handshake(true, true)?;
-        if let Some(r) = run.ep.right {
-            run.send(r, pos, &own)?;
-        }
-        if let Some(l) = run.ep.left {
-            run.send(l, pos, &own)?;
-        }
-        // Chunks from the left arrive nearest first; pass each on to the right.
-        for c in (0..pos).rev() {
-            run.wait_slot(c)?;
-            if let Some(r) = run.ep.right {
-                run.send(r, c, &run.read_slot(c, len)?)?;
-            }
-        }
-        for c in pos + 1..n {
-            run.wait_slot(c)?;
-            if let Some(l) = run.ep.left {
-                run.send(l, c, &run.read_slot(c, len)?)?;
-            }
-        }
-    }
-    run.flush()?;
-    // Assemble the output: slot j holds chip j's tensor; concatenate along `dim`.
-    let (outer, extent, inner) = split_dims(&k.input.shape, dim);
-    let block = extent * inner;
-    // Block b of the output comes from the line position whose order is b.
-    let mut from_position = vec![0; n];
-    for (p, &b) in k.order.iter().enumerate() {
-        from_position[b] = p;
-    }
-    let shards: Vec<HostData> = from_position
-        .into_iter()
-        .map(|j| {
-            let bytes = if j == pos {
-                own.clone()
-            } else {
-                run.read_slot(j, len)?
-            };
-            let mut d = if dtype == DataType::UInt32 {
-                HostData::U32(Vec::new())
-            } else {
-                HostData::F32(Vec::new())
-            };
-            from_wire(dtype, &bytes, &mut d);
-            Ok(d)
-        })
-        .collect::<Result<_, ChipError>>()?;
-    let out = match &shards[0] {
-        HostData::F32(_) => HostData::F32(concat(&shards, outer, block, |d| match d {
-            HostData::F32(v) => v,
-            HostData::U32(_) => unreachable!("shards share one dtype"),
-        })),
-        HostData::U32(_) => HostData::U32(concat(&shards, outer, block, |d| match d {
-            HostData::U32(v) => v,
-            HostData::F32(_) => unreachable!("shards share one dtype"),
-        })),
-    };
-    write_logical(run.ctx, &k.output, addresses[2], &out)
-}
-
-fn concat<T: Copy>(
-    shards: &[HostData],
-    outer: usize,
-    block: usize,
-    get: impl Fn(&HostData) -> &Vec<T>,
-) -> Vec<T> {
-    let mut out = Vec::with_capacity(outer * block * shards.len());
-    for o in 0..outer {
-        for s in shards {
-            out.extend_from_slice(&get(s)[o * block..(o + 1) * block]);
-        }
-    }
-    out
-}
-
-/// Partial sums as they travel: f32 bytes, each rounded to bf16 first for a bf16 tensor, so
-/// this path sums exactly as the page path, which sends bf16 partials (see the crate docs).
-fn partial_bytes(dtype: DataType, v: &[f32]) -> Vec<u8> {
-    let round = |x: f32| match dtype {
-        DataType::BFloat16 => half::bf16::from_f32(x).to_f32(),
-        _ => x,
-    };
-    v.iter().flat_map(|&x| round(x).to_le_bytes()).collect()
-}
-
-fn add_bytes(acc: &mut [f32], bytes: &[u8]) {
-    for (a, b) in acc.iter_mut().zip(bytes.chunks_exact(4)) {
-        *a += f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    }
-}
-
-fn reduce_scatter(run: &Run, dim: usize, addresses: &[u32]) -> Result<(), ChipError> {
-    let k = run.k;
-    let n = k.line.chips.len();
-    let pos = k.pos;
-    let dtype = k.input.dtype;
-    let input = match read_logical(run.ctx, &k.input, addresses[0])? {
-        HostData::F32(v) => v,
-        HostData::U32(v) => v.into_iter().map(|x| x as f32).collect(),
-    };
-    // Chunk j = for every outer index, rows [j*cs, (j+1)*cs) of `dim`.
-    let (outer, extent, inner) = split_dims(&k.input.shape, dim);
-    let cs = extent / n;
-    // The algorithm's chunk j (owned by line position j) is the data's chunk order[j].
-    let mut chunks: Vec<Vec<f32>> = k
-        .order
-        .iter()
-        .map(|&j| {
-            let mut c = Vec::with_capacity(outer * cs * inner);
-            for o in 0..outer {
-                let start = o * extent * inner + j * cs * inner;
-                c.extend_from_slice(&input[start..start + cs * inner]);
-            }
-            c
-        })
-        .collect();
-    let len = chunks[0].len() * 4;
-    let result = if k.topology == Topology::Ring {
-        run.handshake(false, true)?;
-        let right = run.ep.right.expect("a ring has a right neighbour");
-        for t in 0..n - 1 {
-            let send_c = (pos + 2 * n - t - 1) % n;
-            run.send(right, t, &partial_bytes(dtype, &chunks[send_c]))?;
-            run.wait_slot(t)?;
-            let recv_c = (pos + 2 * n - t - 2) % n;
-            add_bytes(&mut chunks[recv_c], &run.read_slot(t, len)?);
-        }
-        std::mem::take(&mut chunks[pos])
-    } else {
-        run.handshake(true, true)?;
-        // Rightward stream: slots 0..n carry partial sums of chips 0..=i for chunks owned further right.
-        let mut from_left: Option<Vec<f32>> = None;
-        if run.ep.left.is_none() {
-            if let Some(r) = run.ep.right {
-                for (c, chunk) in chunks.iter().enumerate().take(n).skip(1) {
-                    run.send(r, c, &partial_bytes(dtype, chunk))?;
-                }
-            }
-        } else {
-            for (c, chunk) in chunks.iter().enumerate().take(n).skip(pos) {
-                run.wait_slot(c)?;
-                let mut p = chunk.clone();
-                add_bytes(&mut p, &run.read_slot(c, len)?);
-                if c == pos {
-                    from_left = Some(p);
-                } else if let Some(r) = run.ep.right {
-                    run.send(r, c, &partial_bytes(dtype, &p))?;
-                }
-            }
-        }
-        // Leftward stream: slots n..2n carry partial sums of chips i..n for chunks owned further left.
-        let mut from_right: Option<Vec<u8>> = None;
-        if run.ep.right.is_none() {
-            if let Some(l) = run.ep.left {
-                for c in (0..n - 1).rev() {
-                    run.send(l, n + c, &partial_bytes(dtype, &chunks[c]))?;
-                }
-            }
-        } else {
-            for c in (0..=pos).rev() {
-                run.wait_slot(n + c)?;
-                let bytes = run.read_slot(n + c, len)?;
-                if c == pos {
-                    from_right = Some(bytes);
-                } else if let Some(l) = run.ep.left {
-                    let mut p = chunks[c].clone();
-                    add_bytes(&mut p, &bytes);
-                    run.send(l, n + c, &partial_bytes(dtype, &p))?;
-                }
-            }
-        }
-        let mut total = from_left.unwrap_or_else(|| chunks[pos].clone());
-        if let Some(r) = from_right {
-            add_bytes(&mut total, &r);
-        }
-        total
-    };
-    run.flush()?;
-    write_logical(run.ctx, &k.output, addresses[2], &HostData::F32(result))
 }

@@ -24,7 +24,7 @@ pub use held_reads::HeldReads;
 /// tensor's pages in one bank lie back to back, so longer DRAM chunks mean fewer lookups,
 /// locks and stream starts per bank run (64 KiB against 16 KiB, alternated, medians of 9:
 /// all_reduce t3k 16 MiB 37.2 -> 32.9 ms, line-2 1 MiB 190 -> 168 us; 32 KiB and 256 KiB
-/// were slower than 64 KiB; more in ttmesh-ccl's `performance`). An L1 tensor is spread thin over
+/// were slower than 64 KiB; more in docs/performance.md). An L1 tensor is spread thin over
 /// 64+ cores' banks, where 64 KiB chunks would pin 8x its bytes (the 32-chip footprint
 /// test), so L1 and host memory keep 16 KiB.
 pub const fn chunk_size(space: MemSpace) -> u64 {

@@ -2,7 +2,7 @@
 //! every row, or one line through all chips), as device programs over the fabric, so they are
 //! captured in traces like any op.
 
-/// Which thread runs a collective's steps (see `ttmesh_ccl::performance`).
+/// Which thread runs a collective's steps (measured in docs/performance.md).
 pub use ttmesh_ccl::{set_step_runner, StepRunner};
 use ttmesh_ccl::{CclConfig, CclLine, LockstepAlloc, Topology};
 use ttmesh_chip::tensor::{Tensor, TensorSpec};

@@ -13,9 +13,7 @@
 //!
 //! The owner's input pages lie in the same banks as the output pages the fill writes under
 //! those banks' locks, so the fill reads them through the lock it holds
-//! (`HeldMemory`); they were copied into L1 before each message (line-2 1 MiB 238 -> 221
-//! us, 16 MiB 4.05 -> 3.68 ms, medians of 15 and 9 alternated with the build before, on a
-//! host slower that hour than in the figures below). Up to about 1 MiB per chip an input
+//! (`HeldMemory`) rather than copying them into L1 before each message. Up to about 1 MiB per chip an input
 //! and the output allocated after it share a 64 KiB chunk in each bank, the very chunk being
 //! filled; chip memory now lends the fill that chunk's other bytes too (before that, every
 //! such fill was handed back and staged: counted on line-2 256 KiB, all of them). Where
@@ -23,8 +21,7 @@
 //! chunk) they are still copied.
 //! At a line's end the sums are this chip's input, which the fill reads in place, only
 //! *trying* its banks as `onward`'s fill does (a busy bank hands the run back, to be filled
-//! with nothing locked). That was a second staging copy per byte: line-2 1 MiB 211 -> 185
-//! us, 16 MiB 3.57 -> 3.19 ms (medians of 7 and 5, alternated with the build before).
+//! with nothing locked), where staging it was a second copy per byte.
 
 use ttmesh_chip::allocator::MemSpace;
 use ttmesh_fabric::{Fabric, FabricError, HeldMemory};
@@ -34,7 +31,7 @@ use super::chip_io::{
     StepError,
 };
 use super::elements::{fill_le_bf16, fill_le_bf16_sum};
-use super::steps::{message_bytes, sized, Endpoint, Work};
+use super::execute::{message_bytes, sized, Buffers, Endpoint, Span};
 
 impl Endpoint {
     /// Writes this chip's bf16 sums of block `chunk`'s bytes `ba..be` plus chip `dest`'s
@@ -42,17 +39,16 @@ impl Endpoint {
     /// run of pages in one bank (at most `message_bytes`); the last raises `dest`'s semaphore
     /// for `slot`. `dest`'s input pages share the bank of the output pages being written,
     /// whose lock the fill runs under, and are read through it (`owner_held_into`), else
-    /// copied into L1 first. The sums are staged in `w.partials16`, or, at a line's end
+    /// copied into L1 first. The sums are staged in `w.bufs.partials16`, or, at a line's end
     /// where they are this chip's input as it is, read in place beside.
     pub(crate) fn sums_into(
         &self,
         (fabric, own_input): (&Fabric, Option<Local>),
         (dest, slot): (u32, usize),
-        (chunk, a, ba, be): (usize, usize, usize, usize),
-        w: &mut Work,
+        (chunk, Span { a, ba, be, .. }): (usize, Span),
+        (io, b): (&FusedIo, &mut Buffers),
     ) -> Result<(), StepError> {
-        let Work {
-            fused,
+        let Buffers {
             partials16: sums,
             staged,
             runs,
@@ -60,10 +56,7 @@ impl Endpoint {
             into_sums,
             into_runs,
             ..
-        } = w;
-        let io = fused
-            .as_ref()
-            .expect("a ReduceInto step's collective sets its fused io");
+        } = b;
         let (pages, page_bytes, _) = &io.output_pages;
         let (page_bytes, space) = (*page_bytes, pages.map.space);
         let in_space = io.input_pages.0.map.space;

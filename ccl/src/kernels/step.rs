@@ -1,6 +1,8 @@
 //! What a chip does in a collective, one step at a time: the `Step` vocabulary that
-//! `lists` writes and `steps::Endpoint::step` carries out, and what each step waits for,
+//! collectives' step plans write and `execute::Endpoint::step` carries out, and what each step waits for,
 //! reads and writes (the runners schedule by it). No data moves here.
+
+use crate::Topology;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Side {
@@ -8,7 +10,7 @@ pub(crate) enum Side {
     Right,
 }
 
-/// One thing a chip does in a collective, on one piece of a chunk or block (see `lists`).
+/// One thing a chip does in a collective, on one piece of a chunk or block (see the collectives' step plans).
 /// Slots are scratch rows, guarded by semaphore `SEM_SLOT_BASE + slot`; chunk `j` (sums, f32
 /// while held; partial sums in the input's format on the wire) and block `j` (bytes) belong to
 /// line position `j`; a piece sits at the same place in its chunk, block and slot.
@@ -75,7 +77,7 @@ pub(crate) enum Step {
     },
     /// Waits for a piece of block `block` in slot `slot`. The bytes stay in the slot: a
     /// `PassSlot` forwards them from there and the kernel writes its output from the slots
-    /// (so those slots never share memory: see `together::alias_slots`).
+    /// (so those slots never share memory: see `schedule::one_thread::alias_slots`).
     TakeBlock {
         slot: usize,
         block: usize,
@@ -185,5 +187,20 @@ impl Step {
             Step::Reduce { to, .. } => to,
             _ => None,
         }
+    }
+}
+
+/// Every piece of chunk `c`, as steps made by `f(piece)`.
+pub(crate) fn each_piece(s: &mut Vec<Step>, pieces: &[usize], c: usize, f: impl Fn(usize) -> Step) {
+    s.extend((0..pieces[c]).map(f));
+}
+
+/// The position beside `pos` on a line of `n` (a ring wraps round).
+pub(crate) fn neighbour_pos(topology: Topology, n: usize, pos: usize, side: Side) -> Option<usize> {
+    match (topology, side) {
+        (Topology::Ring, Side::Left) => Some((pos + n - 1) % n),
+        (Topology::Ring, Side::Right) => Some((pos + 1) % n),
+        (Topology::Linear, Side::Left) => pos.checked_sub(1),
+        (Topology::Linear, Side::Right) => (pos + 1 < n).then_some(pos + 1),
     }
 }

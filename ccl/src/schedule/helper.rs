@@ -1,4 +1,4 @@
-//! The pair runner's second threads (`pair.rs`): threads of ccl's own (one per two host
+//! The two-thread runner's second threads (`two_threads`): threads of ccl's own (one per two host
 //! cores) that spin for a while after each job before they sleep, so a collective that
 //! follows another finds one awake.
 //!
@@ -10,7 +10,7 @@
 //! for a wake-up. A helper spins only with `spin_loop` (no yield), for `SPIN` after its last
 //! job, then sleeps on a condvar; a job given while every helper sleeps wakes one. Lines that
 //! run at once (a Galaxy's rows) share the helpers: a job no helper takes in time is done by
-//! its line's own thread (see `pair::drive`).
+//! its line's own thread (see `two_threads::drive`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};

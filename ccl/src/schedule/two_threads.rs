@@ -1,5 +1,5 @@
 //! Running a line's step lists on two threads at once: the thread that runs the meeting and
-//! ccl's helper thread (`helper.rs`). One thread doing a mid-sized collective's work (64 KiB per chip
+//! ccl's helper thread (`helper`). One thread doing a mid-sized collective's work (64 KiB per chip
 //! and up) leaves the host's second core idle; n threads, one per chip, pay context switches at
 //! every step. Two threads that each take whichever part has a step ready (a part is locked
 //! while one of them runs it) keep both cores busy with no switch.
@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use ttmesh_fabric::{Fabric, FabricError};
 
-use super::chip_io::{Local, StepError};
-use super::together::{receiver, region_busy, shared_regions, slot_count, Part};
+use super::meeting::Part;
+use super::one_thread::{receiver, region_busy, shared_regions, slot_count};
+use crate::kernels::chip_io::{Local, StepError};
 
 /// The pool job has not started; it runs; it is over (or will never start).
 const IDLE: u8 = 0;
@@ -35,7 +36,7 @@ struct Shared {
     /// unread[p * slots + s]: pieces written into position p's slot s's memory and not yet
     /// read (the read done, not just begun: the other thread may be reading it).
     unread: Vec<AtomicUsize>,
-    /// Slots sharing memory (`together::alias_slots`).
+    /// Slots sharing memory (`one_thread::alias_slots`).
     regions: Option<usize>,
     slots: usize,
     total: usize,
@@ -51,7 +52,7 @@ struct Shared {
 }
 
 /// True if a second thread is there to ask: the host has a second core and the helper
-/// thread (`helper.rs`) runs.
+/// thread (`helper`) runs.
 pub(crate) fn available() -> bool {
     ttmesh_chip::device::host_cores() >= 2 && super::helper::running()
 }

@@ -1,7 +1,8 @@
-//! The data movement of the page-path collectives, written once as a list of steps per chip.
-//! The same lists run two ways: by each chip's own kernel (`run_own`: waits block), or all
-//! chips' lists by one thread for the whole line (`together`). Either way every chip does the
-//! same arithmetic on the same operands in the same order, so results are bitwise the same.
+//! The executor of the step vocabulary (`step`): what one chip's `Endpoint` does for each
+//! `Step` of its list, on the buffers of its `Work`. Whichever runner carries the lists out
+//! (`crate::schedule`: each chip's own thread, or one or two threads for the whole line),
+//! every chip does the same arithmetic on the same operands in the same order, so results
+//! are bitwise the same.
 
 use std::time::Duration;
 
@@ -42,9 +43,6 @@ const SLOT_BLOCK: usize = 8192;
 /// in the host's L1 cache, and never more than the fabric delivers on the sending thread
 /// (`FabricSender::direct_message_bytes`, 34 KiB with 8 slots of 4,352 bytes), so a message
 /// lands with one copy instead of as packets through the channel's slots and the router.
-/// A/B on a 2-core host, all_reduce (medians of 5, whole pieces and bank runs / 32 KiB
-/// messages): t3k 16 MiB 44.5 / 40.1 ms, 1 MiB 1.61 / 1.44 ms; line-2 16 MiB 5.99 / 4.81 ms;
-/// line-4 1 MiB 785 / 751 us; line-2 1 MiB 353 / 345 us.
 pub(crate) fn message_bytes(sender: &FabricSender) -> usize {
     const MESSAGE_BYTES: usize = 32 * 1024;
     // At least one bf16 element: callers cut messages into whole elements.
@@ -54,10 +52,33 @@ pub(crate) fn message_bytes(sender: &FabricSender) -> usize {
 /// One chip's data while its steps run. Buffers only grow, and are reused across launches.
 #[derive(Default)]
 pub(crate) struct Work {
-    pub chunks: Vec<Vec<f32>>,
     pub chunk_lens: Vec<usize>,
-    pub blocks: Vec<Vec<u8>>,
     pub block_lens: Vec<usize>,
+    pub out_dtype: Option<DataType>,
+    /// Piece sizes: elements of a chunk, bytes of a block (`usize::MAX`: one piece).
+    pub chunk_piece: usize,
+    pub block_piece: usize,
+    /// Set by the fused all_reduce (the `Reduce` steps need it).
+    pub fused: Option<FusedIo>,
+    pub bufs: Buffers,
+}
+
+/// Where a piece of a reduction lies: elements `a..e` of its chunk, bytes `ba..be` of the
+/// block of the same index.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Span {
+    pub a: usize,
+    pub e: usize,
+    pub ba: usize,
+    pub be: usize,
+}
+
+/// The buffers a chip's steps fill, apart from the fused input and output they read
+/// (`Work::fused_parts` lends both at once).
+#[derive(Default)]
+pub(crate) struct Buffers {
+    pub chunks: Vec<Vec<f32>>,
+    pub blocks: Vec<Vec<u8>>,
     pub recv: Vec<f32>,
     /// A bf16 piece of partial sums on its way (see `FusedIo::partials_bf16`); for a
     /// chunk's last add, the input page it copies into L1 (`input_plus_slot_to_output`).
@@ -75,12 +96,6 @@ pub(crate) struct Work {
     /// The input runs under such a message (every chip's input sits at one address): the
     /// owner's read in place beside its output, and this chip's at a line's end.
     pub into_runs: Vec<InputRun>,
-    pub out_dtype: Option<DataType>,
-    /// Piece sizes: elements of a chunk, bytes of a block (`usize::MAX`: one piece).
-    pub chunk_piece: usize,
-    pub block_piece: usize,
-    /// Set by the fused all_reduce (the `Reduce` steps need it).
-    pub fused: Option<FusedIo>,
 }
 
 impl Work {
@@ -95,6 +110,20 @@ impl Work {
         piece_range(self.block_lens[block], self.block_piece, piece)
     }
 
+    /// Where piece `piece` of chunk `chunk` lies: its elements in the chunk and its bytes in
+    /// block `chunk` (a reduction's steps work on both).
+    fn span(&self, chunk: usize, piece: usize) -> Span {
+        let (a, e) = self.chunk_piece(chunk, piece);
+        let (ba, be) = self.block_piece(chunk, piece);
+        Span { a, e, ba, be }
+    }
+
+    /// The fused reduction's input and output beside the buffers the steps fill, borrowed
+    /// apart (a step reads the one while it writes the others).
+    pub(crate) fn fused_parts(&mut self) -> (&FusedIo, &mut Buffers) {
+        (self.fused.as_ref().expect(FUSED), &mut self.bufs)
+    }
+
     /// Room for `n` chunks and blocks of the given lengths (elements / bytes). With `keep`,
     /// only that chunk and that block are held in the work: the fused all_reduce streams the
     /// others, and the gathers leave received blocks in chip memory (the slots or the
@@ -107,18 +136,18 @@ impl Work {
         keep: Option<usize>,
     ) {
         let n = chunk_lens.len().max(block_lens.len());
-        if self.chunks.len() < n {
-            self.chunks.resize_with(n, Vec::new);
+        if self.bufs.chunks.len() < n {
+            self.bufs.chunks.resize_with(n, Vec::new);
         }
-        if self.blocks.len() < n {
-            self.blocks.resize_with(n, Vec::new);
+        if self.bufs.blocks.len() < n {
+            self.bufs.blocks.resize_with(n, Vec::new);
         }
-        for (j, (c, &l)) in self.chunks.iter_mut().zip(chunk_lens).enumerate() {
+        for (j, (c, &l)) in self.bufs.chunks.iter_mut().zip(chunk_lens).enumerate() {
             if keep.is_none_or(|k| k == j) {
                 sized(c, l);
             }
         }
-        for (j, (b, &l)) in self.blocks.iter_mut().zip(block_lens).enumerate() {
+        for (j, (b, &l)) in self.bufs.blocks.iter_mut().zip(block_lens).enumerate() {
             if keep.is_none_or(|k| k == j) {
                 sized(b, l);
             }
@@ -134,12 +163,12 @@ impl Work {
 
     /// True if the work holds no buffers (its part travelled to the line's runner).
     pub(crate) fn is_empty(&self) -> bool {
-        self.chunks.is_empty() && self.blocks.is_empty()
+        self.bufs.chunks.is_empty() && self.bufs.blocks.is_empty()
     }
 
     /// This chip's own block, the only one the work holds (see `shape`).
     pub(crate) fn block(&self, j: usize) -> &[u8] {
-        &self.blocks[j][..self.block_lens[j]]
+        &self.bufs.blocks[j][..self.block_lens[j]]
     }
 }
 
@@ -165,23 +194,8 @@ pub(crate) struct Endpoint {
     pub spins: u32,
     /// Slots whose memory is shared, `regions` apart (slot `s` lands in slot `s % regions`'s
     /// memory; its semaphore stays its own). Only a runner that knows when a slot's pieces
-    /// were read sets it (`together::alias_slots`); a chip's own thread never does.
+    /// were read sets it (`schedule::one_thread::alias_slots`); a chip's own thread never does.
     pub regions: Option<usize>,
-}
-
-/// Checks a chip's semaphore wait makes before sleeping, on a line of `n` chips. When every
-/// chip's thread has a core of its own, the peer that will raise the semaphore is running and
-/// a sleep only adds a wake-up to the line's critical path; when threads outnumber cores,
-/// spinning takes the core from the peer. A/B on a 2-core host, all_reduce on own threads
-/// (medians, 256 checks / 4096 or more): line-2 2 MiB 557 / 490 us, 4 MiB 1151 / 1021, 16 MiB
-/// 7.80 / 7.69 ms; line-4 8 MiB 8.24 / 9.07 ms; t3k 16 MiB 28.7 / 29.9 ms.
-pub(crate) fn wait_spins(n: usize) -> u32 {
-    const WHEN_CORES_SUFFICE: u32 = 4096;
-    let default = Fabric::default_semaphore_spins();
-    match n <= ttmesh_chip::device::host_cores() {
-        true => default.max(WHEN_CORES_SUFFICE),
-        false => default,
-    }
 }
 
 impl Endpoint {
@@ -398,6 +412,20 @@ impl Endpoint {
         Ok(())
     }
 
+    /// `slot_blocks` over slot `slot`, whose partial sums every block has.
+    fn slot_blocks_of(
+        &self,
+        mem: Local,
+        slot: usize,
+        at: (usize, usize),
+        block: &mut Vec<u16>,
+        mut f: impl FnMut(usize, usize, &[u16]) -> Result<(), StepError>,
+    ) -> Result<(), StepError> {
+        self.slot_blocks(mem, Some(slot), at, block, |first, n, partials| {
+            f(first, n, partials.expect(SLOT_GIVEN))
+        })
+    }
+
     /// Runs `sum(out, input bytes, partials)` over this chip's bf16 input, elements `a..` of
     /// chunk `chunk`, and the bf16 partial sums at the same place of slot `from`, in runs of
     /// whole elements, writing `out`: the slot a block at a time (`slot_blocks`), the input
@@ -414,26 +442,17 @@ impl Endpoint {
         sum: impl Fn(&mut [T], &[u8], &[u16]),
     ) -> Result<(), StepError> {
         let space = io.input_pages.0.map.space;
-        self.slot_blocks(
-            mem,
-            Some(from),
-            (a, out.len()),
-            block,
-            |first, n, partials| {
-                let (out, partials) = (&mut out[first..first + n], partials.expect(SLOT_GIVEN));
-                let mut feed =
-                    Elements::new(2, |at, x: &[u8]| sum(&mut out[at..], x, &partials[at..]));
-                input_spans(
-                    io,
-                    (mem, self.me),
-                    (chunk, (a + first) * 2),
-                    n * 2,
-                    |bank, addr, n| {
-                        mem.read_with(self.me, space, bank, addr, n, |_, x| feed.feed(x))
-                    },
-                )
-            },
-        )
+        self.slot_blocks_of(mem, from, (a, out.len()), block, |first, n, partials| {
+            let out = &mut out[first..first + n];
+            let mut feed = Elements::new(2, |at, x: &[u8]| sum(&mut out[at..], x, &partials[at..]));
+            input_spans(
+                io,
+                (mem, self.me),
+                (chunk, (a + first) * 2),
+                n * 2,
+                |bank, addr, n| mem.read_with(self.me, space, bank, addr, n, |_, x| feed.feed(x)),
+            )
+        })
     }
 
     /// Writes f32 `sums` (elements `a..` of chunk `chunk`) plus the bf16 partial sums at the
@@ -450,22 +469,16 @@ impl Endpoint {
         block: &mut Vec<u16>,
     ) -> Result<(), StepError> {
         let space = io.output_pages.0.map.space;
-        self.slot_blocks(
-            mem,
-            Some(slot),
-            (a, sums.len()),
-            block,
-            |first, n, partials| {
-                let (sums, partials) = (&sums[first..first + n], partials.expect(SLOT_GIVEN));
-                let at = (chunk, ba + first * 2);
-                output_spans(io, at, n * 2, |bank, addr, m, off| {
-                    let (s, p) = (&sums[off / 2..], &partials[off / 2..]);
-                    mem.write_with(self.me, space, bank, addr, m, |o, out| {
-                        fill_le_bf16_from_f32(out, &s[o / 2..], &p[o / 2..])
-                    })
+        self.slot_blocks_of(mem, slot, (a, sums.len()), block, |first, n, partials| {
+            let sums = &sums[first..first + n];
+            let at = (chunk, ba + first * 2);
+            output_spans(io, at, n * 2, |bank, addr, m, off| {
+                let (s, p) = (&sums[off / 2..], &partials[off / 2..]);
+                mem.write_with(self.me, space, bank, addr, m, |o, out| {
+                    fill_le_bf16_from_f32(out, &s[o / 2..], &p[o / 2..])
                 })
-            },
-        )
+            })
+        })
     }
 
     /// `input_plus_slot` written straight into block `chunk`'s output pages from byte `ba`
@@ -518,22 +531,15 @@ impl Endpoint {
         }
         match s {
             Step::AddPartial { slot, chunk, piece } => {
-                let (a, e) = w.chunk_piece(chunk, piece);
-                let bf16 = w.fused.as_ref().expect(FUSED).partials_bf16();
-                self.add_slot(mem, slot, a, bf16, &mut w.chunks[chunk][a..e])
+                let Span { a, e, .. } = w.span(chunk, piece);
+                let (io, b) = w.fused_parts();
+                self.add_slot(mem, slot, a, io.partials_bf16(), &mut b.chunks[chunk][a..e])
             }
             Step::AddPartialOut { slot, chunk, piece } => {
-                let (a, e) = w.chunk_piece(chunk, piece);
-                let (ba, _) = w.block_piece(chunk, piece);
-                let Work {
-                    chunks,
-                    fused,
-                    slot_block,
-                    ..
-                } = w;
-                let io = fused.as_ref().expect(FUSED);
-                let sums = (a, &chunks[chunk][a..e]);
-                self.sums_plus_slot_to_output(io, mem, slot, sums, (chunk, ba), slot_block)
+                let Span { a, e, ba, .. } = w.span(chunk, piece);
+                let (io, b) = w.fused_parts();
+                let sums = (a, &b.chunks[chunk][a..e]);
+                self.sums_plus_slot_to_output(io, mem, slot, sums, (chunk, ba), &mut b.slot_block)
             }
             Step::Reduce {
                 from,
@@ -541,17 +547,8 @@ impl Endpoint {
                 piece,
                 to,
             } => {
-                let (a, e) = w.chunk_piece(chunk, piece);
-                let Work {
-                    chunks,
-                    recv,
-                    fused,
-                    partials16,
-                    slot_block,
-                    staged,
-                    ..
-                } = w;
-                let io = fused.as_ref().expect(FUSED);
+                let Span { a, e, .. } = w.span(chunk, piece);
+                let (io, b) = w.fused_parts();
                 let start = (chunk, a * io.in_elem);
                 if let (Some(to), true) = (to, io.partials_bf16()) {
                     // A bf16 partial sum on its way: the input's bytes as they are, plus what
@@ -559,15 +556,15 @@ impl Endpoint {
                     // straight into the neighbour's slot (see `onward`).
                     let bufs = Onward {
                         to,
-                        sums: partials16,
-                        slot_block,
-                        packets: staged,
+                        sums: &mut b.partials16,
+                        slot_block: &mut b.slot_block,
+                        packets: &mut b.staged,
                     };
                     return self.reduce_onward((io, mem), from, (chunk, a, e), bufs);
                 }
                 let sums: &mut [f32] = match to {
-                    Some(_) => sized(recv, e - a),
-                    None => &mut chunks[chunk][a..e],
+                    Some(_) => sized(&mut b.recv, e - a),
+                    None => &mut b.chunks[chunk][a..e],
                 };
                 match from {
                     // A bf16 input joining bf16 partials in f32 sums (a line's middle
@@ -578,7 +575,7 @@ impl Endpoint {
                         slot,
                         (chunk, a),
                         sums,
-                        slot_block,
+                        &mut b.slot_block,
                         sum_le_bf16_to_f32,
                     )?,
                     Some(slot) => {
@@ -606,7 +603,7 @@ impl Endpoint {
                 piece,
             } => {
                 let (a, e) = w.block_piece(block, piece);
-                self.send_in_parts(self.neighbour(to), slot, a, &w.blocks[block][a..e])
+                self.send_in_parts(self.neighbour(to), slot, a, &w.bufs.blocks[block][a..e])
                     .map_err(StepError::Fabric)
             }
             Step::PassSlot {
@@ -618,7 +615,7 @@ impl Endpoint {
                 let (a, e) = w.block_piece(block, piece);
                 let (bank, addr) = self.slot_location(slot);
                 let run = [(bank, addr + a as u64, e - a)];
-                self.copy_runs(to, slot, MemSpace::Dram, &run, &mut w.staged)
+                self.copy_runs(to, slot, MemSpace::Dram, &run, &mut w.bufs.staged)
             }
             Step::PassOutput {
                 to,
@@ -627,18 +624,10 @@ impl Endpoint {
                 piece,
             } => {
                 let (a, e) = w.block_piece(block, piece);
-                let Work {
-                    fused,
-                    staged,
-                    runs,
-                    ..
-                } = w;
-                let io = fused
-                    .as_ref()
-                    .expect("a collective with PassOutput steps sets its fused output");
-                io.output_runs(block, a, e, runs);
+                let (io, b) = w.fused_parts();
+                io.output_runs(block, a, e, &mut b.runs);
                 let space = io.output_pages.0.map.space;
-                self.copy_runs(to, slot, space, runs, staged)
+                self.copy_runs(to, slot, space, &b.runs, &mut b.staged)
             }
             // The piece is already in the output, stays in its slot (see `Step::TakeBlock`)
             // or is read by a later `JoinOut`: the wait was all.
@@ -649,21 +638,29 @@ impl Endpoint {
                 chunk,
                 piece,
             } => {
-                let (a, e) = w.chunk_piece(chunk, piece);
-                let (ba, _) = w.block_piece(chunk, piece);
-                let Work {
-                    fused,
-                    recv,
-                    slot_block,
-                    ..
-                } = w;
-                let io = fused.as_ref().expect(FUSED);
+                let Span { a, e, ba, .. } = w.span(chunk, piece);
+                let (io, b) = w.fused_parts();
                 for first in (a..e).step_by(SLOT_BLOCK) {
-                    let sums = sized(recv, SLOT_BLOCK.min(e - first));
+                    let sums = sized(&mut b.recv, SLOT_BLOCK.min(e - first));
                     let at = (chunk, first);
-                    self.input_and_slot(io, mem, left, at, sums, slot_block, sum_le_bf16_to_f32)?;
+                    self.input_and_slot(
+                        io,
+                        mem,
+                        left,
+                        at,
+                        sums,
+                        &mut b.slot_block,
+                        sum_le_bf16_to_f32,
+                    )?;
                     let out = (chunk, ba + (first - a) * 2);
-                    self.sums_plus_slot_to_output(io, mem, right, (first, sums), out, slot_block)?;
+                    self.sums_plus_slot_to_output(
+                        io,
+                        mem,
+                        right,
+                        (first, sums),
+                        out,
+                        &mut b.slot_block,
+                    )?;
                 }
                 Ok(())
             }
@@ -674,57 +671,37 @@ impl Endpoint {
                 to,
                 slot,
             } => {
-                let (a, e) = w.chunk_piece(chunk, piece);
-                let (ba, be) = w.block_piece(chunk, piece);
-                let io = w.fused.as_ref().expect(FUSED);
+                let span = w.span(chunk, piece);
+                let (io, b) = w.fused_parts();
                 // At a line's end the sums are the input as it is: read beside the
                 // neighbour's, page by page, not staged whole first.
                 let own_input = match from {
                     Some(_) => {
-                        let sums = sized(&mut w.partials16, e - a);
-                        self.input_plus_slot(io, mem, from, (chunk, a), sums, &mut w.slot_block)?;
+                        let sums = sized(&mut b.partials16, span.e - span.a);
+                        let at = (chunk, span.a);
+                        self.input_plus_slot(io, mem, from, at, sums, &mut b.slot_block)?;
                         None
                     }
                     None => Some(mem),
                 };
                 let dest = (self.neighbour(to), slot);
-                self.sums_into((fabric, own_input), dest, (chunk, a, ba, be), w)
+                self.sums_into((fabric, own_input), dest, (chunk, span), (io, b))
             }
             Step::Encode { chunk, piece } => {
                 let dtype = w
                     .out_dtype
                     .expect("an encoding collective sets its output format");
-                let (a, e) = w.chunk_piece(chunk, piece);
-                let (ba, be) = w.block_piece(chunk, piece);
-                let Work {
-                    chunks,
-                    blocks,
-                    fused,
-                    ..
-                } = w;
-                let io = fused.as_ref().expect(FUSED);
-                let bytes = &mut blocks[chunk][ba..be];
-                super::pages::encode(dtype, &chunks[chunk][a..e], bytes);
+                let Span { a, e, ba, be } = w.span(chunk, piece);
+                let (io, b) = w.fused_parts();
+                let bytes = &mut b.blocks[chunk][ba..be];
+                super::pages::encode(dtype, &b.chunks[chunk][a..e], bytes);
                 write_output(io, mem, self.me, (chunk, ba), bytes)
             }
             Step::ReduceOut { from, chunk, piece } => {
-                let (a, e) = w.chunk_piece(chunk, piece);
-                let (ba, _) = w.block_piece(chunk, piece);
-                let Work {
-                    fused,
-                    partials16,
-                    slot_block,
-                    ..
-                } = w;
-                let io = fused.as_ref().expect(FUSED);
-                self.input_plus_slot_to_output(
-                    io,
-                    mem,
-                    from,
-                    (chunk, a, e - a),
-                    ba,
-                    (slot_block, partials16),
-                )
+                let Span { a, e, ba, .. } = w.span(chunk, piece);
+                let (io, b) = w.fused_parts();
+                let bufs = (&mut b.slot_block, &mut b.partials16);
+                self.input_plus_slot_to_output(io, mem, from, (chunk, a, e - a), ba, bufs)
             }
         }
     }

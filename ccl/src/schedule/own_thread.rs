@@ -1,5 +1,8 @@
-//! Slot memory shared when each chip runs its own steps (`Run::run_steps` on the chip's
-//! thread), the counterpart of `together::alias_slots` for large ring collectives.
+//! Each chip's steps on its own dispatcher thread: a handshake with the neighbours it writes
+//! into, then its list in order, every receive a blocking semaphore wait.
+//!
+//! Slot memory is shared here too, the counterpart of `one_thread::alias_slots` for large
+//! ring collectives.
 //!
 //! A ring's reduce writes one slot per step into the next chip, and no later step reads a
 //! slot again, so a 16 MiB all_reduce on 8 chips left 14 MiB of slots per chip for the host's
@@ -17,22 +20,52 @@
 //! `REGIONS - 1` per hop, so the chain ends at the first slots, which wait for nothing.
 //! The data and its arithmetic are untouched, so the bits are the same either way.
 
-use super::step::{Side, Step};
-use super::SEM_FREE_BASE;
+use ttmesh_chip::program::Launched;
+use ttmesh_chip::ChipError;
 
-/// Regions the slots share: slot `s` lands in slot `s % REGIONS`'s memory. The fewest that
-/// cannot deadlock (see the module docs), and faster than 3 (medians of 5-7, alternated, 2 /
-/// 3 regions): all_reduce t3k 16 MiB 19.4 / 19.8 ms, galaxy 8 MiB 31.7 / 33.7 ms.
-pub(crate) const REGIONS: usize = 2;
+use super::{OWN_THREAD_MIN_SLOT_BYTES as MIN_SLOT_BYTES, OWN_THREAD_REGIONS as REGIONS};
+use crate::kernels::chip_io::Local;
+use crate::kernels::execute::{Side, Step, Work};
+use crate::kernels::{Run, SEM_FREE_BASE};
 
-/// Slots smaller than this keep their own memory: a credit is a fabric message and a wait per
-/// piece, which pays only where the slots are a real part of what the cache must hold. Own
-/// threads run rings from 1.5 MiB per chip on 8 chips and from 3 MiB on 32
-/// (`together::wanted`), so slots are 96 KiB and up there. Forced onto own threads
-/// (`TTMESH_CCL_RUNNER=own`) sharing still paid at 32 and 64 KiB; two sets of 5, each
-/// alternated with the one-thread runner (own slots / shared): galaxy 1 MiB 9.3 / 6.6 ms
-/// (one thread 6.2 / 6.1), 2 MiB 13.3 / 10.0 ms (one thread 10.7 / 9.5).
-const MIN_SLOT_BYTES: u64 = 32 << 10;
+/// Runs this chip's `steps` on `work` here, after the handshake (`writes_left`: the steps
+/// write into the left neighbour too). Large ring slots share memory, the reader crediting
+/// the writer (`plan`).
+pub(crate) fn run(
+    run: &Run,
+    work: &mut Work,
+    steps: Vec<Step>,
+    writes_left: bool,
+) -> Result<Launched, ChipError> {
+    let ring = run.k.topology == crate::Topology::Ring;
+    let credits = plan(&steps, ring, run.ep.slots.map.page_size);
+    let shared;
+    let ep = match credits {
+        Some(_) => {
+            shared = run.endpoint(Some(REGIONS))?;
+            &shared
+        }
+        None => &run.ep,
+    };
+    run.handshake(writes_left, true)?;
+    let mem = Local::Memory(run.ctx.memory);
+    for (i, s) in steps.into_iter().enumerate() {
+        if let Some(sem) = credits.as_ref().and_then(|c| c.before(i)) {
+            let taken = run
+                .fabric
+                .wait_semaphore_spinning(ep.me, sem, 1, run.timeout, ep.spins);
+            taken.map_err(|e| run.fail(e))?;
+        }
+        let done = ep.step(s, work, run.fabric, mem, run.timeout);
+        done.map_err(|e| run.step_error(e))?;
+        if let Some((side, sem)) = credits.as_ref().and_then(|c| c.after(i)) {
+            let given = ep.senders[0].atomic_inc(ep.neighbour(side), sem, 1);
+            given.map_err(|e| run.fail(e))?;
+        }
+    }
+    ep.flush(run.timeout).map_err(|e| run.fail(e))?;
+    Ok(Launched::Done)
+}
 
 /// Which steps of one chip's list take a credit before they write a slot, and which give one
 /// after they read a slot.
