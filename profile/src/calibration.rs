@@ -172,6 +172,14 @@ calibration! {
     host_execute_trace_ns: NonNegative = 2000.0, 2000.0;
     /// Host time of a tensor write or read call, besides its bytes over PCIe. Source: estimate.
     host_io_fixed_ns: NonNegative = 5000.0, 5000.0;
+    /// Per-op device cost a published TT-NN decode pays beyond ttmesh's op set (its extra
+    /// data-movement, reshard and typecast ops between the matmuls, and their firmware),
+    /// added to `kernel_fixed_ns` in predictions only (`plan decode --predict`, `bench
+    /// predict`), never in `--profile` of ttmesh's own programs. Source: calibrated by `ttmesh
+    /// bench predict` on one row, Llama-3.2-1B on an n150 at batch 1 (87.8 tokens/s/user,
+    /// models/tt_transformers/PERF.md); every other row is held out. Blackhole: the same (no
+    /// Blackhole row in the fit).
+    predict_op_extra_ns: NonNegative = 14797.0, 14797.0;
 }
 
 impl Calibration {

@@ -115,6 +115,14 @@ pub fn captured_programs(events: &[HostEvent]) -> Vec<((u32, u8), Vec<Command>)>
     by_queue
 }
 
+/// `model` as predictions use it: every op also pays `predict_op_extra_ns`, the per-op cost of
+/// the published implementation's op set beyond ttmesh's.
+fn predicting(model: &DeviceModel) -> DeviceModel {
+    let mut m = model.clone();
+    m.cal.kernel_fixed_ns += m.cal.predict_op_extra_ns;
+    m
+}
+
 /// One queue's trace: (chip, cq) and its commands.
 type QueueTrace = ((u32, u8), Arc<Vec<Command>>);
 
@@ -184,6 +192,7 @@ fn replay_end(t: &Timeline, per_queue: usize, replay: usize) -> HashMap<(u32, u8
 
 /// Models `events`' captured trace replayed back to back; `None` when nothing was captured.
 pub fn traced_token(events: &[HostEvent], model: &DeviceModel) -> Option<TokenPrediction> {
+    let model = &predicting(model);
     let trace: Vec<QueueTrace> = captured_programs(events)
         .into_iter()
         .filter(|(_, c)| !c.is_empty())
@@ -292,6 +301,7 @@ pub fn traced_token(events: &[HostEvent], model: &DeviceModel) -> Option<TokenPr
 /// prefill program: tt-metal's prefill uses other kernels (and attention grows with the square
 /// of the prompt, which this does not model).
 pub fn prefill_ns(events: &[HostEvent], model: &DeviceModel, prompt_len: usize) -> Option<f64> {
+    let model = &predicting(model);
     let rows = prompt_len.div_ceil(32).max(1) as f64;
     let trace: Vec<QueueTrace> = captured_programs(events)
         .into_iter()
@@ -452,8 +462,11 @@ mod tests {
             |k: usize, n: usize| (k * n) as f64 * 1088.0 / 1024.0 + (32 * (k + n) * 2) as f64;
         let dram = |b: f64| b / (288e9 * 0.87) * 1e9;
         let launch = 512.0 / 20e9 * 1e9 + 512.0 / 10e9 * 1e9 + 300.0;
-        let expect =
-            1000.0 + 2.0 * (launch + 600.0) + dram(bytes(4096, 4096)) + dram(bytes(4096, 1024));
+        // Predictions add predict_op_extra_ns (14,797 ns) to each op's 600 ns fixed cost.
+        let expect = 1000.0
+            + 2.0 * (launch + 600.0 + 14_797.0)
+            + dram(bytes(4096, 4096))
+            + dram(bytes(4096, 1024));
         assert!(
             (p.token_ns - expect).abs() < 1e-3 * expect,
             "{} vs {expect}",
