@@ -177,9 +177,9 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
             config.context_length
         ));
     }
-    if args.prompt_len == 0 || args.prompt_len > config.context_length {
+    if args.predict && (args.prompt_len == 0 || args.prompt_len > config.context_length) {
         return Err(format!(
-            "--prompt-len {}: give 1 to the model's context length of {}",
+            "--prompt-len {}: give 1 to the model's context length of {} (for shapes from flags, --context sets it)",
             args.prompt_len, config.context_length
         ));
     }
