@@ -69,9 +69,10 @@ pub struct DecodePlanArgs {
     /// and tokens/s, time to first token for --prompt-len, and the ops that take the token.
     #[arg(long)]
     pub predict: bool,
-    /// Prompt tokens for the predicted time to first token.
-    #[arg(long, default_value_t = 128)]
-    pub prompt_len: usize,
+    /// Prompt tokens for the predicted time to first token (default: 128, or the context
+    /// length when shorter).
+    #[arg(long)]
+    pub prompt_len: Option<usize>,
 }
 
 /// Ops listed in the predicted breakdown.
@@ -177,10 +178,11 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
             config.context_length
         ));
     }
-    if args.predict && (args.prompt_len == 0 || args.prompt_len > config.context_length) {
+    let prompt_len = args.prompt_len.unwrap_or(128.min(config.context_length));
+    if args.predict && (prompt_len == 0 || prompt_len > config.context_length) {
         return Err(format!(
-            "--prompt-len {}: give 1 to the model's context length of {} (for shapes from flags, --context sets it)",
-            args.prompt_len, config.context_length
+            "--prompt-len {prompt_len}: give 1 to the model's context length of {} (for shapes from flags, --context sets it)",
+            config.context_length
         ));
     }
     let decode = DeviceDecodeConfig {
@@ -198,7 +200,7 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
             Ok(captured) => {
                 if args.predict {
                     predicted =
-                        DecodePrediction::of(&captured, mesh.arch(), args.batch, args.prompt_len);
+                        DecodePrediction::of(&captured, mesh.arch(), args.batch, prompt_len);
                 }
                 placed = Some(Placed {
                     shape,
