@@ -18,6 +18,7 @@ pub mod chip;
 pub mod decode;
 pub mod fabric;
 pub mod monitor;
+pub mod predict;
 pub mod profile;
 pub mod replay;
 pub mod ring_floor;

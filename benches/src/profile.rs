@@ -147,7 +147,7 @@ pub struct ModeledRow {
 pub fn modeled_table(rows: &[ModeledRow], out: &mut String) {
     let _ = writeln!(
         out,
-        "modeled on hardware (Wormhole link model: 12.5 GB/s x 0.96 per link, 711 ns per hop; see ttmesh-profile's calibration)"
+        "modeled on hardware (Wormhole link model: 12.5 GB/s x 0.94 per link, 711 ns per hop; see ttmesh-profile's calibration)"
     );
     let _ = writeln!(
         out,

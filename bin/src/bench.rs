@@ -2,7 +2,7 @@
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// Which benchmark: chip, trace, fabric, ccl, monitor, decode, profile, mesh-monitor, or all.
+    /// Which benchmark: chip, trace, fabric, ccl, monitor, decode, profile, predict, mesh-monitor, or all.
     #[arg(default_value = "all")]
     pub which: String,
     /// Short runs (CI smoke test).
@@ -27,12 +27,13 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     section("monitor", &|| ttmesh_benches::monitor::publish_cost(q));
     section("decode", &|| ttmesh_benches::decode::run(q));
     section("profile", &|| ttmesh_benches::profile::run(q));
+    section("predict", &|| ttmesh_benches::predict::run(q));
     section("mesh-monitor", &|| {
         ttmesh::monitor_bench::monitor_overhead(q)
     });
     if !ran {
         return Err(format!(
-            "unknown benchmark '{}': use chip, trace, fabric, ccl, monitor, decode, profile, mesh-monitor or all",
+            "unknown benchmark '{}': use chip, trace, fabric, ccl, monitor, decode, profile, predict, mesh-monitor or all",
             args.which
         ));
     }

@@ -5,17 +5,23 @@
 //! trace and replayed as `ttmesh decode` does; per chip the plan names the trace_region_size
 //! the trace needs, the peaks of DRAM / L1 / L1_SMALL, and whether it fits. A model whose
 //! weights and KV cache do not fit in DRAM is reported with the numbers.
+//!
+//! `--predict` also models the captured trace replayed on the hardware (ttmesh-profile's
+//! calibrated model, `ttmesh_benches::predict`): device time per token, tokens/s, an estimated
+//! time to first token, and the ops and collectives that take the token.
 
 use std::path::PathBuf;
 
 use serde_json::json;
 use ttmesh::graph::{self, Plan};
-use ttmesh::{CqId, MeshShape};
+use ttmesh::MeshShape;
 use ttmesh_models::gguf::GgufFile;
 use ttmesh_models::synthetic::SyntheticConfig;
 use ttmesh_models::{
     DeviceDecodeConfig, DeviceLlama, LlamaConfig, ModelError, TensorParallel, MAX_BATCH,
 };
+
+use ttmesh_benches::predict::{capture_decode, DecodePrediction};
 
 use crate::plan::{print_chips, PlanMesh};
 
@@ -59,6 +65,27 @@ pub struct DecodePlanArgs {
     /// weights and LM head in bfp8_b, the rest (embedding, norms, KV cache, activations) in bf16.
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
+    /// Also predict the hardware's speed: modeled device time per traced token, tokens/s/user
+    /// and tokens/s, time to first token for --prompt-len, and the ops that take the token.
+    #[arg(long)]
+    pub predict: bool,
+    /// Prompt tokens for the predicted time to first token (default: 128, or the context
+    /// length when shorter).
+    #[arg(long)]
+    pub prompt_len: Option<usize>,
+}
+
+/// Ops listed in the predicted breakdown.
+const TOP_OPS: usize = 12;
+
+/// The dtype, refusing block-float formats the emulated chip lacks by name.
+fn plan_dtype(s: &str) -> Result<ttmesh::DataType, String> {
+    match s {
+        "bfp4_b" | "bfloat4_b" => Err(format!(
+            "--dtype {s}: ttmesh's chips have no bfp4_b data type (Wormhole and Blackhole hardware do, and tt-metal's published LLM figures use it for the MLP weights); plan and predict with bfp8_b, the nearest format ttmesh has"
+        )),
+        other => crate::decode::parse_dtype(other),
+    }
 }
 
 /// The model to plan and where its shapes came from.
@@ -135,7 +162,7 @@ struct Placed {
 }
 
 pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
-    let dtype = crate::decode::parse_dtype(&args.dtype)?;
+    let dtype = plan_dtype(&args.dtype)?;
     if args.batch == 0 || args.batch > MAX_BATCH {
         return Err(format!(
             "--batch {}: decode 1 to {MAX_BATCH} users per step",
@@ -151,6 +178,13 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
             config.context_length
         ));
     }
+    let prompt_len = args.prompt_len.unwrap_or(128.min(config.context_length));
+    if args.predict && (prompt_len == 0 || prompt_len > config.context_length) {
+        return Err(format!(
+            "--prompt-len {prompt_len}: give 1 to the model's context length of {} (for shapes from flags, --context sets it)",
+            config.context_length
+        ));
+    }
     let decode = DeviceDecodeConfig {
         batch: args.batch,
         max_positions: positions,
@@ -158,25 +192,20 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
     };
     let mut placed = None;
     let mut failure = None;
+    let mut predicted = None;
     let plan = graph::plan(&mesh_config, |mesh| {
         let shape = mesh.shape();
-        let step = || -> Result<(String, (u64, u64)), ModelError> {
-            let mut model = DeviceLlama::from_shapes(mesh, &config, decode)?;
-            // As `ttmesh decode` does: the step once untraced (compiles), captured, replayed.
-            let id = model.capture_decode_trace()?;
-            mesh.execute_trace(id, CqId(0), false)
-                .map_err(|e| ModelError::Device {
-                    context: "execute_trace".into(),
-                    source: Box::new(e),
-                })?;
-            Ok((model.parallel().describe(), model.dram_bytes_per_chip()))
-        };
-        match step() {
-            Ok((parallel, dram)) => {
+        // As `ttmesh decode` does: the step once untraced (compiles), captured, replayed.
+        match capture_decode(mesh, &config, decode) {
+            Ok(captured) => {
+                if args.predict {
+                    predicted =
+                        DecodePrediction::of(&captured, mesh.arch(), args.batch, prompt_len);
+                }
                 placed = Some(Placed {
                     shape,
-                    parallel,
-                    dram,
+                    parallel: captured.parallel,
+                    dram: captured.dram,
                 });
                 Ok(())
             }
@@ -209,6 +238,7 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
         plan,
         placed,
         does_not_fit: None,
+        predicted,
     };
     if let Some(ModelError::DoesNotFit { tensor, .. }) = &failure {
         report.mark_dram_short(tensor);
@@ -242,6 +272,8 @@ struct Report<'a> {
     placed: Option<Placed>,
     /// Set when the weights and KV cache alone do not fit: the line that says by how much.
     does_not_fit: Option<String>,
+    /// With --predict, once the step was captured.
+    predicted: Option<DecodePrediction>,
 }
 
 impl Report<'_> {
@@ -296,6 +328,7 @@ impl Report<'_> {
             "fits": self.does_not_fit.is_none() && self.plan.fits(),
             "does_not_fit": self.does_not_fit,
             "error": self.plan.error,
+            "predict": self.predicted.as_ref().map(|p| p.to_json(TOP_OPS)),
         })
     }
 
@@ -325,6 +358,9 @@ impl Report<'_> {
         print_chips(&self.plan.chips);
         if let Some(line) = &self.does_not_fit {
             println!("{line}");
+        }
+        if let Some(p) = &self.predicted {
+            print!("{}", p.describe(TOP_OPS));
         }
     }
 }

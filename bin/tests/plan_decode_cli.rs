@@ -329,7 +329,11 @@ fn readme_plan_decode_examples_run_and_fit() {
         .filter_map(|l| l.strip_prefix("cargo run --release -- plan decode "))
         .map(|l| l.split('#').next().unwrap().split_whitespace().collect())
         .collect();
-    assert_eq!(examples.len(), 3, "the README's plan decode block");
+    assert_eq!(
+        examples.len(),
+        4,
+        "the README's plan decode blocks (sizing and --predict)"
+    );
     for args in examples {
         if let Some(i) = args.iter().position(|a| *a == "--model") {
             if !root.join(args[i + 1]).is_file() {

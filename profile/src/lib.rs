@@ -4,7 +4,8 @@
 //! the hardware ([`model`], [`calibration`]), the recorder that watches every chip's
 //! submissions ([`recorder`]), the modeled timeline with a clock per chip and command queue
 //! ([`timeline`]), and its writers: tt-metal's ops report CSV, a Perfetto trace, an SVG
-//! picture and a summary ([`report`]).
+//! picture and a summary ([`report`]), and the prediction of a traced token from a captured
+//! step alone ([`predict`]: what `ttmesh plan decode --predict` prints).
 //!
 //! Must not touch: how chips run commands. It only observes (through the chip's
 //! `CommandObserver`) and reads what kernels declare (`Kernel::cost`); it knows no mesh.
@@ -12,6 +13,7 @@
 pub mod calibration;
 pub mod error;
 pub mod model;
+pub mod predict;
 pub mod recorder;
 pub mod report;
 pub mod timeline;
@@ -22,6 +24,7 @@ use std::sync::Arc;
 pub use calibration::Calibration;
 pub use error::{ProfileError, Result};
 pub use model::{DeviceModel, KernelTime};
+pub use predict::{OpShare, TokenPrediction};
 pub use recorder::Recorder;
 pub use report::summary::Summary;
 pub use timeline::{HostModel, Timeline};

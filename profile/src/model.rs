@@ -135,7 +135,7 @@ mod tests {
         close(m.matmul_ns(128.0, MathFidelity::LoFi, 8), 256.0);
         close(m.matmul_ns(128.0, MathFidelity::HiFi2, 64), 64.0);
         // A compute-bound kernel: 4096 tiles at HiFi2 on 64 cores = 2048 ns, while its
-        // 100 KB of DRAM traffic take 100e3 / (288e9 * 0.85) = 408.5 ns.
+        // 100 KB of DRAM traffic take 100e3 / (288e9 * 0.87) = 399.1 ns.
         let cost = KernelCost {
             flops: 4096.0 * 65536.0,
             dram_bytes: 100e3,
@@ -146,7 +146,7 @@ mod tests {
         let t = m.kernel_time(&cost, 64);
         close(t.kernel_ns, 2048.0);
         close(t.fw_ns, 2048.0 + 600.0);
-        // The same work memory-bound: 10 MB of DRAM traffic = 40,849.67 ns.
+        // The same work memory-bound: 10 MB of DRAM traffic = 39,910.6 ns.
         let t = m.kernel_time(
             &KernelCost {
                 dram_bytes: 10e6,
@@ -154,19 +154,20 @@ mod tests {
             },
             64,
         );
-        close(t.kernel_ns, 10e6 / (288e9 * 0.85) * 1e9);
+        close(t.kernel_ns, 10e6 / (288e9 * 0.87) * 1e9);
     }
 
     #[test]
     fn one_mib_over_one_and_seven_hops() {
         let m = wh();
         // 1 MiB in 4352-byte packets: 241 packets, 241 * 32 header bytes.
-        // 1,056,288 wire bytes at 12.5e9 * 0.96 = 12e9 B/s = 88,024 ns, + 711 ns per hop.
+        // 1,056,288 wire bytes at 12.5e9 * 0.94 = 11.75e9 B/s = 89,896.85 ns, + 711 ns per hop.
         close(m.wire_bytes(1048576.0), 1_056_288.0);
-        close(m.transfer_ns(1048576.0, 1, 1), 88_024.0 + 711.0);
-        close(m.transfer_ns(1048576.0, 7, 1), 88_024.0 + 7.0 * 711.0);
+        let stream = 1_056_288.0 / 11.75e9 * 1e9;
+        close(m.transfer_ns(1048576.0, 1, 1), stream + 711.0);
+        close(m.transfer_ns(1048576.0, 7, 1), stream + 7.0 * 711.0);
         // Two links halve the streaming time, not the latency.
-        close(m.transfer_ns(1048576.0, 1, 2), 44_012.0 + 711.0);
+        close(m.transfer_ns(1048576.0, 1, 2), stream / 2.0 + 711.0);
     }
 
     #[test]
@@ -174,7 +175,8 @@ mod tests {
         let m = wh();
         // 8 chips each holding 64 KiB of bf16: the output is 512 KiB; the busiest link
         // direction carries 7 of the 8 shards = 458,752 B = 106 packets (3,392 header bytes):
-        // 462,144 / 12e9 = 38,512 ns; 7 steps of 711 + 1000 ns = 11,977 ns; + 2000 ns fixed.
+        // 462,144 / 11.75e9 = 39,331.4 ns; 7 steps of 711 + 1199 ns = 13,370 ns; + 4470 ns
+        // fixed.
         let cost = KernelCost {
             fabric_bytes: 458_752.0,
             dram_bytes: (65536 + 524288) as f64,
@@ -187,7 +189,7 @@ mod tests {
             ..Default::default()
         };
         let t = m.kernel_time(&cost, 2);
-        close(t.kernel_ns, 38_512.0 + 11_977.0 + 2_000.0);
+        close(t.kernel_ns, 462_144.0 / 11.75e9 * 1e9 + 13_370.0 + 4_470.0);
     }
 
     #[test]
