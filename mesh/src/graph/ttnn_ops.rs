@@ -200,8 +200,8 @@ static PAGED_UPDATE_CACHE: DeviceOp = op(
 );
 static SDPA_DECODE: DeviceOp = op(
     "SdpaDecodeDeviceOperation",
-    "SdpaDecodeParams",
-    &["ttnn::prim::SdpaDecodeProgramFactory"],
+    ATTRS,
+    &["ttnn::operations::transformer::sdpa_decode::program::SdpaDecodeProgramFactory"],
 );
 static ARGMAX: DeviceOp = op(
     "ArgMaxDeviceOperation",
