@@ -332,3 +332,88 @@ fn all_gather_on_a_2x4_mesh_is_one_device_operation_under_normal() {
     assert_eq!(x.len(), 8);
     drop(mesh);
 }
+
+/// Every op we have is recorded as a TT-NN device operation with its factory: none falls back
+/// to a made-up name. (The names are TT-NN 0.81.1's where a capture showed them, tt-metal's
+/// sources' otherwise: see mesh/src/graph/ttnn_ops.rs.)
+#[test]
+fn every_op_is_a_named_device_operation_with_its_factory() {
+    let _turn = TURN.lock();
+    let mesh = open("n300", FabricConfig::Fabric1D);
+    let o = ops::MeshOpOptions::default();
+    let a = tensor(&mesh, &[1, 1, 64, 64], 4);
+    let b = tensor(&mesh, &[1, 1, 64, 64], 5);
+    let run = || -> ttmesh::Result<()> {
+        ops::add(&a, &b, &o)?;
+        ops::mul(&a, &b, &o)?;
+        ops::matmul(&a, &b, &MeshMatmulConfig::default())?;
+        ops::relu(&a, &o)?;
+        ops::softmax(&a, &o)?;
+        ops::rms_norm(&a, None, 1e-5, &o)?;
+        ops::typecast(&a, DataType::Float32, &o)?;
+        ops::to_memory_config(&a, &MemoryConfig::L1, &o)?;
+        let rm = ops::to_layout(&a, Layout::RowMajor, &o)?;
+        ops::to_layout(&rm, Layout::Tile, &o)?;
+        ops::reshape(&a, &[1, 1, 32, 128], &o)?;
+        ops::slice(&a, &[0, 0, 0, 0], &[1, 1, 32, 64], &o)?;
+        ops::concat(&[&a, &b], 3, &o)?;
+        ops::transpose(&a, 2, 3, &o)?;
+        ops::permute(&a, &[0, 1, 3, 2], &o)?;
+        ops::argmax(&rm, -1, &o)?;
+        let args = ccl::CclArgs::default();
+        ccl::all_gather(&a, 3, &args)?;
+        ccl::reduce_scatter(&a, 3, &args)?;
+        ccl::all_reduce(&a, &args)?;
+        Ok(())
+    };
+    graph::begin_graph_capture(RunMode::NoDispatch);
+    let r = run();
+    let g = graph::end_graph_capture().unwrap();
+    r.unwrap();
+    let names: BTreeSet<String> = ops_at_level_1(&g)
+        .into_iter()
+        .filter_map(|n| n.param("name"))
+        .collect();
+    let want = [
+        "BinaryNgDeviceOperation",
+        "MatmulDeviceOperation",
+        "UnaryDeviceOperation",
+        "SoftmaxDeviceOperation",
+        "LayerNormDeviceOperation",
+        "TypecastDeviceOperation",
+        "CopyDeviceOperation",
+        "UntilizeDeviceOperation",
+        "TilizeDeviceOperation",
+        "ReshapeDeviceOperation",
+        "SliceDeviceOperation",
+        "ConcatDeviceOperation",
+        "TransposeDeviceOperation",
+        "PermuteDeviceOperation",
+        "ArgMaxDeviceOperation",
+        "AllGatherDeviceOperation",
+        "ReduceScatterDeviceOperation",
+        "AllReduceAsyncDeviceOperation",
+    ];
+    assert_eq!(names, want.iter().map(|s| s.to_string()).collect());
+    for op in ops_at_level_1(&g) {
+        assert_eq!(
+            keys(op),
+            set(&[
+                "inputs",
+                "name",
+                "program_cache_hit",
+                "program_factory_index",
+                "program_factory_type"
+            ]),
+            "{op:?}"
+        );
+        assert!(op.param("program_factory_type").unwrap().contains("::"));
+        assert_eq!(op.arguments.len(), 2);
+    }
+    creations_have_arguments(&g);
+    // Only outputs are buffers with nodes: nothing is deallocated inside an op.
+    assert!(!g
+        .nodes
+        .iter()
+        .any(|n| n.node_type == "buffer_deallocate" && n.stacking_level > 1));
+}

@@ -14,7 +14,7 @@ use ttmesh_chip::allocator::{AllocatorEvent, AllocatorEventKind};
 use ttmesh_chip::observe::LaunchEvent;
 use ttmesh_chip::BufferType;
 
-use super::ttnn_ops::{device_op, factory_index, DeviceOp, ProgramL1};
+use super::ttnn_ops::{device_op, device_op_of, factory_index, DeviceOp, ProgramL1};
 use super::{describe, Graph, Node, RunMode, ScratchEvent, TensorInfo};
 
 /// A launch as the graph needs it.
@@ -569,7 +569,7 @@ impl Capture {
             FrameKind::CreateDeviceTensor => None,
             FrameKind::DeviceOp(given) => launch
                 .as_ref()
-                .and_then(|l| device_op(l.name))
+                .and_then(device_op_of)
                 .or_else(|| given.and_then(device_op)),
         };
         let name = match (&f.kind, op) {
