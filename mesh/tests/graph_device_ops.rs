@@ -417,3 +417,28 @@ fn every_op_is_a_named_device_operation_with_its_factory() {
         .iter()
         .any(|n| n.node_type == "buffer_deallocate" && n.stacking_level > 1));
 }
+
+/// TT-NN keeps no program it builds under NO_DISPATCH (buffer addresses are 0 there), so an op
+/// first built inside a NO_DISPATCH capture misses each time; under NORMAL the second run hits.
+/// (From tt-metal's device-operation launch code, not from a capture.)
+#[test]
+fn a_program_built_under_no_dispatch_misses_every_time() {
+    let _turn = TURN.lock();
+    for (mode, second_hits) in [(RunMode::NoDispatch, false), (RunMode::Normal, true)] {
+        let mesh = t3k();
+        // A shape no other run of this mesh compiled.
+        let a = tensor(&mesh, &[1, 1, 96, 64], 6);
+        let b = tensor(&mesh, &[1, 1, 64, 160], 7);
+        graph::begin_graph_capture(mode);
+        let first = ops::matmul(&a, &b, &MeshMatmulConfig::default());
+        let second = ops::matmul(&a, &b, &MeshMatmulConfig::default());
+        mesh.synchronize_device().unwrap();
+        let g = graph::end_graph_capture().unwrap();
+        drop((first.unwrap(), second.unwrap()));
+        let hits: Vec<bool> = ops_at_level_1(&g)
+            .iter()
+            .map(|n| n.params["program_cache_hit"].as_bool().unwrap())
+            .collect();
+        assert_eq!(hits, [false, second_hits], "{mode:?}");
+    }
+}

@@ -6,7 +6,7 @@
 //! allocation makes the `buffer` / `buffer_allocate` nodes, the others join it (TT-NN allocates
 //! a mesh buffer once). The chips a buffer lives on are kept beside the graph for per-chip peaks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use serde_json::{json, Map, Value};
@@ -24,6 +24,8 @@ pub(crate) struct LaunchRec {
     pub cq: u8,
     pub name: &'static str,
     pub cache_hit: bool,
+    /// The chip's id of the program launched.
+    pub program: u32,
     pub cbs: Vec<u64>,
     pub grid: (u32, u32),
     /// The worker cores the program runs on.
@@ -43,6 +45,7 @@ impl LaunchRec {
             cq: l.cq.0,
             name: l.name,
             cache_hit: l.program_cache_hit,
+            program: l.program.id,
             // Double-buffered circular buffers: two pages per operand.
             cbs: l.page_sizes.iter().map(|p| 2 * p).collect(),
             grid: l.compute_grid,
@@ -136,6 +139,8 @@ pub(crate) struct Capture {
     pub buffer_pages: Vec<Value>,
     pub with_pages: bool,
     scratch: Vec<ScratchEvent>,
+    /// (chip, program) built during this NO_DISPATCH capture.
+    built_here: HashSet<(u32, u32)>,
 }
 
 /// Process-wide count of program executions (TT-NN's global_call_count).
@@ -158,6 +163,7 @@ impl Capture {
             buffer_pages: Vec::new(),
             with_pages,
             scratch: Vec::new(),
+            built_here: HashSet::new(),
         };
         c.push("capture_start", None, 0);
         c
@@ -245,7 +251,17 @@ impl Capture {
         }
     }
 
-    pub fn launch(&mut self, l: LaunchRec) {
+    pub fn launch(&mut self, mut l: LaunchRec) {
+        // TT-NN does not keep programs it builds under NO_DISPATCH (their buffer addresses are
+        // 0): one built during this capture misses again each time it comes back.
+        if self.mode == RunMode::NoDispatch {
+            let program = (l.chip, l.program);
+            if !l.cache_hit {
+                self.built_here.insert(program);
+            } else if self.built_here.contains(&program) {
+                l.cache_hit = false;
+            }
+        }
         self.item(Item::Launch(l));
     }
 
