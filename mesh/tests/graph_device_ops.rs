@@ -442,3 +442,58 @@ fn a_program_built_under_no_dispatch_misses_every_time() {
         assert_eq!(hits, [false, second_hits], "{mode:?}");
     }
 }
+
+/// A sharded operand's circular buffer is its shard: TT-NN binds it to the tensor's L1
+/// (`globally_allocated` "1", the shard's bytes per core), as 0.81.1's binary_ng does for a
+/// height-sharded add. (From tt-metal's binary_ng factory and traces of it, not a 0.81.1
+/// capture of this case.)
+#[test]
+fn a_sharded_operand_circular_buffer_is_its_shard() {
+    let _turn = TURN.lock();
+    let mesh = open("n300", FabricConfig::Disabled);
+    let mc = MemoryConfig::sharded(
+        TensorMemoryLayout::HeightSharded,
+        BufferType::L1,
+        ShardSpec::new(
+            CoreRange {
+                start: (0, 0),
+                end: (3, 0),
+            },
+            [32, 64],
+        ),
+    );
+    let shard = |seed| {
+        let h = random(&[1, 1, 128, 64], DataType::BFloat16, seed);
+        MeshTensor::from_host(
+            &h,
+            &mesh,
+            &ReplicateTensorToMesh,
+            Layout::Tile,
+            mc.clone(),
+            CqId(0),
+        )
+        .unwrap()
+    };
+    let (a, b) = (shard(8), shard(9));
+    graph::begin_graph_capture(RunMode::NoDispatch);
+    let sharded_out = ops::MeshOpOptions {
+        memory_config: Some(mc.clone()),
+        ..Default::default()
+    };
+    let out = ops::add(&a, &b, &sharded_out);
+    let g = graph::end_graph_capture().unwrap();
+    drop(out.unwrap());
+    let cbs: Vec<(String, u64)> = g
+        .nodes
+        .iter()
+        .filter(|n| n.node_type == "circular_buffer_allocate")
+        .map(|n| {
+            (
+                n.param("globally_allocated").unwrap(),
+                n.param_u64("size").unwrap(),
+            )
+        })
+        .collect();
+    // a, b and the output: each a [32, 64] bf16 shard, two tiles of 2048 B on its core.
+    assert_eq!(cbs, vec![("1".to_string(), 4096); 3]);
+}

@@ -33,11 +33,28 @@ pub(crate) struct LaunchRec {
     /// Per operand: sharded, and its shape.
     pub sharded: Vec<bool>,
     pub shapes: Vec<Vec<usize>>,
+    /// Per operand: bytes it spans in each bank (a shard's bytes per core when sharded).
+    pub per_bank: Vec<u64>,
     /// The first operand is row-major.
     pub row_major: bool,
 }
 
 impl LaunchRec {
+    /// The program's per-core buffer for each operand: (bytes per core, bound to the operand's
+    /// own L1). A sharded operand's buffer is its shard (TT-NN binds the circular buffer to the
+    /// tensor's memory: `globally_allocated` / `borrows_memory`); any other operand streams
+    /// through two pages.
+    fn operand_buffers(&self) -> Vec<(u64, bool)> {
+        self.cbs
+            .iter()
+            .enumerate()
+            .map(|(i, two_pages)| match self.sharded.get(i) {
+                Some(true) => (self.per_bank.get(i).copied().unwrap_or(*two_pages), true),
+                _ => (*two_pages, false),
+            })
+            .collect()
+    }
+
     pub fn from_event(l: &LaunchEvent<'_>) -> LaunchRec {
         let operands = &l.program.operands;
         LaunchRec {
@@ -55,6 +72,7 @@ impl LaunchRec {
                 .map(|o| o.spec.memory_config.is_sharded())
                 .collect(),
             shapes: operands.iter().map(|o| o.spec.shape.clone()).collect(),
+            per_bank: operands.iter().map(|o| o.per_bank_size).collect(),
             row_major: operands
                 .first()
                 .is_some_and(|o| o.spec.layout == ttmesh_chip::Layout::RowMajor),
@@ -497,16 +515,16 @@ impl Capture {
         };
         match op.map_or(ProgramL1::CircularBuffers, |o| o.l1) {
             ProgramL1::CircularBuffers => {
-                for size in &l.cbs {
-                    let p = buffer(*size, &whole_grid, ("globally_allocated", "0"));
+                for (size, bound) in l.operand_buffers() {
+                    let p = buffer(size, &whole_grid, ("globally_allocated", flag(bound)));
                     self.child("circular_buffer_allocate", p);
                 }
             }
             // tt-metal reports dataflow buffers only for a program that never runs (NO_DISPATCH);
             // a running one has no allocation-time hook for them.
             ProgramL1::DataflowBuffers if self.mode == RunMode::NoDispatch => {
-                for size in &l.cbs {
-                    let p = buffer(*size, &used_cores, ("borrows_memory", "0"));
+                for (size, bound) in l.operand_buffers() {
+                    let p = buffer(size, &used_cores, ("borrows_memory", flag(bound)));
                     self.child("dataflow_buffer_allocate", p);
                 }
             }
@@ -706,6 +724,15 @@ fn scratch_of(items: &[Item], outputs: &[(TensorInfo, usize)]) -> Vec<usize> {
             _ => None,
         })
         .collect()
+}
+
+/// A flag as TT-NN writes `globally_allocated` and `borrows_memory`: "0" or "1".
+fn flag(on: bool) -> &'static str {
+    if on {
+        "1"
+    } else {
+        "0"
+    }
 }
 
 /// `cores` worker cores of a `grid` (columns, rows), filled row by row from (0, 0), as a
