@@ -497,3 +497,35 @@ fn a_sharded_operand_circular_buffer_is_its_shard() {
     // a, b and the output: each a [32, 64] bf16 shard, two tiles of 2048 B on its core.
     assert_eq!(cbs, vec![("1".to_string(), 4096); 3]);
 }
+
+/// The scratch kept beside the nodes goes into the report file and comes back, so a report's
+/// peaks are the capture's.
+#[test]
+fn scratch_round_trips_through_the_report_file() {
+    let _turn = TURN.lock();
+    let (mesh, g, _out, _) = all_gather_graph(RunMode::NoDispatch);
+    assert!(!g.scratch.is_empty());
+    let path = std::env::temp_dir().join(format!("ttmesh-scratch-{}.json", std::process::id()));
+    graph::write_report(&path, &g, Some(&mesh)).unwrap();
+    let back = graph::read_report(&path).unwrap().graph();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(back.scratch, g.scratch);
+    assert_eq!(back.nodes, g.nodes);
+    assert_eq!(
+        graph::peak_memory_per_chip(&back),
+        graph::peak_memory_per_chip(&g)
+    );
+    // Without the scratch the peaks would be lower: it is what keeps them the allocators'.
+    let without = Graph {
+        scratch: Vec::new(),
+        ..g.clone()
+    };
+    let (with, bare) = (
+        graph::peak_memory_per_chip(&g),
+        graph::peak_memory_per_chip(&without),
+    );
+    assert!(mesh
+        .chips()
+        .iter()
+        .any(|c| with[&c.id()].dram > bare[&c.id()].dram));
+}
