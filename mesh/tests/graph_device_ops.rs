@@ -332,3 +332,200 @@ fn all_gather_on_a_2x4_mesh_is_one_device_operation_under_normal() {
     assert_eq!(x.len(), 8);
     drop(mesh);
 }
+
+/// Every op we have is recorded as a TT-NN device operation with its factory: none falls back
+/// to a made-up name. (The names are TT-NN 0.81.1's where a capture showed them, tt-metal's
+/// sources' otherwise: see mesh/src/graph/ttnn_ops.rs.)
+#[test]
+fn every_op_is_a_named_device_operation_with_its_factory() {
+    let _turn = TURN.lock();
+    let mesh = open("n300", FabricConfig::Fabric1D);
+    let o = ops::MeshOpOptions::default();
+    let a = tensor(&mesh, &[1, 1, 64, 64], 4);
+    let b = tensor(&mesh, &[1, 1, 64, 64], 5);
+    let run = || -> ttmesh::Result<()> {
+        ops::add(&a, &b, &o)?;
+        ops::mul(&a, &b, &o)?;
+        ops::matmul(&a, &b, &MeshMatmulConfig::default())?;
+        ops::relu(&a, &o)?;
+        ops::softmax(&a, &o)?;
+        ops::rms_norm(&a, None, 1e-5, &o)?;
+        ops::typecast(&a, DataType::Float32, &o)?;
+        ops::to_memory_config(&a, &MemoryConfig::L1, &o)?;
+        let rm = ops::to_layout(&a, Layout::RowMajor, &o)?;
+        ops::to_layout(&rm, Layout::Tile, &o)?;
+        ops::reshape(&a, &[1, 1, 32, 128], &o)?;
+        ops::slice(&a, &[0, 0, 0, 0], &[1, 1, 32, 64], &o)?;
+        ops::concat(&[&a, &b], 3, &o)?;
+        ops::transpose(&a, 2, 3, &o)?;
+        ops::permute(&a, &[0, 1, 3, 2], &o)?;
+        ops::argmax(&rm, -1, &o)?;
+        let args = ccl::CclArgs::default();
+        ccl::all_gather(&a, 3, &args)?;
+        ccl::reduce_scatter(&a, 3, &args)?;
+        ccl::all_reduce(&a, &args)?;
+        Ok(())
+    };
+    graph::begin_graph_capture(RunMode::NoDispatch);
+    let r = run();
+    let g = graph::end_graph_capture().unwrap();
+    r.unwrap();
+    let names: BTreeSet<String> = ops_at_level_1(&g)
+        .into_iter()
+        .filter_map(|n| n.param("name"))
+        .collect();
+    let want = [
+        "BinaryNgDeviceOperation",
+        "MatmulDeviceOperation",
+        "UnaryDeviceOperation",
+        "SoftmaxDeviceOperation",
+        "LayerNormDeviceOperation",
+        "TypecastDeviceOperation",
+        "CopyDeviceOperation",
+        "UntilizeDeviceOperation",
+        "TilizeDeviceOperation",
+        "ReshapeDeviceOperation",
+        "SliceDeviceOperation",
+        "ConcatDeviceOperation",
+        "TransposeDeviceOperation",
+        "PermuteDeviceOperation",
+        "ArgMaxDeviceOperation",
+        "AllGatherDeviceOperation",
+        "ReduceScatterDeviceOperation",
+        "AllReduceAsyncDeviceOperation",
+    ];
+    assert_eq!(names, want.iter().map(|s| s.to_string()).collect());
+    for op in ops_at_level_1(&g) {
+        assert_eq!(
+            keys(op),
+            set(&[
+                "inputs",
+                "name",
+                "program_cache_hit",
+                "program_factory_index",
+                "program_factory_type"
+            ]),
+            "{op:?}"
+        );
+        assert!(op.param("program_factory_type").unwrap().contains("::"));
+        assert_eq!(op.arguments.len(), 2);
+    }
+    creations_have_arguments(&g);
+    // Only outputs are buffers with nodes: nothing is deallocated inside an op.
+    assert!(!g
+        .nodes
+        .iter()
+        .any(|n| n.node_type == "buffer_deallocate" && n.stacking_level > 1));
+}
+
+/// TT-NN keeps no program it builds under NO_DISPATCH (buffer addresses are 0 there), so an op
+/// first built inside a NO_DISPATCH capture misses each time; under NORMAL the second run hits.
+/// (From tt-metal's device-operation launch code, not from a capture.)
+#[test]
+fn a_program_built_under_no_dispatch_misses_every_time() {
+    let _turn = TURN.lock();
+    for (mode, second_hits) in [(RunMode::NoDispatch, false), (RunMode::Normal, true)] {
+        let mesh = t3k();
+        // A shape no other run of this mesh compiled.
+        let a = tensor(&mesh, &[1, 1, 96, 64], 6);
+        let b = tensor(&mesh, &[1, 1, 64, 160], 7);
+        graph::begin_graph_capture(mode);
+        let first = ops::matmul(&a, &b, &MeshMatmulConfig::default());
+        let second = ops::matmul(&a, &b, &MeshMatmulConfig::default());
+        mesh.synchronize_device().unwrap();
+        let g = graph::end_graph_capture().unwrap();
+        drop((first.unwrap(), second.unwrap()));
+        let hits: Vec<bool> = ops_at_level_1(&g)
+            .iter()
+            .map(|n| n.params["program_cache_hit"].as_bool().unwrap())
+            .collect();
+        assert_eq!(hits, [false, second_hits], "{mode:?}");
+    }
+}
+
+/// A sharded operand's circular buffer is its shard: TT-NN binds it to the tensor's L1
+/// (`globally_allocated` "1", the shard's bytes per core), as 0.81.1's binary_ng does for a
+/// height-sharded add. (From tt-metal's binary_ng factory and traces of it, not a 0.81.1
+/// capture of this case.)
+#[test]
+fn a_sharded_operand_circular_buffer_is_its_shard() {
+    let _turn = TURN.lock();
+    let mesh = open("n300", FabricConfig::Disabled);
+    let mc = MemoryConfig::sharded(
+        TensorMemoryLayout::HeightSharded,
+        BufferType::L1,
+        ShardSpec::new(
+            CoreRange {
+                start: (0, 0),
+                end: (3, 0),
+            },
+            [32, 64],
+        ),
+    );
+    let shard = |seed| {
+        let h = random(&[1, 1, 128, 64], DataType::BFloat16, seed);
+        MeshTensor::from_host(
+            &h,
+            &mesh,
+            &ReplicateTensorToMesh,
+            Layout::Tile,
+            mc.clone(),
+            CqId(0),
+        )
+        .unwrap()
+    };
+    let (a, b) = (shard(8), shard(9));
+    graph::begin_graph_capture(RunMode::NoDispatch);
+    let sharded_out = ops::MeshOpOptions {
+        memory_config: Some(mc.clone()),
+        ..Default::default()
+    };
+    let out = ops::add(&a, &b, &sharded_out);
+    let g = graph::end_graph_capture().unwrap();
+    drop(out.unwrap());
+    let cbs: Vec<(String, u64)> = g
+        .nodes
+        .iter()
+        .filter(|n| n.node_type == "circular_buffer_allocate")
+        .map(|n| {
+            (
+                n.param("globally_allocated").unwrap(),
+                n.param_u64("size").unwrap(),
+            )
+        })
+        .collect();
+    // a, b and the output: each a [32, 64] bf16 shard, two tiles of 2048 B on its core.
+    assert_eq!(cbs, vec![("1".to_string(), 4096); 3]);
+}
+
+/// The scratch kept beside the nodes goes into the report file and comes back, so a report's
+/// peaks are the capture's.
+#[test]
+fn scratch_round_trips_through_the_report_file() {
+    let _turn = TURN.lock();
+    let (mesh, g, _out, _) = all_gather_graph(RunMode::NoDispatch);
+    assert!(!g.scratch.is_empty());
+    let path = std::env::temp_dir().join(format!("ttmesh-scratch-{}.json", std::process::id()));
+    graph::write_report(&path, &g, Some(&mesh)).unwrap();
+    let back = graph::read_report(&path).unwrap().graph();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(back.scratch, g.scratch);
+    assert_eq!(back.nodes, g.nodes);
+    assert_eq!(
+        graph::peak_memory_per_chip(&back),
+        graph::peak_memory_per_chip(&g)
+    );
+    // Without the scratch the peaks would be lower: it is what keeps them the allocators'.
+    let without = Graph {
+        scratch: Vec::new(),
+        ..g.clone()
+    };
+    let (with, bare) = (
+        graph::peak_memory_per_chip(&g),
+        graph::peak_memory_per_chip(&without),
+    );
+    assert!(mesh
+        .chips()
+        .iter()
+        .any(|c| with[&c.id()].dram > bare[&c.id()].dram));
+}

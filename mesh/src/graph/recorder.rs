@@ -6,7 +6,7 @@
 //! allocation makes the `buffer` / `buffer_allocate` nodes, the others join it (TT-NN allocates
 //! a mesh buffer once). The chips a buffer lives on are kept beside the graph for per-chip peaks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use serde_json::{json, Map, Value};
@@ -14,7 +14,7 @@ use ttmesh_chip::allocator::{AllocatorEvent, AllocatorEventKind};
 use ttmesh_chip::observe::LaunchEvent;
 use ttmesh_chip::BufferType;
 
-use super::ttnn_ops::{device_op, factory_index, DeviceOp, ProgramL1};
+use super::ttnn_ops::{device_op, device_op_of, factory_index, DeviceOp, ProgramL1};
 use super::{describe, Graph, Node, RunMode, ScratchEvent, TensorInfo};
 
 /// A launch as the graph needs it.
@@ -24,6 +24,8 @@ pub(crate) struct LaunchRec {
     pub cq: u8,
     pub name: &'static str,
     pub cache_hit: bool,
+    /// The chip's id of the program launched.
+    pub program: u32,
     pub cbs: Vec<u64>,
     pub grid: (u32, u32),
     /// The worker cores the program runs on.
@@ -31,11 +33,28 @@ pub(crate) struct LaunchRec {
     /// Per operand: sharded, and its shape.
     pub sharded: Vec<bool>,
     pub shapes: Vec<Vec<usize>>,
+    /// Per operand: bytes it spans in each bank (a shard's bytes per core when sharded).
+    pub per_bank: Vec<u64>,
     /// The first operand is row-major.
     pub row_major: bool,
 }
 
 impl LaunchRec {
+    /// The program's per-core buffer for each operand: (bytes per core, bound to the operand's
+    /// own L1). A sharded operand's buffer is its shard (TT-NN binds the circular buffer to the
+    /// tensor's memory: `globally_allocated` / `borrows_memory`); any other operand streams
+    /// through two pages.
+    fn operand_buffers(&self) -> Vec<(u64, bool)> {
+        self.cbs
+            .iter()
+            .enumerate()
+            .map(|(i, two_pages)| match self.sharded.get(i) {
+                Some(true) => (self.per_bank.get(i).copied().unwrap_or(*two_pages), true),
+                _ => (*two_pages, false),
+            })
+            .collect()
+    }
+
     pub fn from_event(l: &LaunchEvent<'_>) -> LaunchRec {
         let operands = &l.program.operands;
         LaunchRec {
@@ -43,6 +62,7 @@ impl LaunchRec {
             cq: l.cq.0,
             name: l.name,
             cache_hit: l.program_cache_hit,
+            program: l.program.id,
             // Double-buffered circular buffers: two pages per operand.
             cbs: l.page_sizes.iter().map(|p| 2 * p).collect(),
             grid: l.compute_grid,
@@ -52,6 +72,7 @@ impl LaunchRec {
                 .map(|o| o.spec.memory_config.is_sharded())
                 .collect(),
             shapes: operands.iter().map(|o| o.spec.shape.clone()).collect(),
+            per_bank: operands.iter().map(|o| o.per_bank_size).collect(),
             row_major: operands
                 .first()
                 .is_some_and(|o| o.spec.layout == ttmesh_chip::Layout::RowMajor),
@@ -136,6 +157,8 @@ pub(crate) struct Capture {
     pub buffer_pages: Vec<Value>,
     pub with_pages: bool,
     scratch: Vec<ScratchEvent>,
+    /// (chip, program) built during this NO_DISPATCH capture.
+    built_here: HashSet<(u32, u32)>,
 }
 
 /// Process-wide count of program executions (TT-NN's global_call_count).
@@ -158,6 +181,7 @@ impl Capture {
             buffer_pages: Vec::new(),
             with_pages,
             scratch: Vec::new(),
+            built_here: HashSet::new(),
         };
         c.push("capture_start", None, 0);
         c
@@ -245,7 +269,17 @@ impl Capture {
         }
     }
 
-    pub fn launch(&mut self, l: LaunchRec) {
+    pub fn launch(&mut self, mut l: LaunchRec) {
+        // TT-NN does not keep programs it builds under NO_DISPATCH (their buffer addresses are
+        // 0): one built during this capture misses again each time it comes back.
+        if self.mode == RunMode::NoDispatch {
+            let program = (l.chip, l.program);
+            if !l.cache_hit {
+                self.built_here.insert(program);
+            } else if self.built_here.contains(&program) {
+                l.cache_hit = false;
+            }
+        }
         self.item(Item::Launch(l));
     }
 
@@ -481,16 +515,16 @@ impl Capture {
         };
         match op.map_or(ProgramL1::CircularBuffers, |o| o.l1) {
             ProgramL1::CircularBuffers => {
-                for size in &l.cbs {
-                    let p = buffer(*size, &whole_grid, ("globally_allocated", "0"));
+                for (size, bound) in l.operand_buffers() {
+                    let p = buffer(size, &whole_grid, ("globally_allocated", flag(bound)));
                     self.child("circular_buffer_allocate", p);
                 }
             }
             // tt-metal reports dataflow buffers only for a program that never runs (NO_DISPATCH);
             // a running one has no allocation-time hook for them.
             ProgramL1::DataflowBuffers if self.mode == RunMode::NoDispatch => {
-                for size in &l.cbs {
-                    let p = buffer(*size, &used_cores, ("borrows_memory", "0"));
+                for (size, bound) in l.operand_buffers() {
+                    let p = buffer(size, &used_cores, ("borrows_memory", flag(bound)));
                     self.child("dataflow_buffer_allocate", p);
                 }
             }
@@ -569,7 +603,7 @@ impl Capture {
             FrameKind::CreateDeviceTensor => None,
             FrameKind::DeviceOp(given) => launch
                 .as_ref()
-                .and_then(|l| device_op(l.name))
+                .and_then(device_op_of)
                 .or_else(|| given.and_then(device_op)),
         };
         let name = match (&f.kind, op) {
@@ -690,6 +724,15 @@ fn scratch_of(items: &[Item], outputs: &[(TensorInfo, usize)]) -> Vec<usize> {
             _ => None,
         })
         .collect()
+}
+
+/// A flag as TT-NN writes `globally_allocated` and `borrows_memory`: "0" or "1".
+fn flag(on: bool) -> &'static str {
+    if on {
+        "1"
+    } else {
+        "0"
+    }
 }
 
 /// `cores` worker cores of a `grid` (columns, rows), filled row by row from (0, 0), as a

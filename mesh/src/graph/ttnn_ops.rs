@@ -116,6 +116,11 @@ static INTERLEAVED_TO_SHARDED: DeviceOp = op(
     "InterleavedToShardedParams",
     &["ttnn::prim::InterleavedToShardedProgramFactory"],
 );
+static SHARDED_TO_INTERLEAVED: DeviceOp = op(
+    "ShardedToInterleavedDeviceOperation",
+    "ShardedToInterleavedParams",
+    &["ttnn::prim::ShardedToInterleavedProgramFactory"],
+);
 static RESHARD: DeviceOp = op(
     "ReshardDeviceOperation",
     "ReshardParams",
@@ -200,8 +205,8 @@ static PAGED_UPDATE_CACHE: DeviceOp = op(
 );
 static SDPA_DECODE: DeviceOp = op(
     "SdpaDecodeDeviceOperation",
-    "SdpaDecodeParams",
-    &["ttnn::prim::SdpaDecodeProgramFactory"],
+    ATTRS,
+    &["ttnn::operations::transformer::sdpa_decode::program::SdpaDecodeProgramFactory"],
 );
 static ARGMAX: DeviceOp = op(
     "ArgMaxDeviceOperation",
@@ -274,6 +279,22 @@ pub(crate) fn device_op(name: &str) -> Option<&'static DeviceOp> {
         "all_reduce" | "ttnn::all_reduce" => &ALL_REDUCE,
         _ => return None,
     })
+}
+
+/// The device operation a launch is recorded as. A move between memory configs is one chip op
+/// of ours; TT-NN's `to_memory_config` picks its device operation by the layouts on each side.
+pub(crate) fn device_op_of(l: &LaunchRec) -> Option<&'static DeviceOp> {
+    if l.name == "InterleavedToSharded" {
+        let from = l.sharded.first().copied().unwrap_or(false);
+        let to = l.sharded.last().copied().unwrap_or(false);
+        return Some(match (from, to) {
+            (false, true) => &INTERLEAVED_TO_SHARDED,
+            (true, false) => &SHARDED_TO_INTERLEAVED,
+            (true, true) => &RESHARD,
+            (false, false) => &COPY,
+        });
+    }
+    device_op(l.name)
 }
 
 /// The factory TT-NN would select for this launch (an index into `DeviceOp::factories`),
