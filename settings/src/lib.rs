@@ -14,13 +14,20 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// One environment variable: its name, its default as a user would write it, and what it does.
+/// One environment variable: its name, its default as a user would write it, what it does,
+/// and who reads it.
 #[derive(Clone, Copy, Debug)]
 pub struct Variable {
     pub name: &'static str,
     pub default: &'static str,
     pub meaning: &'static str,
+    /// [`RUST`] for the fields of [`Settings`]; otherwise the Python module or script that
+    /// reads it (they cannot call into this crate before the extension is loaded).
+    pub read_by: &'static str,
 }
+
+/// `read_by` of the variables this crate reads.
+pub const RUST: &str = "ttmesh (Rust)";
 
 /// Every variable ttmesh reads. The README's table lists exactly these (a test checks both
 /// ways), and no other `TTMESH_` name may be read anywhere in the tree.
@@ -29,44 +36,81 @@ pub const VARIABLES: &[Variable] = &[
         name: "TTMESH_OPERATION_TIMEOUT_SECONDS",
         default: "60 (`stress`: 5)",
         meaning: "bounds every wait (host waits, kernels' fabric waits, lockstep barriers); seconds, fractions allowed; a mesh's `MeshConfig::operation_timeout` overrides it",
+        read_by: RUST,
     },
     Variable {
         name: "TTMESH_MONITOR",
         default: "on",
         meaning: "`0`, `off`, `false` or `no` turns statistics publishing for `ttmesh monitor` off",
+        read_by: RUST,
     },
     Variable {
         name: "TTMESH_PIN",
         default: "1",
         meaning: "`0` stops binding dispatcher and router threads to cores (only with the `pin` feature)",
+        read_by: RUST,
     },
     Variable {
         name: "TTMESH_CCL_RUNNER",
         default: "by size",
         meaning: "`together` or `own` forces how a collective's steps run (one thread for the line, or each chip's own), to compare them; the bits are the same",
+        read_by: RUST,
     },
     Variable {
         name: "TTMESH_SEM_SPIN",
         default: "256",
         meaning: "checks a fabric semaphore wait makes before it sleeps (0 to 1000000)",
+        read_by: RUST,
     },
     Variable {
         name: "TTMESH_MODEL",
         default: "target/models/SmolLM2-135M-Instruct.Q4_1.gguf",
         meaning: "the GGUF file the real-model tests and `bench decode` use",
+        read_by: RUST,
     },
     Variable {
         name: "TTMESH_MPI_RESULTS",
         default: "target/mpi-allreduce.tsv",
         meaning: "where `bench ccl` reads OpenMPI's figures that `scripts/mpi-allreduce.sh` wrote",
+        read_by: RUST,
     },
     Variable {
         name: "TTMESH_BENCH_QUICK",
         default: "0",
         meaning: "`1` makes the benchmark tests run their quick form",
+        read_by: RUST,
+    },
+    Variable {
+        name: "TTMESH_SYSTEM",
+        default: "t3k",
+        meaning: "the machine `import ttmesh.ttnn` emulates (`open_device` and `open_mesh_device` open its chips); `ttmesh.set_system` overrides it",
+        read_by: "python/ttmesh/ttnn",
+    },
+    Variable {
+        name: "TTMESH_PROFILE",
+        default: "unset",
+        meaning: "a folder: every device a Python program opens is profiled (modeled device time) and written there when it closes",
+        read_by: "python/ttmesh/ttnn",
+    },
+    Variable {
+        name: "TTMESH_PYTHON_TORCH",
+        default: "0",
+        meaning: "`1` makes `scripts/python-setup.sh` install torch (about 5 GB with its CUDA libraries) into the venv",
+        read_by: "scripts/python-setup.sh",
+    },
+    Variable {
+        name: "TTMESH_BIN",
+        default: "target/release/ttmesh",
+        meaning: "the `ttmesh` command the Python tests run beside a program",
+        read_by: "python/tests",
+    },
+    Variable {
+        name: "TTMESH_VISUALIZER_CHECK",
+        default: "0",
+        meaning: "`1` makes the seed tests open their graph report in the real ttnn-visualizer",
+        read_by: "python/tests",
     },
 ];
-
 /// How a collective's steps are run (`TTMESH_CCL_RUNNER`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CclRunner {
