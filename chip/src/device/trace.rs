@@ -95,7 +95,7 @@ pub(crate) struct TraceRecord {
 /// The digest a replay checks a trace's command bytes against. xxh3 (64-bit) for speed: it
 /// hashes at memory bandwidth, so a check costs about what reading the bytes from DRAM
 /// did; 64 bits make a damaged trace that keeps its digest a 2^-64 chance.
-pub(crate) fn trace_digest(bytes: &[u8]) -> u64 {
+pub fn trace_digest(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
 }
 
