@@ -5,7 +5,7 @@
 //! `chip_bench`: matmul on device tensors vs a bare `matrixmultiply::sgemm`, and allocator
 //! allocate+free pairs with 1,000 live buffers.
 //! `trace_bench`: untraced dispatch vs `execute_trace`, replay cost per command, the
-//! sanitizer's cost.
+//! sanitizer's cost, the trace digest's cost.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use ttmesh_chip::allocator::{
     AllocationRequest, Allocator, AllocatorConfig, BufferType, MemSpace, Placement,
 };
 use ttmesh_chip::arch::ArchSpec;
-use ttmesh_chip::device::{Chip, ChipConfig, CqId, TraceId};
+use ttmesh_chip::device::{Chip, ChipConfig, CqId, TraceId, TraceInfo};
 use ttmesh_chip::error::Result;
 use ttmesh_chip::memory::chunk_size;
 use ttmesh_chip::ops::{self, launch, Launch, LaunchSplit, MatmulConfig, OpOptions};
@@ -391,6 +391,172 @@ fn trace_bench_into(quick: bool, out: &mut String) -> Result<()> {
     let _ = writeln!(out, "sanitizer with 1,001 guarded buffers: off {:.2} us | on, full check {:.2} us per execute_trace",
         off.as_secs_f64() * 1e6, full.as_secs_f64() * 1e6);
     chip.release_trace(tid)?;
+    drop(outs);
+
+    digest_report(&chip, &x, quick, out)
+}
+
+/// Replay times with the trace digest off and on, side by side, as [kept, re-read][off, on]:
+/// each the median of `rounds` alternated blocks (their order swapped every round) of `per_round` replays (after one unmeasured
+/// replay, as switching the digest on makes the next replay read and check the bytes).
+/// Kept: nothing wrote to the TRACE region between replays, so the dispatcher runs the bytes
+/// it read (and checked) before: every replay of a `run`. Re-read: `force` writes into the
+/// TRACE region beside the trace before each replay, so every replay reads the bytes from
+/// DRAM again and, with the digest on, hashes them: its whole cost.
+pub fn digest_side_by_side(
+    set_digest: &dyn Fn(bool),
+    force: &dyn Fn() -> Result<(), String>,
+    replay: &mut dyn FnMut() -> Result<Duration, String>,
+    (rounds, per_round): (usize, usize),
+) -> Result<[[Duration; 2]; 2], String> {
+    let mut samples: [[Vec<Duration>; 2]; 2] = Default::default();
+    for round in 0..rounds {
+        for reread in [false, true] {
+            // Off first in even rounds, on first in odd ones: neither gets the other's wake.
+            for on in [round % 2 == 1, round % 2 == 0] {
+                set_digest(on);
+                replay()?;
+                let mut block = Vec::with_capacity(per_round);
+                for _ in 0..per_round {
+                    if reread {
+                        force()?;
+                    }
+                    block.push(replay()?);
+                }
+                samples[usize::from(reread)][usize::from(on)].push(median(&mut block));
+            }
+        }
+    }
+    set_digest(true);
+    Ok(samples.map(|row| row.map(|mut v| median(&mut v))))
+}
+
+/// A write of 64 B into `chip`'s TRACE region next to the trace at `info` (not into it),
+/// which makes the next replay read the trace's bytes from DRAM again; an error if the
+/// region has no room beside the trace or the write did not count as one into the region.
+pub fn force_trace_reread(chip: &Chip, info: &TraceInfo) -> Result<(), String> {
+    let per_bank = info.buffer_size / chip.arch().num_dram_banks as u64;
+    let top = chip.memory().bank_size(MemSpace::Dram);
+    let at = if info.address + per_bank + 64 <= top {
+        info.address + per_bank
+    } else {
+        info.address - 64
+    };
+    let before = chip.memory().watched_epoch();
+    chip.memory()
+        .write(MemSpace::Dram, 0, at, &[0; 64])
+        .map_err(|e| e.to_string())?;
+    if chip.memory().watched_epoch() == before {
+        return Err(format!(
+            "a write at {at:#x} beside trace {} did not reach the TRACE region; give it more room",
+            info.id
+        ));
+    }
+    Ok(())
+}
+
+/// One line of the digest's cost: replay times off and on, kept and re-read.
+pub fn digest_line(what: &str, t: &[[Duration; 2]; 2]) -> String {
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let pct = |row: &[Duration; 2]| (us(row[1]) / us(row[0]) - 1.0) * 100.0;
+    format!(
+        "{what}: kept bytes (every replay of a run): off {:.1} us | on {:.1} us ({:+.1}%); re-read every replay: off {:.1} us | on {:.1} us ({:+.1}%)",
+        us(t[0][0]),
+        us(t[0][1]),
+        pct(&t[0]),
+        us(t[1][0]),
+        us(t[1][1]),
+        pct(&t[1])
+    )
+}
+
+/// (d): the trace digest's cost per replay, on one chip and for the `run` block on a T3K.
+fn digest_report(chip: &Arc<Chip>, x: &Tensor, quick: bool, out: &mut String) -> Result<()> {
+    let cq = CqId(0);
+    let shape = if quick { (3, 10) } else { (9, 20) };
+    let _ = writeln!(out, "(d) trace digest (xxh3-64 of the trace's bytes, checked when a replay reads them from DRAM), off vs on, medians of {} alternated rounds of {} replays:", shape.0, shape.1);
+    let chain_replay = |tid: TraceId| {
+        move || -> Result<Duration, String> {
+            chip.execute_trace(tid, cq, Blocking::Yes)
+                .map_err(|e| e.to_string())?;
+            Ok(chip.last_replay(tid).map_or(Duration::ZERO, |(_, d)| d))
+        }
+    };
+    let mut measure = |what: String, tid: TraceId| -> Result<()> {
+        let info = chip
+            .trace_info(tid)
+            .ok_or_else(|| ttmesh_chip::ChipError::Trace("trace vanished".into()))?;
+        let line = digest_side_by_side(
+            &|on| chip.set_trace_digest(on),
+            &|| force_trace_reread(chip, &info),
+            &mut chain_replay(tid),
+            shape,
+        )
+        .map(|t| {
+            digest_line(
+                &format!(
+                    "{what}, {} KiB trace, replay wall",
+                    info.command_bytes / 1024
+                ),
+                &t,
+            )
+        })
+        .unwrap_or_else(|e| format!("{what}: failed: {e}"));
+        let _ = writeln!(out, "    {line}");
+        Ok(())
+    };
+    let n_ops = 1000;
+    let (tid, keep) = capture(chip, x, n_ops)?;
+    measure(format!("{n_ops}-op eltwise chain (one chip)"), tid)?;
+    chip.release_trace(tid)?;
+    drop(keep);
+    let n = if quick { 2000 } else { 10_000 };
+    let tid = capture_noops(chip, x, n)?;
+    measure(
+        format!("{n} no-op launches (one chip, dispatcher only)"),
+        tid,
+    )?;
+    // The hash alone over those bytes, for a figure the shared host's noise does not swamp.
+    if let Some(info) = chip.trace_info(tid) {
+        let bytes = chip.read_trace_commands(&info)?;
+        let mut times: Vec<Duration> = (0..shape.0 * shape.1)
+            .map(|_| {
+                let t = Instant::now();
+                std::hint::black_box(ttmesh_chip::device::trace_digest(std::hint::black_box(
+                    &bytes,
+                )));
+                t.elapsed()
+            })
+            .collect();
+        let t = median(&mut times);
+        let _ = writeln!(
+            out,
+            "    the digest alone over that trace's {} KiB: {:.1} us ({:.1} GB/s)",
+            bytes.len() / 1024,
+            t.as_secs_f64() * 1e6,
+            bytes.len() as f64 / t.as_secs_f64() / 1e9
+        );
+    }
+    chip.release_trace(tid)?;
+    let block = crate::replay::digest_cost("t3k", (32, 512, 2048), shape);
+    let line = block
+        .map(|c| {
+            let what = format!(
+                "run block (t3k, 32x512x2048, ttmesh run's defaults; {} B trace per chip at most, kept between replays: {}), replay + finish",
+                c.largest_trace_bytes,
+                if c.kept { "yes" } else { "NO" }
+            );
+            // The side-by-side walls differ by the host's noise; the hashes alone are the cost.
+            let share = c.hashes_alone.as_secs_f64() / c.times[1][0].as_secs_f64() * 100.0;
+            format!(
+                "{}\n    run block: the digest alone, all 8 chips' traces one after another: {:.2} us = {share:.3}% of a re-read replay, and 0 on a replay that keeps its bytes (goal: < 5% of a run replay)  {}",
+                digest_line(&what, &c.times),
+                c.hashes_alone.as_secs_f64() * 1e6,
+                goal(share < 5.0)
+            )
+        })
+        .unwrap_or_else(|e| format!("run block: failed: {e}"));
+    let _ = writeln!(out, "    {line}");
     Ok(())
 }
 
@@ -465,10 +631,8 @@ fn exec_from_idle(chip: &Arc<Chip>, tid: TraceId, reps: usize) -> Result<Duratio
     Ok(median(&mut times))
 }
 
-/// Replays a trace of `n` no-op launches over 64 cores; returns ns per record and per launch.
-/// Replay cost per record of a trace of `n` no-op launches, kernels excluded: the best of
-/// `reps` replays (ns per record, ns per launch).
-pub fn bench_replay(chip: &Arc<Chip>, x: &Tensor, n: usize, reps: usize) -> Result<(f64, f64)> {
+/// Captures `n` launches of a kernel that does nothing, over 64 cores.
+fn capture_noops(chip: &Arc<Chip>, x: &Tensor, n: usize) -> Result<TraceId> {
     let cq = CqId(0);
     let operands = [(x, Access::Read), (x, Access::Write)];
     let noop = Launch {
@@ -490,6 +654,14 @@ pub fn bench_replay(chip: &Arc<Chip>, x: &Tensor, n: usize, reps: usize) -> Resu
         run()?;
     }
     chip.end_trace_capture(tid, cq)?;
+    Ok(tid)
+}
+
+/// Replay cost per record of a trace of `n` no-op launches, kernels excluded: the best of
+/// `reps` replays (ns per record, ns per launch).
+pub fn bench_replay(chip: &Arc<Chip>, x: &Tensor, n: usize, reps: usize) -> Result<(f64, f64)> {
+    let cq = CqId(0);
+    let tid = capture_noops(chip, x, n)?;
     chip.execute_trace(tid, cq, Blocking::Yes)?; // warm
     let mut best = f64::MAX;
     for _ in 0..reps {

@@ -97,6 +97,102 @@ pub fn measure(
     })
 }
 
+/// The trace digest's cost on the run block (TP MLP, t x h x f, bf16) replayed on `topology`:
+/// replay + finish per iteration, [kept, re-read][off, on] (see
+/// `chip::digest_side_by_side`; re-read forces every chip to read its trace again).
+pub fn digest_cost(
+    topology: &str,
+    (t, h, f): (usize, usize, usize),
+    rounds: (usize, usize),
+) -> Result<DigestCost, String> {
+    let err = |e: ttmesh::MeshError| e.to_string();
+    let mesh = MeshDevice::open(MeshConfig {
+        topology: topology.into(),
+        fabric_config: FabricConfig::Fabric1D,
+        trace_region_size: 10_000_000,
+        ..Default::default()
+    })
+    .map_err(err)?;
+    let (x, mlp) = run_block_on(&mesh, (t, h, f)).map_err(err)?;
+    drop(mlp.forward(&x).map_err(err)?);
+    mesh.finish(CqId(0)).map_err(err)?;
+    let tid = mesh.begin_trace_capture(CqId(0)).map_err(err)?;
+    let y = mlp.forward(&x);
+    mesh.end_trace_capture(tid, CqId(0)).map_err(err)?;
+    let _y = y.map_err(err)?;
+    let infos: Vec<_> = mesh.trace_info(tid).into_iter().flatten().collect();
+    let bytes = infos.iter().map(|i| i.command_bytes).max().unwrap_or(0);
+    let epochs = || -> Vec<u64> {
+        mesh.chips()
+            .iter()
+            .map(|c| c.memory().watched_epoch())
+            .collect()
+    };
+    mesh.execute_trace(tid, CqId(0), Blocking::Yes)
+        .map_err(err)?;
+    let before = epochs();
+    mesh.execute_trace(tid, CqId(0), Blocking::Yes)
+        .map_err(err)?;
+    let kept = epochs() == before;
+    // The hashes alone, every chip's one after another (more than a replay pays: the chips'
+    // dispatchers check their own traces side by side).
+    let traces = mesh
+        .chips()
+        .iter()
+        .zip(&infos)
+        .map(|(c, info)| c.read_trace_commands(info))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let mut hashes: Vec<std::time::Duration> = (0..101)
+        .map(|_| {
+            let t = Instant::now();
+            for bytes in &traces {
+                std::hint::black_box(ttmesh_chip::device::trace_digest(std::hint::black_box(
+                    bytes,
+                )));
+            }
+            t.elapsed()
+        })
+        .collect();
+    hashes.sort_unstable();
+    let times = crate::chip::digest_side_by_side(
+        &|on| mesh.set_trace_digest(on),
+        &|| {
+            mesh.chips()
+                .iter()
+                .zip(&infos)
+                .try_for_each(|(c, info)| crate::chip::force_trace_reread(c, info))
+        },
+        &mut || {
+            let start = Instant::now();
+            mesh.execute_trace(tid, CqId(0), Blocking::No)
+                .map_err(err)?;
+            mesh.finish(CqId(0)).map_err(err)?;
+            Ok(start.elapsed())
+        },
+        rounds,
+    );
+    let _ = mesh.close();
+    Ok(DigestCost {
+        times: times?,
+        largest_trace_bytes: bytes,
+        kept,
+        hashes_alone: hashes[hashes.len() / 2],
+    })
+}
+
+/// What `digest_cost` measured.
+pub struct DigestCost {
+    /// Replay + finish per iteration, [kept, re-read][off, on].
+    pub times: [[std::time::Duration; 2]; 2],
+    pub largest_trace_bytes: u64,
+    /// A replay left every chip's TRACE region unwritten: the next one keeps the bytes it
+    /// read, and checks nothing.
+    pub kept: bool,
+    /// Every chip's trace hashed one after another (median).
+    pub hashes_alone: std::time::Duration,
+}
+
 /// The report lines, for the T3K and the Galaxy.
 pub fn report(quick: bool, out: &mut String) {
     let iters = if quick { 5 } else { 30 };

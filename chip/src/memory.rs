@@ -377,24 +377,26 @@ impl DeviceMemory {
         self.live_traces.write().retain(|&(t, ..)| t != trace);
     }
 
-    /// Does [addr, end) of a DRAM bank overlap a live trace's bytes? Which one, and where.
+    /// Whether [addr, end) of a bank of `space` reaches the TRACE region: one compare, false
+    /// for every write but a trace's own (and strays), which go no further.
+    fn reaches_trace_region(&self, space: MemSpace, end: u64) -> bool {
+        space == MemSpace::Dram && end > self.watch_from.load(Ordering::Relaxed)
+    }
+
+    /// The live trace whose bytes [addr, end) of a DRAM bank overlaps, if any: (id, its bytes).
     fn live_trace_in(&self, addr: u64, end: u64) -> Option<(u32, u64, u64)> {
-        (end > self.watch_from.load(Ordering::Relaxed))
-            .then(|| {
-                let live = self.live_traces.read();
-                live.iter().copied().find(|&(_, s, e)| addr < e && s < end)
-            })
-            .flatten()
+        let live = self.live_traces.read();
+        live.iter().copied().find(|&(_, s, e)| addr < e && s < end)
     }
 
     /// An error if `len` bytes written at `addr` of a bank would land inside a live trace's
-    /// bytes: a replay would run them. One compare for any write below the TRACE region
-    /// (all but a trace's own).
+    /// bytes: a replay would run them. One compare for any write below the TRACE region.
     pub fn check_write(&self, space: MemSpace, bank: u32, addr: u64, len: u64) -> Result<()> {
-        if space != MemSpace::Dram {
+        let end = addr.saturating_add(len);
+        if !self.reaches_trace_region(space, end) {
             return Ok(());
         }
-        match self.live_trace_in(addr, addr.saturating_add(len)) {
+        match self.live_trace_in(addr, end) {
             None => Ok(()),
             Some((trace, start, end)) => Err(ChipError::IntoLiveTrace(LiveTraceWrite {
                 by: "a write".into(),
@@ -408,17 +410,18 @@ impl DeviceMemory {
         }
     }
 
-    /// `check_write`, then counts a write that reaches the TRACE region in the watched epoch.
-    fn admit(&self, space: MemSpace, bank: u32, addr: u64, len: u64) -> Result<()> {
-        self.check_write(space, bank, addr, len)?;
-        self.touch(space, addr + len);
-        Ok(())
-    }
-
-    fn touch(&self, space: MemSpace, end: u64) {
-        if space == MemSpace::Dram && end > self.watch_from.load(Ordering::Relaxed) {
-            self.watched_epoch.fetch_add(1, Ordering::AcqRel);
+    /// What every write passes first: refused if it would land in a live trace's bytes
+    /// (unless `guarded` is false), counted in the watched epoch if it reaches the TRACE
+    /// region. One compare for the rest.
+    fn admit(&self, space: MemSpace, bank: u32, addr: u64, len: u64, guarded: bool) -> Result<()> {
+        if !self.reaches_trace_region(space, addr + len) {
+            return Ok(());
         }
+        if guarded {
+            self.check_write(space, bank, addr, len)?;
+        }
+        self.watched_epoch.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     fn bank(&self, space: MemSpace, bank: u32, addr: u64, len: u64) -> Result<&RwLock<Bank>> {
@@ -467,10 +470,7 @@ impl DeviceMemory {
         guarded: bool,
     ) -> Result<()> {
         let lock = self.bank(space, bank, addr, data.len() as u64)?;
-        if guarded {
-            self.check_write(space, bank, addr, data.len() as u64)?;
-        }
-        self.touch(space, addr + data.len() as u64);
+        self.admit(space, bank, addr, data.len() as u64, guarded)?;
         for (off, chunk, in_chunk, n) in chunk_spans(addr, data.len(), chunk_size(space)) {
             // Locked per chunk (see `read_in_place`).
             self.chunk_to_fill(&mut write_soon(lock), space, bank, chunk)
@@ -518,7 +518,7 @@ impl DeviceMemory {
         mut f: impl FnMut(usize, &mut [u8], Option<&HeldBank>) -> bool,
     ) -> Result<()> {
         let lock = self.bank(space, bank, addr, len as u64)?;
-        self.admit(space, bank, addr, len as u64)?;
+        self.admit(space, bank, addr, len as u64, true)?;
         let size = self.bank_size(space);
         let mut staged = Vec::new();
         for (off, chunk, in_chunk, n) in chunk_spans(addr, len, chunk_size(space)) {
@@ -611,7 +611,7 @@ impl DeviceMemory {
             read_soon(src_lock).read_into(from, &mut staged);
             return self.write(space, bank, to, &staged);
         }
-        self.admit(space, bank, to, len as u64)?;
+        self.admit(space, bank, to, len as u64, true)?;
         let mut staged = Vec::new();
         for (off, chunk, in_chunk, n) in chunk_spans(to, len, chunk_size(space)) {
             let from = from + off as u64;
@@ -753,10 +753,12 @@ impl DeviceMemory {
         };
         // Dropping chunks only gives host memory back (freed memory may read as anything), so
         // a live trace's bytes are simply kept; only its release's free reaches them.
-        if space == MemSpace::Dram && self.live_trace_in(addr, end).is_some() {
-            return;
+        if self.reaches_trace_region(space, end) {
+            if self.live_trace_in(addr, end).is_some() {
+                return;
+            }
+            self.watched_epoch.fetch_add(1, Ordering::AcqRel);
         }
-        self.touch(space, end);
         let chunk = chunk_size(space);
         let first = addr.div_ceil(chunk);
         let last = if end == size {

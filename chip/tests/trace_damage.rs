@@ -192,9 +192,9 @@ fn writes_into_a_live_trace_are_refused_naming_what_wrote() {
         .write(MemSpace::Dram, 0, at + per_bank, &[0; 64])
         .unwrap();
 
-    // A host write: refused at the call, naming the request and the page.
-    let e = f
-        .chip
+    // A host write: its record is refused on the device (before any of its pages is
+    // written), naming the record and the page; the error comes at the next wait.
+    f.chip
         .enqueue_write_pages(
             CQ0,
             MemSpace::Dram,
@@ -202,21 +202,24 @@ fn writes_into_a_live_trace_are_refused_naming_what_wrote() {
             &[(0, (at - 1024) as u32), (1, at as u32)],
             &[5; 2048],
         )
-        .unwrap_err();
+        .unwrap();
+    let e = f.chip.finish(CQ0).unwrap_err();
+    assert_eq!(refusal(&e).by, "its page 1's write");
     assert!(
-        matches!(
-            &e,
-            ChipError::BadRequest {
-                request: "enqueue_write_pages",
-                ..
-            }
+        e.to_string().starts_with(
+            "chip 0 CQ 0, host commands, WritePaged record at byte 0: its page 1's write of 1024 B"
         ),
         "{e}"
     );
-    assert_eq!(refusal(&e).by, "its page 1's write");
-    assert!(e
-        .to_string()
-        .starts_with("chip 0 CQ 0: enqueue_write_pages refused: its page 1's write of 1024 B"));
+    let mut page0 = [0u8; 16];
+    f.chip
+        .memory()
+        .read(MemSpace::Dram, 0, at - 1024, &mut page0)
+        .unwrap();
+    assert_eq!(
+        page0, [0; 16],
+        "page 0 was written although its record was refused"
+    );
 
     // A kernel's stray write: the kernel, its program and the record that launched it.
     let (t, _) = upload(

@@ -13,7 +13,7 @@ mod validate;
 pub use events::Event;
 pub use observer::CommandObserver;
 pub use queue::{default_operation_timeout, CqId};
-pub use trace::{trace_page_size, TraceId, TraceInfo, TraceStats};
+pub use trace::{trace_digest, trace_page_size, TraceId, TraceInfo, TraceStats};
 pub use transfer::PendingRead;
 
 use std::cell::Cell;

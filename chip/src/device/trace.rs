@@ -95,7 +95,7 @@ pub(crate) struct TraceRecord {
 /// The digest a replay checks a trace's command bytes against. xxh3 (64-bit) for speed: it
 /// hashes at memory bandwidth, so a check costs about what reading the bytes from DRAM
 /// did; 64 bits make a damaged trace that keeps its digest a 2^-64 chance.
-pub(crate) fn trace_digest(bytes: &[u8]) -> u64 {
+pub fn trace_digest(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
 }
 
@@ -613,5 +613,55 @@ impl Chip {
         self.shared
             .sanitizer
             .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::ArchSpec;
+    use crate::device::ChipConfig;
+    use crate::tensor::{DataType, HostTensor, Layout, MemoryConfig, Tensor};
+
+    /// An EXEC_BUF the host did not make from a live trace (its command bytes damaged on the
+    /// way: another trace id, place or size) is refused at the EXEC_BUF, naming what was
+    /// captured, rather than running whatever bytes it points at.
+    #[test]
+    fn an_exec_buf_that_names_no_captured_trace_is_refused() {
+        let mut cfg = ChipConfig::new(0, ArchSpec::wormhole_b0());
+        cfg.trace_region_size = 1 << 20;
+        let chip = Chip::open(cfg).unwrap();
+        let cq = CqId(0);
+        let host = HostTensor::from_f32(vec![32, 32], DataType::BFloat16, vec![1.0; 1024]).unwrap();
+        let x = Tensor::from_host(&host, &chip, Layout::Tile, MemoryConfig::L1, cq).unwrap();
+        let opts = crate::ops::OpOptions::default();
+        let y = crate::ops::relu(&x, &opts).unwrap();
+        let tid = chip.begin_trace_capture(cq).unwrap();
+        crate::ops::relu(&x, &crate::ops::OpOptions::into_output(&y)).unwrap();
+        chip.end_trace_capture(tid, cq).unwrap();
+        let t = chip.trace_info(tid).unwrap();
+        let log2 = t.page_size.trailing_zeros() as u16;
+        let (address, pages) = (t.address as u32, t.num_pages as u32);
+        for (id, size, why) in [
+            (tid.0 + 7, t.command_bytes, "this chip has no live trace 7"),
+            (tid.0, t.command_bytes - 16, "trace 0 was captured as"),
+        ] {
+            let mut e = Encoder::new();
+            e.exec_buf(id, address, log2, pages, size);
+            chip.submit(cq, e.bytes, &[]).unwrap();
+            let err = chip.finish(cq).unwrap_err();
+            assert!(
+                matches!(
+                    &err,
+                    ChipError::BadRecord {
+                        fault: RecordFault::NotCaptured { .. },
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            assert!(err.to_string().contains(why), "{err}");
+        }
+        chip.execute_trace(tid, cq, true).unwrap();
     }
 }

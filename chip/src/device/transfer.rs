@@ -27,17 +27,6 @@ impl Chip {
         if crate::observe::no_dispatch() {
             return Ok(());
         }
-        // Refused here, with the reason its record would be refused for (a page outside its
-        // bank or inside a live trace's bytes), rather than at a later wait.
-        self.check_request(cq, "enqueue_write_pages", || {
-            validate::check_pages(
-                &self.shared.memory,
-                space,
-                page_size,
-                locations.iter().copied(),
-                false,
-            )
-        })?;
         let mut e = Encoder::with_capacity(64 + locations.len() * 8 + data.len());
         e.write_paged(space, page_size, locations, data);
         self.submit(cq, e.bytes, &[])
