@@ -144,17 +144,17 @@ fn run_on(
     ));
     let result = run_steps(mesh, args, (t, h, f), profiler, &bar);
     bar.finish_and_clear();
-    report(mesh, args, result?)
+    result
 }
 
-/// The run itself, untraced then traced; returns the report's values.
+/// The run itself, untraced then traced, then its report; returns the report's values.
 fn run_steps(
     mesh: &MeshDevice,
     args: &RunArgs,
     (t, h, f): (usize, usize, usize),
     profiler: Option<ttmesh_profile::Profiler>,
     bar: &ProgressBar,
-) -> Result<Steps, String> {
+) -> Result<serde_json::Value, String> {
     let err = |e: ttmesh::MeshError| e.to_string();
     let cq = CqId(0);
     let inputs = [
@@ -288,11 +288,18 @@ fn run_steps(
     if let Some(p) = &profile {
         value["profile"] = crate::profile::to_json(p);
     }
-    Ok(Steps {
-        value,
-        profile,
-        trace_bytes,
-    })
+    bar.finish_and_clear();
+    // Reported (and held) here, while the model's tensors and the trace are alive: `--hold`
+    // shows `ttmesh monitor` exactly what the report says.
+    report(
+        mesh,
+        args,
+        Steps {
+            value,
+            profile,
+            trace_bytes,
+        },
+    )
 }
 
 /// What the run measured: the report's values, the modeled profile, each chip's trace bytes.
