@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{json_of, monitor, wait_for_segment, Guard, STARTUP};
+use common::{
+    json_of, monitor, monitor_until, report_before_hold, wait_for_segment, Guard, STARTUP,
+};
 use serde_json::Value;
 
 /// Held by the tests that run `ttmesh monitor --cleanup`, so one's cleanup never removes the
@@ -20,30 +22,6 @@ use serde_json::Value;
 fn cleanup_lock() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// The JSON report `ttmesh run --json --hold` prints before it holds (it flushes stdout
-/// first), read while the child still runs; within STARTUP or the test fails.
-fn report_before_hold(g: &mut Guard) -> Value {
-    let stdout = g
-        .child
-        .as_mut()
-        .expect("child")
-        .stdout
-        .take()
-        .expect("piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let first = serde_json::Deserializer::from_reader(stdout)
-            .into_iter::<Value>()
-            .next();
-        let _ = tx.send(first);
-    });
-    match rx.recv_timeout(STARTUP) {
-        Ok(Some(Ok(v))) => v,
-        Ok(other) => panic!("ttmesh run printed no JSON report: {other:?}"),
-        Err(_) => panic!("no report from ttmesh run within {STARTUP:?}"),
-    }
 }
 
 fn process_pids(v: &Value) -> Vec<u64> {
@@ -87,31 +65,17 @@ fn monitor_reads_the_running_mesh_and_forgets_it_after_exit() {
             })
         })
     };
-    let deadline = Instant::now() + STARTUP;
-    let live = loop {
-        let out = monitor(&["--once", "--json", "--pid", &pid_arg]);
-        assert!(
-            out.status.success(),
-            "the monitor lost the run before it matched the report {run}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v = json_of(&out);
-        assert_eq!(v["errors"], Value::Array(vec![]), "{v}");
-        let p = &v["processes"][0];
+    let live = monitor_until(pid, |p| {
         let chips = p["chips"].as_array().cloned().unwrap_or_default();
-        if same(&chips) {
-            assert_eq!(p["pid"], pid as u64);
-            assert_eq!(p["topology"], "t3k");
-            assert_eq!(p["mesh_shape"], serde_json::json!([2, 4]));
-            assert_eq!(p["fabric"], "FABRIC_1D");
-            break chips;
+        if !same(&chips) {
+            return false;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the monitor never showed the report's numbers: {v}\nreport: {run}"
-        );
-        sleep(Duration::from_millis(20));
-    };
+        assert_eq!(p["pid"], pid as u64);
+        assert_eq!(p["topology"], "t3k");
+        assert_eq!(p["mesh_shape"], serde_json::json!([2, 4]));
+        assert_eq!(p["fabric"], "FABRIC_1D");
+        true
+    });
 
     let out = g.wait(STARTUP);
     assert!(
