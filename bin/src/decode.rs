@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
-use ttmesh::{DataType, FabricConfig, MeshConfig, MeshDevice};
+use ttmesh::{DataType, MeshConfig, MeshDevice};
 use ttmesh_models::synthetic::{write_synthetic_llama, SyntheticConfig};
 use ttmesh_models::{
     DeviceDecodeConfig, DeviceLlama, GgufTokenizer, LlamaWeights, LoadOptions, TextStream,
@@ -40,10 +40,12 @@ pub struct DecodeArgs {
     #[arg(long, default_value = "Once upon a time")]
     pub prompt: String,
     /// Tokens to generate after the prompt.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, allow_negative_numbers = true,
+          value_parser = crate::limits::whole::<usize>("a whole number of tokens, 1 or more"))]
     pub max_new_tokens: usize,
     /// Users decoded together (1 to 32), each with the same prompt.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true,
+          value_parser = crate::limits::whole::<usize>("a whole number of users, 1 to 32"))]
     pub batch: usize,
     /// bf16 or f32: weights, KV cache and activations on the device. bfp8_b: the projection
     /// weights and LM head in bfp8_b, the rest (embedding, norms, KV cache, activations) in bf16.
@@ -53,13 +55,19 @@ pub struct DecodeArgs {
     #[arg(long)]
     pub no_trace: bool,
     /// Bytes per chip reserved for the decode trace.
-    #[arg(long, default_value_t = 64 << 20)]
+    #[arg(long, default_value_t = 64 << 20, allow_negative_numbers = true,
+          value_parser = crate::limits::whole::<u64>("a number of bytes per chip, 0 or more"))]
     pub trace_region_size: u64,
     /// Print one JSON object instead of streamed text and tables.
     #[arg(long)]
     pub json: bool,
     /// Keep the mesh open this many seconds after decoding (for `ttmesh monitor`).
-    #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
     pub hold: f64,
     #[command(flatten)]
     pub profile: crate::profile::ProfileArgs,
@@ -78,16 +86,8 @@ pub(crate) fn parse_dtype(s: &str) -> Result<DataType, String> {
     }
 }
 
-fn parse_fabric(s: &str) -> Result<FabricConfig, String> {
-    match s {
-        "1d" => Ok(FabricConfig::Fabric1D),
-        "1d-ring" => Ok(FabricConfig::Fabric1DRing),
-        other => Err(format!("--fabric {other}: use 1d or 1d-ring")),
-    }
-}
-
 fn check_flags(args: &DecodeArgs) -> Result<DataType, String> {
-    parse_fabric(&args.fabric)?;
+    crate::limits::parse_fabric(&args.fabric)?;
     if args.batch == 0 || args.batch > MAX_BATCH {
         return Err(format!(
             "--batch {}: decode 1 to {MAX_BATCH} users per step (one per row of a tile, as TT-NN does)",
@@ -221,7 +221,7 @@ fn place(
 pub fn run(args: &DecodeArgs) -> Result<(), String> {
     let dtype = check_flags(args)?;
     args.profile.check()?;
-    let fabric_config = parse_fabric(&args.fabric)?;
+    let fabric_config = crate::limits::parse_fabric(&args.fabric)?;
     let progress = |what: &str| {
         if !args.json {
             eprintln!("decode: {what}");
@@ -256,6 +256,10 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         ..Default::default()
     })
     .map_err(|e| format!("--mesh {}: {e}", args.mesh))?;
+    if let Err(e) = crate::limits::check_fabric_fits(&mesh, fabric_config, &args.mesh) {
+        let _ = mesh.close();
+        return Err(e);
+    }
     let loaded = Loaded {
         weights: &weights,
         tokenizer: &tokenizer,

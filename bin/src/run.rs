@@ -4,11 +4,13 @@
 
 use std::time::{Duration, Instant};
 
+use indicatif::{ProgressBar, ProgressStyle};
+
 use serde_json::json;
 use ttmesh::models::{random_host, TpMlp};
 use ttmesh::{
-    Blocking, CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice,
-    MeshTensor, ReplicateTensorToMesh,
+    Blocking, CqId, DataType, Layout, MemoryConfig, MeshConfig, MeshDevice, MeshTensor,
+    ReplicateTensorToMesh,
 };
 
 #[derive(clap::Args, Debug, Clone)]
@@ -20,10 +22,12 @@ pub struct RunArgs {
     #[arg(long, default_value = "1d")]
     pub fabric: String,
     /// Bytes per chip reserved for traces.
-    #[arg(long, default_value_t = 10_000_000)]
+    #[arg(long, default_value_t = 10_000_000, allow_negative_numbers = true,
+          value_parser = crate::limits::whole::<u64>("a number of bytes per chip, 0 or more"))]
     pub trace_region_size: u64,
     /// Iterations of the block, untraced and replayed (1 to 1000000).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, allow_negative_numbers = true,
+          value_parser = crate::limits::whole::<usize>("a whole number of iterations, 1 to 1000000"))]
     pub iters: usize,
     /// Run the block untraced only.
     #[arg(long)]
@@ -32,16 +36,24 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
     /// Keep the mesh open this many seconds after the run (for `ttmesh monitor`).
-    #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
     pub hold: f64,
     /// Hidden size (rows of the up projection).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, allow_negative_numbers = true,
+          value_parser = crate::limits::whole::<usize>("a positive multiple of 32"))]
     pub hidden: usize,
     /// FFN size; must split into tile-aligned slices over the chips.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, allow_negative_numbers = true,
+          value_parser = crate::limits::whole::<usize>("a positive multiple of 32 times the number of chips"))]
     pub ffn: usize,
     /// Tokens per step (rows of the activation).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, allow_negative_numbers = true,
+          value_parser = crate::limits::whole::<usize>("a whole number of tokens, 1 or more"))]
     pub tokens: usize,
     #[command(flatten)]
     pub profile: crate::profile::ProfileArgs,
@@ -68,11 +80,7 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 pub fn run(args: &RunArgs) -> Result<(), String> {
-    let fabric_config = match args.fabric.as_str() {
-        "1d" => FabricConfig::Fabric1D,
-        "1d-ring" => FabricConfig::Fabric1DRing,
-        other => return Err(format!("unknown --fabric '{other}': use 1d or 1d-ring")),
-    };
+    let fabric_config = crate::limits::parse_fabric(&args.fabric)?;
     crate::limits::check_flags(args)?;
     args.profile.check()?;
     let config = MeshConfig {
@@ -85,7 +93,9 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let n = mesh.num_devices();
     let (t, h, f) = (args.tokens, args.hidden, args.ffn);
     let dram_per_chip = mesh.reports().iter().map(|c| c.dram_capacity).min();
-    if let Err(e) = crate::limits::check_fits(args, n, dram_per_chip.unwrap_or(0)) {
+    let fits = crate::limits::check_fabric_fits(&mesh, fabric_config, &args.mesh)
+        .and_then(|()| crate::limits::check_fits(args, n, dram_per_chip.unwrap_or(0)));
+    if let Err(e) = fits {
         let _ = mesh.close();
         return Err(e);
     }
@@ -115,6 +125,36 @@ fn run_on(
     f: usize,
     profiler: Option<ttmesh_profile::Profiler>,
 ) -> Result<serde_json::Value, String> {
+    // A large block takes seconds per phase (weights, the host reference, each iteration on
+    // a single chip): say which one is running. On stderr, and only on a terminal (indicatif
+    // hides itself otherwise); gone before the report is printed.
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new_spinner()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed}] {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar.set_message(format!(
+        "placing the weights ({h}x{f} and {f}x{h}) on {} chips",
+        mesh.num_devices()
+    ));
+    let result = run_steps(mesh, args, (t, h, f), profiler, &bar);
+    bar.finish_and_clear();
+    result
+}
+
+/// The run itself, untraced then traced, then its report; returns the report's values.
+fn run_steps(
+    mesh: &MeshDevice,
+    args: &RunArgs,
+    (t, h, f): (usize, usize, usize),
+    profiler: Option<ttmesh_profile::Profiler>,
+    bar: &ProgressBar,
+) -> Result<serde_json::Value, String> {
     let err = |e: ttmesh::MeshError| e.to_string();
     let cq = CqId(0);
     let inputs = [
@@ -122,6 +162,7 @@ fn run_on(
         random_host(&[1, 1, t, h], DataType::BFloat16, 2, 1.0).map_err(err)?,
     ];
     let mlp = TpMlp::new(mesh, h, f, 3).map_err(err)?;
+    bar.set_message(format!("host reference in f64 ({t}x{h} by {h}x{f}, twice)"));
     let references: Vec<Vec<f32>> = inputs
         .iter()
         .map(|x| mlp.host_reference(x))
@@ -159,6 +200,7 @@ fn run_on(
     let mut untraced_host = Vec::with_capacity(iters);
     let wall = Instant::now();
     for i in 0..iters {
+        bar.set_message(format!("untraced iteration {} of {iters}", i + 1));
         x.copy_from_host(&inputs[i % 2], &ReplicateTensorToMesh, cq)
             .map_err(err)?;
         let started = Instant::now();
@@ -177,6 +219,7 @@ fn run_on(
     let mut last_replay: Option<ttmesh::ReplayReport> = None;
     let mut trace_bytes = vec![0u64; mesh.num_devices()];
     if !args.no_trace {
+        bar.set_message("capturing the trace");
         let tid = mesh.begin_trace_capture(cq).map_err(err)?;
         let y = mlp.forward(&x);
         let end = mesh.end_trace_capture(tid, cq);
@@ -189,6 +232,7 @@ fn run_on(
         let wall = Instant::now();
         let mut skews = Vec::new();
         for i in 0..iters {
+            bar.set_message(format!("replay {} of {iters}", i + 1));
             x.copy_from_host(&inputs[i % 2], &ReplicateTensorToMesh, cq)
                 .map_err(err)?;
             let started = Instant::now();
@@ -244,6 +288,35 @@ fn run_on(
     if let Some(p) = &profile {
         value["profile"] = crate::profile::to_json(p);
     }
+    bar.finish_and_clear();
+    // Reported (and held) here, while the model's tensors and the trace are alive: `--hold`
+    // shows `ttmesh monitor` exactly what the report says.
+    report(
+        mesh,
+        args,
+        Steps {
+            value,
+            profile,
+            trace_bytes,
+        },
+    )
+}
+
+/// What the run measured: the report's values, the modeled profile, each chip's trace bytes.
+struct Steps {
+    value: serde_json::Value,
+    profile: Option<ttmesh_profile::ProfileOutput>,
+    trace_bytes: Vec<u64>,
+}
+
+/// Prints the report (tables or JSON), then holds the mesh open if asked.
+fn report(mesh: &MeshDevice, args: &RunArgs, steps: Steps) -> Result<serde_json::Value, String> {
+    let Steps {
+        value,
+        profile,
+        trace_bytes,
+    } = steps;
+    let reports = mesh.reports();
     if args.json {
         println!(
             "{}",

@@ -191,6 +191,94 @@ fn counts_and_durations_out_of_range_are_refused_naming_the_flag() {
     refused(&["--hidden", "0"], &["--hidden 0", "multiple of 32"]);
 }
 
+#[test]
+fn negative_values_are_bad_values_of_their_flag_not_unknown_arguments() {
+    for (flag, value, takes) in [
+        (
+            "--iters",
+            "-1",
+            "a whole number of iterations, 1 to 1000000",
+        ),
+        (
+            "--trace-region-size",
+            "-5",
+            "a number of bytes per chip, 0 or more",
+        ),
+        ("--tokens", "-32", "a whole number of tokens"),
+        ("--hidden", "-512", "a positive multiple of 32"),
+    ] {
+        refused(
+            &[flag, value],
+            &[
+                &format!("invalid value '{value}' for '{flag}"),
+                "negative; it takes",
+                takes,
+            ],
+        );
+    }
+    refused(&["--hold", "-1"], &["--hold -1", "0 to 86400"]);
+    for (args, words) in [
+        (
+            vec!["decode", "--hold", "-1"],
+            vec!["--hold -1", "0 to 86400"],
+        ),
+        (
+            vec!["decode", "--max-new-tokens", "-3"],
+            vec!["'-3' for '--max-new-tokens", "negative"],
+        ),
+        (
+            vec!["decode", "--trace-region-size", "-5"],
+            vec!["'-5' for '--trace-region-size", "negative"],
+        ),
+    ] {
+        let out = ttmesh(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            matches!(out.status.code(), Some(1) | Some(2)),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("unexpected argument"),
+            "{args:?}: {stderr}"
+        );
+        for w in words {
+            assert!(stderr.contains(w), "{args:?}: no '{w}' in {stderr}");
+        }
+    }
+}
+
+#[test]
+fn a_mesh_path_that_is_no_descriptor_says_what_it_is() {
+    refused(
+        &["--mesh", "/dev/null"],
+        &[
+            "/dev/null exists but is not a cluster descriptor",
+            "character device",
+        ],
+    );
+}
+
+#[test]
+fn a_ring_fabric_on_a_mesh_without_a_ring_is_refused_with_what_works() {
+    refused(
+        &["--mesh", "n150", "--fabric", "1d-ring"],
+        &["--fabric 1d-ring", "n150 is one chip", "use --fabric 1d"],
+    );
+    refused(
+        &["--mesh", "line-4", "--fabric", "1d-ring"],
+        &[
+            "--fabric 1d-ring",
+            "line-4 (4 chips) has no ring",
+            "use --fabric 1d",
+            "ring-N",
+        ],
+    );
+    let out = ttmesh(&["decode", "--mesh", "n150", "--fabric", "1d-ring"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("n150 is one chip"), "{stderr}");
+}
+
 /// A reader that stops early (`ttmesh ... | head`) ends the command quietly, as SIGPIPE ends
 /// other tools, never with a panic message. The pipe's reader (`true`) is gone before ttmesh
 /// starts writing, so the first write fails with EPIPE.

@@ -4,17 +4,30 @@
 
 mod common;
 
-use common::{json_of, stable_chips, wait_for_segment, Guard, STARTUP};
+use common::{monitor_until, report_before_hold, wait_for_segment, Guard, STARTUP};
 
 #[test]
 fn monitor_sees_each_chips_decode_trace_while_decode_holds() {
     let mut g = Guard::spawn(&["decode", "--hold", "4", "--json", "--max-new-tokens", "4"]);
     let pid = g.pid();
     wait_for_segment(&mut g);
-    // The hold starts once the trace has been replayed for every step.
-    let live = stable_chips(pid, |p| {
-        let chips = p["chips"].as_array().expect("chips");
-        chips.len() == 8 && chips.iter().all(|c| c["trace"]["traces"] == 1)
+    // decode prints its report, then holds with the trace and every tensor alive: read the
+    // report as soon as it is out and poll the monitor until it shows the same numbers.
+    let report = report_before_hold(&mut g);
+    let want = report["per_chip"].as_array().expect("per_chip").clone();
+    let live = monitor_until(pid, |p| {
+        let chips = p["chips"].as_array().cloned().unwrap_or_default();
+        chips.len() == 8
+            && want.iter().all(|rc| {
+                chips.iter().any(|mc| {
+                    mc["id"] == rc["id"]
+                        && mc["trace"]["allocated"] == rc["trace_allocated"]
+                        && mc["trace"]["replays"] == rc["trace_replays"]
+                        && mc["dram"]["allocated"] == rc["dram_allocated"]
+                        && mc["weights_bytes"] == report["weights_bytes_per_chip"]
+                        && mc["kv_cache_bytes"] == report["kv_cache_bytes_per_chip"]
+                })
+            })
     });
     let out = g.wait(STARTUP);
     assert!(
@@ -22,7 +35,6 @@ fn monitor_sees_each_chips_decode_trace_while_decode_holds() {
         "ttmesh decode failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report = json_of(&out);
     let chips = report["per_chip"].as_array().expect("per_chip");
     assert_eq!(chips.len(), 8);
     for rc in chips {

@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{json_of, monitor, stable_chips, wait_for_segment, Guard, STARTUP};
+use common::{
+    json_of, monitor, monitor_until, report_before_hold, wait_for_segment, Guard, STARTUP,
+};
 use serde_json::Value;
 
 /// Held by the tests that run `ttmesh monitor --cleanup`, so one's cleanup never removes the
@@ -34,7 +36,7 @@ fn process_pids(v: &Value) -> Vec<u64> {
 #[test]
 fn monitor_reads_the_running_mesh_and_forgets_it_after_exit() {
     let iters = 20;
-    let mut g = Guard::spawn(&["run", "--hold", "5", "--json", "--iters", "20"]);
+    let mut g = Guard::spawn(&["run", "--hold", "10", "--json", "--iters", "20"]);
     let pid = g.pid();
     let segment = wait_for_segment(&mut g);
     assert_eq!(segment, format!("ttmesh-{pid}"));
@@ -45,21 +47,34 @@ fn monitor_reads_the_running_mesh_and_forgets_it_after_exit() {
         .mode();
     assert_eq!(mode & 0o777, 0o600, "segment mode {:o}", mode & 0o777);
 
-    // During the hold every chip's trace has been replayed `iters` times and nothing changes
-    // any more. The trace counters lag by at most one refresh (100 ms), and the last replay's
-    // output is still being checked (temporary buffers) when the count reaches `iters`: so
-    // take the snapshot once it has stayed the same for 500 ms.
+    // `run` prints its report, then holds with every tensor alive: read the report as soon as
+    // it is out, then poll the monitor until it shows the same numbers (its counters refresh
+    // every 100 ms), a condition rather than a quiet spell of some length.
+    let run = report_before_hold(&mut g);
+    let run_chips = run["chips"].as_array().expect("run chips").clone();
     let pid_arg = pid.to_string();
-    let live = stable_chips(pid, |p| {
-        let chips = p["chips"].as_array().expect("chips");
-        if chips.iter().all(|c| c["trace"]["replays"] == iters) {
-            assert_eq!(p["pid"], pid as u64);
-            assert_eq!(p["topology"], "t3k");
-            assert_eq!(p["mesh_shape"], serde_json::json!([2, 4]));
-            assert_eq!(p["fabric"], "FABRIC_1D");
-            return true;
+    let same = |live: &[Value]| {
+        run_chips.iter().all(|rc| {
+            live.iter().any(|mc| {
+                mc["id"] == rc["id"]
+                    && mc["trace"]["replays"] == iters
+                    && mc["trace"]["allocated"] == rc["trace_allocated"]
+                    && mc["dram"]["allocated"] == rc["dram_allocated"]
+                    && mc["l1"]["allocated"] == rc["l1_allocated"]
+                    && mc["l1_small"]["allocated"] == rc["l1_small_allocated"]
+            })
+        })
+    };
+    let live = monitor_until(pid, |p| {
+        let chips = p["chips"].as_array().cloned().unwrap_or_default();
+        if !same(&chips) {
+            return false;
         }
-        false
+        assert_eq!(p["pid"], pid as u64);
+        assert_eq!(p["topology"], "t3k");
+        assert_eq!(p["mesh_shape"], serde_json::json!([2, 4]));
+        assert_eq!(p["fabric"], "FABRIC_1D");
+        true
     });
 
     let out = g.wait(STARTUP);
@@ -68,7 +83,6 @@ fn monitor_reads_the_running_mesh_and_forgets_it_after_exit() {
         "ttmesh run failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let run = json_of(&out);
     let run_chips = run["chips"].as_array().expect("run chips");
     assert_eq!(live.len(), 8);
     assert_eq!(run_chips.len(), 8);

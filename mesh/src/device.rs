@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use ttmesh_ccl::CclLine;
@@ -474,10 +474,29 @@ impl MeshDevice {
 
     /// Resets an aborted fabric if every chip reached the end of its queues, then picks the
     /// error to report.
-    fn after_wait(&self, results: Vec<(u32, std::result::Result<(), ChipError>)>) -> Result<()> {
-        let idle = results
-            .iter()
-            .all(|(_, r)| !matches!(r, Err(ChipError::Timeout { .. })));
+    fn after_wait(
+        &self,
+        mut results: Vec<(u32, std::result::Result<(), ChipError>)>,
+    ) -> Result<()> {
+        let timed_out =
+            |r: &std::result::Result<(), ChipError>| matches!(r, Err(ChipError::Timeout { .. }));
+        let mut idle = !results.iter().any(|(_, r)| timed_out(r));
+        if let (Some(f), false) = (&self.inner.fabric, idle) {
+            // A chip whose finish timed out is still running: a stalled peer, whose part of
+            // the collective fails at once on the stopped fabric when it comes. Wait for it
+            // here (one more operation timeout at most), so the call that reports the fault
+            // also resets the fabric and the next operation runs; its own error, which says
+            // more than "finish timed out", replaces the timeout.
+            if f.failure().is_some() && self.wait_all_idle(self.fabric_reset_timeout()) {
+                idle = true;
+                for (chip, r) in results.iter_mut().filter(|(_, r)| timed_out(r)) {
+                    let own = self.inner.chips.iter().find(|c| c.id() == *chip);
+                    if let Some(Err(e)) = own.map(|c| c.synchronize()) {
+                        *r = Err(e);
+                    }
+                }
+            }
+        }
         if let (Some(f), true) = (&self.inner.fabric, idle) {
             if let Some(failure) = f.failure() {
                 if let Err(e) = f.recover(self.fabric_reset_timeout()) {
@@ -497,6 +516,25 @@ impl MeshDevice {
             }
         }
         pick_error(results)
+    }
+
+    /// Waits until every queue of every chip has run all it was given; false if one is still
+    /// busy after `limit`.
+    fn wait_all_idle(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let all_idle = || {
+            self.inner
+                .chips
+                .iter()
+                .all(|c| (0..c.num_command_queues()).all(|cq| c.queue_idle(CqId(cq))))
+        };
+        while !all_idle() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        true
     }
 
     fn fabric_reset_timeout(&self) -> Duration {

@@ -10,7 +10,9 @@ use nix::fcntl::OFlag;
 use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::Mode;
 
-use crate::data::{ProcessInfo, ProcessSnapshot, SegmentInfo, Staleness};
+use crate::data::{
+    ChipSnapshot, LinkSnapshot, MemoryKind, ProcessInfo, ProcessSnapshot, SegmentInfo, Staleness,
+};
 use crate::error::MonitorError;
 use crate::handles::{chip_from_words, link_from_words};
 use crate::layout::*;
@@ -320,6 +322,7 @@ pub fn read_segment(name: &str) -> Result<ProcessSnapshot, MonitorError> {
             .map_err(|f| slot_error(format!("link {j}"), f))?;
         links.push(link_from_words(&w));
     }
+    check_contents(name, &info, &chips, &links)?;
     Ok(ProcessSnapshot {
         segment: name.to_string(),
         info,
@@ -329,6 +332,73 @@ pub fn read_segment(name: &str) -> Result<ProcessSnapshot, MonitorError> {
         chips,
         links,
     })
+}
+
+/// Numbers that cannot all be true at once mean a damaged (or hostile) segment: it is reported
+/// as corrupt, naming the field, rather than shown as data. A capacity of 0 means "not
+/// published yet" (a writer may count allocations before it sets capacities), and a link whose
+/// endpoints are all 0 has not been given them yet.
+fn check_contents(
+    name: &str,
+    info: &ProcessInfo,
+    chips: &[ChipSnapshot],
+    links: &[LinkSnapshot],
+) -> Result<(), MonitorError> {
+    let (rows, cols) = info.mesh_shape;
+    if u64::from(rows) * u64::from(cols) != chips.len() as u64 {
+        return Err(corrupt(
+            name,
+            format!(
+                "mesh_shape is {rows}x{cols} ({} chips) but the segment has {} chip slots",
+                u64::from(rows) * u64::from(cols),
+                chips.len()
+            ),
+        ));
+    }
+    for c in chips {
+        if c.coord.0 >= rows || c.coord.1 >= cols {
+            return Err(corrupt(
+                name,
+                format!(
+                    "chip {} coord is ({}, {}), outside its {rows}x{cols} mesh",
+                    c.id, c.coord.0, c.coord.1
+                ),
+            ));
+        }
+        for kind in MemoryKind::ALL {
+            let m = c.memory(kind);
+            let beyond = [("allocated", m.allocated), ("largest_free", m.largest_free)]
+                .into_iter()
+                .find(|(_, v)| m.capacity > 0 && *v > m.capacity);
+            if let Some((field, v)) = beyond {
+                return Err(corrupt(
+                    name,
+                    format!(
+                        "chip {} {} {field} is {v} B, more than its capacity of {} B",
+                        c.id,
+                        kind.label(),
+                        m.capacity
+                    ),
+                ));
+            }
+        }
+    }
+    for (j, l) in links.iter().enumerate() {
+        if (l.a_chip, l.a_port, l.b_chip, l.b_port) == (0, 0, 0, 0) {
+            continue;
+        }
+        for (end, chip) in [("a", l.a_chip), ("b", l.b_chip)] {
+            if !chips.iter().any(|c| c.id == chip) {
+                return Err(corrupt(
+                    name,
+                    format!(
+                        "link {j} end {end} is chip {chip}, which is not among the segment's chips"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Remove segments whose owner is gone. Only ours (name prefix, and valid magic or a header

@@ -15,6 +15,16 @@ pub(crate) fn info() -> ProcessInfo {
     ProcessInfo::for_current_process("t3k", (2, 4), "wormhole_b0", "FABRIC_1D")
 }
 
+/// [`info`] with a mesh shape that holds `chips` chips (2x4 for 8, else 1xN): a reader
+/// refuses a shape that does not match the segment's chip count.
+pub(crate) fn info_for(chips: usize) -> ProcessInfo {
+    let mut i = info();
+    if chips != 8 {
+        i.mesh_shape = (1, chips as u32);
+    }
+    i
+}
+
 pub(crate) fn shm_path(name: &str) -> String {
     format!("/dev/shm/{name}")
 }
@@ -48,7 +58,7 @@ impl Drop for TestFile {
 
 /// Bytes of a valid segment with 2 chips and 3 links: 1152 + 512 + 384 = 2048.
 fn valid_bytes() -> Vec<u8> {
-    let p = Publisher::create(&info(), 2, 3).unwrap();
+    let p = Publisher::create(&info_for(2), 2, 3).unwrap();
     std::fs::read(shm_path(p.name())).unwrap()
 }
 
@@ -59,7 +69,7 @@ fn publish_then_read_back_exact_values() {
     let me = std::process::id();
     let base = format!("ttmesh-{me}-exact");
     let own = crate::shm::own_start_time();
-    let p = Publisher::create_as(&info(), 8, 4, me, own, Some(&base)).unwrap();
+    let p = Publisher::create_as(&info_for(8), 8, 4, me, own, Some(&base)).unwrap();
     let name = p.name().to_string();
     assert!(name.starts_with(&format!("ttmesh-{me}")));
     let c5 = p.chip(5).unwrap();
@@ -155,7 +165,7 @@ fn publish_then_read_back_exact_values() {
 /// something, per chip and summed; JSON always carries both figures.
 #[test]
 fn labelled_memory_is_shown_when_present() {
-    let p = Publisher::create(&info(), 2, 0).unwrap();
+    let p = Publisher::create(&info_for(2), 2, 0).unwrap();
     let render = |p: &Publisher| {
         let s = read_segment(p.name()).unwrap();
         (
@@ -195,8 +205,8 @@ fn labelled_memory_is_shown_when_present() {
 
 #[test]
 fn second_mesh_in_one_process_gets_a_suffix() {
-    let a = Publisher::create(&info(), 1, 0).unwrap();
-    let b = Publisher::create(&info(), 1, 0).unwrap();
+    let a = Publisher::create(&info_for(1), 1, 0).unwrap();
+    let b = Publisher::create(&info_for(1), 1, 0).unwrap();
     assert_ne!(a.name(), b.name());
     for n in [a.name(), b.name()] {
         assert_eq!(
@@ -210,7 +220,7 @@ fn second_mesh_in_one_process_gets_a_suffix() {
 
 #[test]
 fn segment_is_owner_only() {
-    let p = Publisher::create(&info(), 1, 1).unwrap();
+    let p = Publisher::create(&info_for(1), 1, 1).unwrap();
     let mode = std::fs::metadata(shm_path(p.name()))
         .unwrap()
         .permissions()
@@ -223,10 +233,10 @@ fn limits_and_indices_are_errors() {
     let e = Publisher::create(&info(), MAX_CHIPS + 1, 0).unwrap_err();
     assert_eq!(e.to_string(), "monitor: number of chips is 65, but a segment holds at most 64; publish fewer or raise the limit in ttmesh-monitor");
     assert!(matches!(
-        Publisher::create(&info(), 1, MAX_LINKS + 1),
+        Publisher::create(&info_for(1), 1, MAX_LINKS + 1),
         Err(MonitorError::TooMany { requested: 513, .. })
     ));
-    let p = Publisher::create(&info(), 2, 1).unwrap();
+    let p = Publisher::create(&info_for(2), 2, 1).unwrap();
     assert_eq!(
         p.chip(2).err().unwrap().to_string(),
         "monitor: chip index 2 is out of range (this segment has 2)"
@@ -239,14 +249,16 @@ fn limits_and_indices_are_errors() {
         Err(MonitorError::InfoTooLarge { .. })
     ));
     // The largest layout fits and reads back.
-    let max = Publisher::create(&info(), MAX_CHIPS, MAX_LINKS).unwrap();
+    let mut square = info();
+    square.mesh_shape = (8, 8);
+    let max = Publisher::create(&square, MAX_CHIPS, MAX_LINKS).unwrap();
     let s = read_segment(max.name()).unwrap();
     assert_eq!((s.chips.len(), s.links.len()), (64, 512));
 }
 
 #[test]
 fn one_kind_of_writer_per_chip() {
-    let p = Publisher::create(&info(), 2, 0).unwrap();
+    let p = Publisher::create(&info_for(2), 2, 0).unwrap();
     let mut w = p.chip_writer(0).unwrap();
     assert_eq!(
         p.chip_writer(0).err().unwrap().to_string(),
@@ -283,7 +295,7 @@ fn one_kind_of_writer_per_chip() {
 
 #[test]
 fn serial_writer_keeps_the_exclusive_claim_and_publishes() {
-    let p = Publisher::create(&info(), 1, 0).unwrap();
+    let p = Publisher::create(&info_for(1), 1, 0).unwrap();
     let w = std::sync::Arc::new(p.chip_writer(0).unwrap().into_serial());
     assert!(p.chip(0).is_err() && p.chip_writer(0).is_err());
     let w2 = w.clone();
@@ -455,7 +467,7 @@ fn stale_segment_is_detected_and_cleaned() {
     let _cleanup = cleanup_lock();
     let pid = dead_pid();
     let base = format!("ttmesh-{pid}");
-    let p = Publisher::create_as(&info(), 2, 1, pid, 12345, Some(&base)).unwrap();
+    let p = Publisher::create_as(&info_for(2), 2, 1, pid, 12345, Some(&base)).unwrap();
     let name = p.name().to_string();
     let s = read_segment(&name).unwrap();
     assert_eq!(s.info.pid, pid);
@@ -465,13 +477,13 @@ fn stale_segment_is_detected_and_cleaned() {
     // Our own pid with another start time: the pid was reused.
     let me = std::process::id();
     let reused =
-        Publisher::create_as(&info(), 1, 0, me, 1, Some(&format!("ttmesh-{me}-r"))).unwrap();
+        Publisher::create_as(&info_for(1), 1, 0, me, 1, Some(&format!("ttmesh-{me}-r"))).unwrap();
     assert_eq!(
         read_segment(reused.name()).unwrap().stale,
         Some(Staleness::PidReused)
     );
     // A live one of ours is left alone.
-    let live = Publisher::create(&info(), 1, 0).unwrap();
+    let live = Publisher::create(&info_for(1), 1, 0).unwrap();
 
     let removed = cleanup_stale();
     assert!(removed.contains(&name), "{removed:?}");
@@ -535,10 +547,17 @@ fn stale_name_is_reused_by_a_new_publisher() {
     // A segment left under a name this process wants (pid reuse after a crash) is replaced.
     let me = std::process::id();
     let base = format!("ttmesh-{me}-s");
-    let old = Publisher::create_as(&info(), 1, 0, me, 7, Some(&base)).unwrap();
+    let old = Publisher::create_as(&info_for(1), 1, 0, me, 7, Some(&base)).unwrap();
     std::mem::forget(old); // simulate a crash: no unlink
-    let new =
-        Publisher::create_as(&info(), 1, 0, me, crate::shm::own_start_time(), Some(&base)).unwrap();
+    let new = Publisher::create_as(
+        &info_for(1),
+        1,
+        0,
+        me,
+        crate::shm::own_start_time(),
+        Some(&base),
+    )
+    .unwrap();
     assert_eq!(new.name(), base);
     assert_eq!(read_segment(&base).unwrap().stale, None);
 
@@ -546,14 +565,14 @@ fn stale_name_is_reused_by_a_new_publisher() {
     let pid = dead_pid();
     let unfinished = format!("ttmesh-{pid}");
     std::fs::write(shm_path(&unfinished), []).unwrap();
-    let new = Publisher::create_as(&info(), 1, 0, pid, 1, Some(&unfinished)).unwrap();
+    let new = Publisher::create_as(&info_for(1), 1, 0, pid, 1, Some(&unfinished)).unwrap();
     assert_eq!(new.name(), unfinished);
     assert_eq!(read_segment(&unfinished).unwrap().info.pid, pid);
 }
 
 #[test]
 fn slot_stuck_mid_update_is_an_error_not_a_hang() {
-    let p = Publisher::create(&info(), 2, 0).unwrap();
+    let p = Publisher::create(&info_for(2), 2, 0).unwrap();
     let c = p.chip(1).unwrap();
     let guard = crate::seqlock::write_lock(c.seq_word());
     std::mem::forget(guard); // the writer "dies" with the sequence odd
@@ -572,7 +591,7 @@ fn slot_stuck_mid_update_is_an_error_not_a_hang() {
 
 #[test]
 fn seqlock_readers_see_consistent_snapshots_while_writers_run() {
-    let p = Publisher::create(&info(), 3, 1).unwrap();
+    let p = Publisher::create(&info_for(3), 3, 1).unwrap();
     let name = p.name().to_string();
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = Vec::new();
@@ -698,6 +717,8 @@ mod props {
     use super::*;
     use proptest::prelude::*;
 
+    /// Counters a real allocator can have: allocated and the largest free block within the
+    /// capacity (or any, while the capacity is 0: not published yet).
     fn mem() -> impl Strategy<Value = MemoryCounters> {
         (
             any::<u64>(),
@@ -707,12 +728,19 @@ mod props {
             any::<u64>(),
         )
             .prop_map(|(allocated, capacity, live_buffers, peak, largest_free)| {
+                let within = |v: u64| {
+                    if capacity == 0 {
+                        v
+                    } else {
+                        v % (capacity + 1).max(1)
+                    }
+                };
                 MemoryCounters {
-                    allocated,
+                    allocated: within(allocated),
                     capacity,
                     live_buffers,
                     peak,
-                    largest_free,
+                    largest_free: within(largest_free),
                 }
             })
     }
@@ -725,9 +753,14 @@ mod props {
             dram in mem(), l1 in mem(), l1_small in mem(), trace in mem(),
             traces in any::<u64>(), trace_bytes in any::<u64>(), replays in any::<u64>(),
             weights_bytes in any::<u64>(), kv_cache_bytes in any::<u64>(),
-            id in any::<u32>(), r in any::<u32>(), c in any::<u32>(),
+            id in any::<u32>(), r in 0u32..8, c in 0u32..8,
         ) {
-            let p = Publisher::create(&info(), 1, 0).unwrap();
+            // A reader refuses a coordinate outside the mesh shape: the shape holds (r, c),
+            // with a chip slot for each of its places.
+            let mut i = info();
+            i.mesh_shape = (r + 1, c + 1);
+            let slots = ((r + 1) * (c + 1)) as usize;
+            let p = Publisher::create(&i, slots, 0).unwrap();
             let chip = p.chip(0).unwrap();
             let want = ChipCounters {
                 dram, l1, l1_small, trace, traces, trace_bytes, replays, weights_bytes, kv_cache_bytes,

@@ -148,6 +148,15 @@ pub enum TopologyError {
     #[error("topology path {} is a folder, not a descriptor file; name a .toml file in it (see topologies/descriptors/) or a built-in name ({known})", path.display())]
     IsAFolder { path: PathBuf, known: String },
 
+    /// `load` got a path that exists but is neither a file nor a folder (a device such as
+    /// /dev/null, a FIFO, a socket).
+    #[error("topology path {} exists but is not a cluster descriptor: it is {kind}, not a TOML file; name a descriptor file (see topologies/descriptors/) or a built-in name ({known})", path.display())]
+    NotADescriptor {
+        path: PathBuf,
+        kind: &'static str,
+        known: String,
+    },
+
     /// A `line-N` / `ring-N` name with a bad N.
     #[error("bad topology name \"{name}\": {problem}")]
     BadGeneratedName { name: String, problem: String },
@@ -178,7 +187,11 @@ impl TopologyError {
             | PortOutOfRange { line, .. }
             | PortReused { line, .. }
             | OneSidedLink { line, .. } => Some(*line),
-            UnknownTopology { .. } | IsAFolder { .. } | BadGeneratedName { .. } | Io { .. } => None,
+            UnknownTopology { .. }
+            | IsAFolder { .. }
+            | NotADescriptor { .. }
+            | BadGeneratedName { .. }
+            | Io { .. } => None,
         }
     }
 }

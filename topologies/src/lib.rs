@@ -82,9 +82,26 @@ pub fn builtin_descriptor(name: &str) -> Option<&'static str> {
     BUILTIN.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
 }
 
+/// "a character device", "a FIFO", ... for a path that is neither a file nor a folder.
+fn special_file_kind(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    }
+}
+
 /// Loads a topology by name or path. Order: a built-in name, then a well-formed `line-N` /
 /// `ring-N`, then an existing file at `name_or_path`; a `line-`/`ring-` name with a bad N
-/// reports that N, and anything else is [`TopologyError::UnknownTopology`].
+/// reports that N, a path that exists but is no file is [`TopologyError::NotADescriptor`], and
+/// anything else is [`TopologyError::UnknownTopology`].
 pub fn load(name_or_path: &str) -> Result<ClusterGraph, TopologyError> {
     if let Some(text) = builtin_descriptor(name_or_path) {
         return parse_str(text, &format!("{name_or_path}.toml"));
@@ -107,6 +124,15 @@ pub fn load(name_or_path: &str) -> Result<ClusterGraph, TopologyError> {
     if path.is_dir() {
         return Err(TopologyError::IsAFolder {
             path: path.to_path_buf(),
+            known: known_names().join(", "),
+        });
+    }
+    // Exists, but neither a file nor a folder: reading it could block (a FIFO) or give
+    // nothing (/dev/null); say what it is rather than that nothing is there.
+    if let Ok(meta) = std::fs::metadata(path) {
+        return Err(TopologyError::NotADescriptor {
+            path: path.to_path_buf(),
+            kind: special_file_kind(&meta.file_type()),
             known: known_names().join(", "),
         });
     }

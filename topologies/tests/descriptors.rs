@@ -276,6 +276,17 @@ fn unknown_name_lists_the_choices() {
 }
 
 #[test]
+fn a_path_that_exists_but_is_no_file_says_so() {
+    let e = load("/dev/null").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "topology path /dev/null exists but is not a cluster descriptor: it is a character \
+         device, not a TOML file; name a descriptor file (see topologies/descriptors/) or a \
+         built-in name (n150, n300, t3k, galaxy, p150, p300)"
+    );
+}
+
+#[test]
 fn every_descriptor_round_trips_through_to_toml() {
     let names = known_names()
         .into_iter()

@@ -152,34 +152,50 @@ pub fn wait_for_segment(g: &mut Guard) -> String {
     }
 }
 
-/// Polls `ttmesh monitor --once --json --pid PID` until `ready(process)` holds and the chips it
-/// lists have stayed the same for 500 ms (counters refresh every 100 ms); returns those chips.
-pub fn stable_chips(pid: u32, ready: impl Fn(&Value) -> bool) -> Vec<Value> {
+/// The JSON report `ttmesh run|decode --json --hold` prints before it holds (stdout is
+/// line-buffered), read while the child still runs; within STARTUP or the test fails.
+pub fn report_before_hold(g: &mut Guard) -> Value {
+    let stdout = g
+        .child
+        .as_mut()
+        .expect("child")
+        .stdout
+        .take()
+        .expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let first = serde_json::Deserializer::from_reader(stdout)
+            .into_iter::<Value>()
+            .next();
+        let _ = tx.send(first);
+    });
+    match rx.recv_timeout(STARTUP) {
+        Ok(Some(Ok(v))) => v,
+        Ok(other) => panic!("ttmesh run printed no JSON report: {other:?}"),
+        Err(_) => panic!("no report from ttmesh run within {STARTUP:?}"),
+    }
+}
+
+/// Polls `ttmesh monitor --once --json --pid PID` until `ready(process)` holds (bounded by
+/// STARTUP); the chips it lists then. Every poll must succeed with no error line: the process
+/// is holding its mesh open while this runs.
+pub fn monitor_until(pid: u32, ready: impl Fn(&Value) -> bool) -> Vec<Value> {
     let pid_arg = pid.to_string();
     let deadline = Instant::now() + STARTUP;
-    let mut stable: Option<(Vec<Value>, Instant)> = None;
     loop {
         let out = monitor(&["--once", "--json", "--pid", &pid_arg]);
         assert!(
             out.status.success(),
-            "monitor failed: {}",
+            "the monitor lost process {pid} before it was ready: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         let v = json_of(&out);
         assert_eq!(v["errors"], Value::Array(vec![]), "{v}");
         let process = &v["processes"][0];
-        let chips = process["chips"].as_array().cloned().unwrap_or_default();
-        if !chips.is_empty() && ready(process) {
-            match &stable {
-                Some((prev, since)) if *prev == chips => {
-                    if since.elapsed() >= Duration::from_millis(500) {
-                        return chips;
-                    }
-                }
-                _ => stable = Some((chips, Instant::now())),
-            }
+        if ready(process) {
+            return process["chips"].as_array().cloned().unwrap_or_default();
         }
-        assert!(Instant::now() < deadline, "never ready and stable: {v}");
-        sleep(Duration::from_millis(50));
+        assert!(Instant::now() < deadline, "never ready: {v}");
+        sleep(Duration::from_millis(20));
     }
 }

@@ -3,11 +3,17 @@
 //! "true" answer the f32 kernels are held to, within the tolerances each test states.
 //!
 //! They validate input like the fast kernels (same errors) but favour plainness over speed:
-//! triple loops, index arithmetic, one pass per formula.
+//! triple loops, index arithmetic, one pass per formula (matmul's loops are arranged for
+//! speed, its sums are a triple loop's).
 
 use super::{check_len, check_rows, checked_product, Activation, BinaryOp, ComputeError};
 
-/// Triple-loop batched matmul in f64 (same contract as [`super::matmul`]).
+/// Batched matmul in f64 (same contract as [`super::matmul`]): each output element is the sum
+/// over `p` in order of `a[i][p] * b[p][j]` in f64, rounded once to f32, as a plain triple
+/// loop computes it (bit for bit). The loops are only arranged for speed, so a large host
+/// reference takes seconds, not minutes: rows of the output in groups of `ROWS` (each B value
+/// read serves the whole group), columns in blocks of `COLS` (the f64 sums stay in cache), the
+/// groups spread over threads. Nothing here shares code with the device kernels (sgemm).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     a: &[f32],
@@ -18,19 +24,44 @@ pub fn matmul(
     k: usize,
     n: usize,
 ) -> Result<Vec<f32>, ComputeError> {
+    use rayon::prelude::*;
+    const ROWS: usize = 8;
+    const COLS: usize = 1024;
     let mut out = vec![0f32; super::check_matmul_operands(a, b, batch_a, batch_b, (m, k, n))?];
-    for bi in 0..batch_a {
-        let bj = if batch_b == 1 { 0 } else { bi };
-        for i in 0..m {
-            for j in 0..n {
-                let mut acc = 0f64;
-                for p in 0..k {
-                    acc += a[(bi * m + i) * k + p] as f64 * b[(bj * k + p) * n + j] as f64;
-                }
-                out[(bi * m + i) * n + j] = acc as f32;
-            }
-        }
+    if n == 0 {
+        return Ok(out);
     }
+    out.par_chunks_mut(ROWS * n)
+        .enumerate()
+        .for_each(|(group, out_rows)| {
+            let first = group * ROWS;
+            let rows = out_rows.len() / n;
+            let mut sums = vec![0f64; rows * COLS];
+            for j0 in (0..n).step_by(COLS) {
+                let width = COLS.min(n - j0);
+                sums.fill(0.0);
+                for p in 0..k {
+                    for r in 0..rows {
+                        // Row `first + r` of the stacked output is row i of batch bi.
+                        let row = first + r;
+                        let bj = if batch_b == 1 { 0 } else { row / m };
+                        let x = a[row * k + p] as f64;
+                        let b_row = &b[(bj * k + p) * n + j0..][..width];
+                        for (s, &y) in sums[r * COLS..][..width].iter_mut().zip(b_row) {
+                            *s += x * y as f64;
+                        }
+                    }
+                }
+                for r in 0..rows {
+                    for (o, s) in out_rows[r * n + j0..][..width]
+                        .iter_mut()
+                        .zip(&sums[r * COLS..][..width])
+                    {
+                        *o = *s as f32;
+                    }
+                }
+            }
+        });
     Ok(out)
 }
 
@@ -581,5 +612,44 @@ mod tests {
         assert_eq!(err, "element 1: got 2.5 but expected 2 (rtol 0.1, atol 0)");
         assert!(check_close(&[f32::INFINITY], &[f32::MAX], 1.0, 1.0).is_err());
         assert!(check_close(&[1.0], &[1.0, 2.0], 1.0, 1.0).is_err());
+    }
+
+    /// The blocked, threaded matmul gives a plain triple loop's bits: odd row counts that
+    /// split groups across batches, widths across column blocks, shared and batched B.
+    #[test]
+    fn matmul_gives_the_triple_loops_bits() {
+        let value = |i: usize| ((i * 7919 % 2003) as f32 - 1001.0) / 97.0;
+        for (batch_a, batch_b, m, k, n) in [
+            (1, 1, 1, 1, 1),
+            (3, 1, 5, 17, 1030),
+            (3, 3, 9, 33, 2049),
+            (2, 2, 8, 0, 7),
+            (1, 1, 13, 64, 1024),
+        ] {
+            let a: Vec<f32> = (0..batch_a * m * k).map(value).collect();
+            let b: Vec<f32> = (0..batch_b * k * n).map(|i| value(i + 5)).collect();
+            let got = matmul(&a, &b, batch_a, batch_b, m, k, n).unwrap();
+            let mut want = vec![0f32; batch_a * m * n];
+            for bi in 0..batch_a {
+                let bj = if batch_b == 1 { 0 } else { bi };
+                for i in 0..m {
+                    for j in 0..n {
+                        let mut acc = 0f64;
+                        for p in 0..k {
+                            acc += a[(bi * m + i) * k + p] as f64 * b[(bj * k + p) * n + j] as f64;
+                        }
+                        want[(bi * m + i) * n + j] = acc as f32;
+                    }
+                }
+            }
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(g, w)| g.to_bits() == w.to_bits());
+            assert!(
+                same && got.len() == want.len(),
+                "{batch_a}x{m}x{k}x{n} batch_b {batch_b}"
+            );
+        }
     }
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use clap::Parser;
 use serde_json::Value;
 
-use super::{dead_pid, info};
+use super::{dead_pid, info_for};
 use crate::render::human_bytes;
 use crate::*;
 
@@ -16,7 +16,7 @@ fn run(args: &MonitorArgs) -> Result<String, MonitorError> {
 }
 
 fn sample() -> Publisher {
-    let p = Publisher::create(&info(), 2, 2).unwrap();
+    let p = Publisher::create(&info_for(2), 2, 2).unwrap();
     let c0 = p.chip(0).unwrap();
     for i in 0..2 {
         p.chip(i).unwrap().set_capacity(MemoryKind::Dram, 12 << 30);
@@ -103,7 +103,7 @@ fn json_has_the_documented_shape() {
         .expect("our segment listed");
     assert_eq!(me["pid"], std::process::id());
     assert_eq!(me["topology"], "t3k");
-    assert_eq!(me["mesh_shape"], serde_json::json!([2, 4]));
+    assert_eq!(me["mesh_shape"], serde_json::json!([1, 2]));
     assert!(me["name"].is_string());
     let chips = me["chips"].as_array().unwrap();
     assert_eq!(chips.len(), 2);

@@ -1,7 +1,7 @@
 //! A segment is bytes another process wrote: what it holds must not reach the terminal raw,
 //! and a pid no process can have is a corrupt segment, not a running process.
 
-use super::{info, patched, TestFile};
+use super::{info, info_for, patched, TestFile};
 use crate::layout::H_PID;
 use crate::*;
 
@@ -25,7 +25,7 @@ fn escape_sequences_in_a_segment_are_printed_escaped() {
     hostile.topology = format!("t3k{ESCAPES}");
     hostile.arch = "wormhole_b0\r\n".to_string();
     hostile.fabric = "\x07FABRIC_1D".to_string();
-    let p = Publisher::create(&hostile, 1, 0).unwrap();
+    let p = Publisher::create(&hostile, 8, 0).unwrap();
     let text = once(Some(std::process::id()));
     assert!(
         !text.chars().any(|c| c.is_control() && c != '\n'),
@@ -107,4 +107,58 @@ fn a_pid_beyond_i32_is_a_corrupt_segment_not_a_running_process() {
         b[H_PID..H_PID + 4].copy_from_slice(&(1u32 << 31).to_le_bytes())
     });
     assert!(e.contains("corrupt: pid 2147483648 is outside"), "{e}");
+}
+
+/// Numbers no allocator or mesh can have are a corrupt segment, the field named, never data.
+#[test]
+fn impossible_numbers_are_a_corrupt_segment_naming_the_field() {
+    let corrupt_of = |p: &Publisher| -> String {
+        let e = read_segment(p.name()).unwrap_err();
+        assert!(matches!(e, MonitorError::Corrupt { .. }), "{e}");
+        // The monitor's table gives it its one error line, and no chip table.
+        let text = once(Some(std::process::id()));
+        let line = e.to_string();
+        assert!(text.lines().any(|l| l == line), "{text}");
+        assert!(!text.contains(&format!("({})", p.name())), "{text}");
+        line.split_once(": corrupt: ").unwrap().1.to_string()
+    };
+
+    let p = Publisher::create(&info_for(2), 2, 0).unwrap();
+    p.chip(0).unwrap().set_memory(
+        MemoryKind::Dram,
+        &MemoryCounters {
+            allocated: 1_000_000_000_000_000,
+            capacity: 1,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        corrupt_of(&p),
+        "chip 0 DRAM allocated is 1000000000000000 B, more than its capacity of 1 B"
+    );
+    drop(p);
+
+    let mut nine = info();
+    nine.mesh_shape = (9, 9);
+    let p = Publisher::create(&nine, 2, 0).unwrap();
+    assert_eq!(
+        corrupt_of(&p),
+        "mesh_shape is 9x9 (81 chips) but the segment has 2 chip slots"
+    );
+    drop(p);
+
+    let p = Publisher::create(&info_for(2), 2, 1).unwrap();
+    p.link(0).unwrap().set_endpoints(0, 1, 5, 0);
+    assert_eq!(
+        corrupt_of(&p),
+        "link 0 end b is chip 5, which is not among the segment's chips"
+    );
+    drop(p);
+
+    let p = Publisher::create(&info_for(2), 2, 0).unwrap();
+    p.chip(1).unwrap().set_identity(1, (3, 0));
+    assert_eq!(
+        corrupt_of(&p),
+        "chip 1 coord is (3, 0), outside its 1x2 mesh"
+    );
 }
