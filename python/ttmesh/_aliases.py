@@ -32,9 +32,13 @@ HELPER_MODULES = {
     "tests.ttnn.utils_for_testing": ("ttmesh.testing",),
     "models.utility_functions": ("ttmesh.testing", "ttmesh._utility_functions"),
     "models.common.utility_functions": ("ttmesh.testing", "ttmesh._utility_functions"),
+    # Older TT-NN tests import the comparisons from the sweep framework.
+    "tests.tt_eager.python_api_testing.sweep_tests.comparison_funcs": ("ttmesh.testing",),
 }
 # Their parents, made as empty packages only when no real package of that name exists.
-HELPER_PARENTS = {"tests", "tests.ttnn", "models", "models.common"}
+HELPER_PARENTS = {
+    name.rsplit(".", depth)[0] for name in HELPER_MODULES for depth in range(1, name.count(".") + 1)
+}
 
 
 class _ExistingModuleLoader(importlib.abc.Loader):
