@@ -76,8 +76,14 @@ def _is_zip(path: str) -> bool:
     return zipfile.is_zipfile(path)
 
 
+# Modules whose command line lives outside ttmesh.ttnn.
+_COMMAND_MODULES = {"ttnn.graph_report": "ttmesh.graph_report_cli"}
+
+
 def _real_module_name(name: str) -> str:
     """``-m ttnn.X`` runs ttmesh's ``ttnn.X`` (runpy needs the module's own loader)."""
+    if name in _COMMAND_MODULES:
+        return _COMMAND_MODULES[name]
     if name == "ttnn" or name.startswith("ttnn."):
         return "ttmesh." + name
     return name
