@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 import pytest
-
 from ttmesh.testing import (
     assert_allclose,
     assert_equal,

@@ -16,7 +16,7 @@ pytest_plugins = ["pytester"]
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
 
-FAKE_TTNN = '''
+FAKE_TTNN = """
 import json, os
 
 def _log(*call):
@@ -60,12 +60,12 @@ def synchronize_device(handle):
 
 def get_device_ids():
     return list(range(8))
-'''
+"""
 
-CONFTEST = '''
+CONFTEST = """
 import sys, fake_ttnn
 sys.modules["ttmesh.ttnn"] = fake_ttnn
-'''
+"""
 
 
 @pytest.fixture
@@ -88,17 +88,26 @@ def run_plugin(pytester, monkeypatch):
 
 def test_device_gets_device_params_and_is_closed(run_plugin):
     result, calls = run_plugin(
-        '''
+        """
         import pytest, ttnn
 
         @pytest.mark.parametrize("device_params", [{"l1_small_size": 24576, "trace_region_size": 800768, "num_command_queues": 2, "worker_l1_size": 1000}], indirect=True)
         def test_one(device):
             assert device.kind == "device"
-        '''
+        """
     )
     result.assert_outcomes(passed=1)
     assert calls == [
-        ["open_device", 0, {"l1_small_size": 24576, "trace_region_size": 800768, "num_command_queues": 2, "worker_l1_size": 1000}],
+        [
+            "open_device",
+            0,
+            {
+                "l1_small_size": 24576,
+                "trace_region_size": 800768,
+                "num_command_queues": 2,
+                "worker_l1_size": 1000,
+            },
+        ],
         ["synchronize_device", "device"],
         ["close_device", "device"],
     ]
@@ -106,10 +115,10 @@ def test_device_gets_device_params_and_is_closed(run_plugin):
 
 def test_device_is_closed_when_the_test_fails(run_plugin):
     result, calls = run_plugin(
-        '''
+        """
         def test_fails(device):
             assert False, "the test's own failure"
-        '''
+        """
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*the test's own failure*"])
@@ -118,13 +127,13 @@ def test_device_is_closed_when_the_test_fails(run_plugin):
 
 def test_unknown_device_param_names_the_key_and_the_known_ones(run_plugin):
     result, calls = run_plugin(
-        '''
+        """
         import pytest
 
         @pytest.mark.parametrize("device_params", [{"trace_region_sise": 1}], indirect=True)
         def test_typo(device):
             pass
-        '''
+        """
     )
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(
@@ -138,7 +147,7 @@ def test_unknown_device_param_names_the_key_and_the_known_ones(run_plugin):
 
 def test_fabric_config_is_set_before_the_mesh_opens_and_reset_after(run_plugin):
     result, calls = run_plugin(
-        '''
+        """
         import pytest, ttnn
 
         @pytest.mark.parametrize("device_params", [{"fabric_config": ttnn.FabricConfig.FABRIC_1D, "trace_region_size": 4096}], indirect=True)
@@ -148,7 +157,7 @@ def test_fabric_config_is_set_before_the_mesh_opens_and_reset_after(run_plugin):
         @pytest.mark.parametrize("device_params", [{"fabric_config": True}], indirect=True)
         def test_true_means_1d(n300_mesh_device):
             assert n300_mesh_device.shape == [1, 2]
-        '''
+        """
     )
     result.assert_outcomes(passed=2)
     assert calls == [
@@ -167,7 +176,7 @@ def test_fabric_config_is_set_before_the_mesh_opens_and_reset_after(run_plugin):
 
 def test_mesh_device_params(run_plugin):
     result, calls = run_plugin(
-        '''
+        """
         import pytest
 
         @pytest.mark.parametrize("mesh_device", [(2, 4), 4, 100, pytest.param(None, id="all")], indirect=True)
@@ -184,7 +193,7 @@ def test_mesh_device_params(run_plugin):
         @pytest.mark.parametrize("mesh_device", ["t3k"], indirect=True)
         def test_bad(mesh_device):
             pass
-        ''',
+        """,
         "-rs",
     )
     result.assert_outcomes(passed=5, skipped=1, errors=1)
@@ -202,7 +211,7 @@ def test_mesh_device_params(run_plugin):
 
 def test_seeds_and_the_rest_of_the_conftest(run_plugin):
     result, _ = run_plugin(
-        '''
+        """
         import random
         import numpy as np
 
@@ -219,14 +228,14 @@ def test_seeds_and_the_rest_of_the_conftest(run_plugin):
 
         def test_blackhole_only(silicon_arch_name, silicon_arch_blackhole):
             pass
-        '''
+        """
     )
     result.assert_outcomes(passed=3, skipped=1)
 
 
 def test_helpers_import_under_tt_metal_paths(run_plugin):
     result, _ = run_plugin(
-        '''
+        """
         from tests.ttnn.utils_for_testing import assert_with_pcc, check_with_pcc
         from models.common.utility_functions import comp_pcc, comp_allclose, comp_equal
         from models.utility_functions import comp_pcc as old_comp_pcc
@@ -238,6 +247,6 @@ def test_helpers_import_under_tt_metal_paths(run_plugin):
             assert_with_pcc(x, x)
             assert comp_pcc is old_comp_pcc is sweep_comp_pcc
             assert comp_equal(x, x)[0] and comp_allclose(x, x)[0]
-        '''
+        """
     )
     result.assert_outcomes(passed=1)

@@ -11,7 +11,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from ttmesh._aliases import Aliases
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
@@ -156,7 +155,9 @@ def test_a_users_own_tests_package_wins(tmp_path):
     (tmp_path / "tests" / "ttnn").mkdir(parents=True)
     write(tmp_path / "tests" / "__init__.py", "")
     write(tmp_path / "tests" / "ttnn" / "__init__.py", "")
-    write(tmp_path / "tests" / "ttnn" / "utils_for_testing.py", "def assert_with_pcc(*a):\n    return 'mine'\n")
+    write(
+        tmp_path / "tests" / "ttnn" / "utils_for_testing.py", "def assert_with_pcc(*a):\n    return 'mine'\n"
+    )
     write(tmp_path / "tests" / "mine.py", "OWN = True\n")
     write(
         tmp_path / "own.py",
@@ -180,10 +181,10 @@ def test_ttnn_alias_gives_the_target_modules_themselves(tmp_path, monkeypatch):
     write(package / "graph_report.py", "IMPORTED = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with Aliases(ttnn_target="fake_ttnn_target"):
+        import fake_ttnn_target
         import ttnn
         import ttnn.graph
         import ttnn.graph_report
-        import fake_ttnn_target
 
         assert ttnn is fake_ttnn_target
         assert ttnn.graph is sys.modules["fake_ttnn_target.graph"]
@@ -191,9 +192,10 @@ def test_ttnn_alias_gives_the_target_modules_themselves(tmp_path, monkeypatch):
         assert sys.modules["ttnn.graph_report"] is sys.modules["fake_ttnn_target.graph_report"]
         with pytest.raises(ModuleNotFoundError, match="fake_ttnn_target.nonexistent"):
             import ttnn.nonexistent  # noqa: F401
-    assert "ttnn" not in sys.modules and "ttnn.graph" not in sys.modules
-    with pytest.raises(ModuleNotFoundError):
-        import ttnn  # noqa: F401,F811
+    # Uninstalled: the stand-in is gone (a session-wide alias, e.g. the pytest plugin's
+    # entry point, may still map ttnn to ttmesh.ttnn; it never maps it to the stand-in).
+    assert sys.modules.get("ttnn") is not fake_ttnn_target
+    assert sys.modules.get("ttnn.graph") is not sys.modules["fake_ttnn_target.graph"]
 
 
 def test_real_ttnn_resolves_to_ttmesh_inside_a_run(tmp_path):

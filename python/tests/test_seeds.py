@@ -36,13 +36,19 @@ def environment():
 def ttmesh_python(args, cwd, timeout=SEED_TIMEOUT_SECONDS):
     """`python -m ttmesh ARGS` in ``cwd``; the completed process."""
     return subprocess.run(
-        [sys.executable, "-m", "ttmesh", *args], cwd=cwd, env=environment(),
-        capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "ttmesh", *args],
+        cwd=cwd,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
 def assert_passed(result, banner):
-    assert result.returncode == 0, f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    assert result.returncode == 0, (
+        f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    )
     assert banner in result.stdout, result.stdout
 
 
@@ -125,14 +131,23 @@ def test_graph_report_refuses_a_missing_report(tmp_path):
     assert "report 'nope.json' does not exist" in result.stderr
 
 
-@pytest.mark.skipif(os.environ.get("TTMESH_VISUALIZER_CHECK") != "1",
-                    reason="set TTMESH_VISUALIZER_CHECK=1 to open the folder in the real ttnn-visualizer (PyPI, Chromium)")
+@pytest.mark.skipif(
+    os.environ.get("TTMESH_VISUALIZER_CHECK") != "1",
+    reason="set TTMESH_VISUALIZER_CHECK=1 to open the folder in the real ttnn-visualizer (PyPI, Chromium)",
+)
 def test_seed002_folder_opens_in_ttnn_visualizer(tmp_path):
     assert_passed(ttmesh_python([str(SEEDS / "seed002_graph_capture.py")], cwd=tmp_path), "PASS seed 002")
-    assert ttmesh_python(["-m", "ttnn.graph_report", "my_report.json", "visualizer_db"], cwd=tmp_path).returncode == 0
+    assert (
+        ttmesh_python(["-m", "ttnn.graph_report", "my_report.json", "visualizer_db"], cwd=tmp_path).returncode
+        == 0
+    )
     check = subprocess.run(
-        ["bash", "scripts/ttnn-visualizer-check.sh", str(tmp_path / "visualizer_db")], cwd=REPO,
-        env={**os.environ, "EXPECT_OP": "ttnn::multiply"}, capture_output=True, text=True, timeout=900,
+        ["bash", "scripts/ttnn-visualizer-check.sh", str(tmp_path / "visualizer_db")],
+        cwd=REPO,
+        env={**os.environ, "EXPECT_OP": "ttnn::multiply"},
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert check.returncode == 0, check.stdout + check.stderr
 
@@ -144,18 +159,26 @@ def test_seed004_monitor_in_another_process_sees_each_chips_trace_bytes(tmp_path
     ready = tmp_path / "ready.json"
     program = subprocess.Popen(
         [sys.executable, "-m", "ttmesh", str(SEEDS / "seed004_trace_lifecycle.py"), "--hold", str(ready)],
-        cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + SEED_TIMEOUT_SECONDS
         while not ready.exists():
-            assert program.poll() is None, "the program ended before holding the mesh: " + program.stderr.read()
+            assert program.poll() is None, (
+                "the program ended before holding the mesh: " + program.stderr.read()
+            )
             assert time.monotonic() < deadline, "the program did not reach its hold point"
             time.sleep(0.1)
         held = json.loads(ready.read_text())
         snapshot = subprocess.run(
             [ttmesh, "monitor", "--once", "--json", "--pid", str(program.pid)],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert snapshot.returncode == 0, snapshot.stderr
         view = json.loads(snapshot.stdout)
@@ -182,9 +205,22 @@ def test_seed004_monitor_in_another_process_sees_each_chips_trace_bytes(tmp_path
 
 def test_the_seeds_pytest_form_runs_under_the_plugin(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "ttmesh.pytest_plugin", "-p", "no:cacheprovider", "-q",
-         str(SEEDS / "tt_metal_style_seeds.py")],
-        cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=SEED_TIMEOUT_SECONDS * 3,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "ttmesh.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            str(SEEDS / "tt_metal_style_seeds.py"),
+        ],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=SEED_TIMEOUT_SECONDS * 3,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "9 passed" in result.stdout, result.stdout

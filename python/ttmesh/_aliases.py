@@ -147,9 +147,7 @@ class Aliases:
         for name in list(sys.modules):
             module = sys.modules[name]
             stand_in = getattr(module, "__ttmesh_stand_in__", False)
-            aliased = self.ttnn_finder is not None and (
-                self.ttnn_finder.target_name(name) is not None
-            )
+            aliased = self.ttnn_finder is not None and (self.ttnn_finder.target_name(name) is not None)
             if stand_in or aliased:
                 del sys.modules[name]
 

@@ -49,7 +49,9 @@ def ttmesh_command() -> str:
 def import_report(report: Path, out_dir: Path, svg: bool = False, replace: bool = False) -> str:
     """Import one report; returns the summary line ttmesh prints."""
     if not report.is_file():
-        raise GraphReportError(f"report {str(report)!r} does not exist: pass the file end_graph_capture_to_file wrote")
+        raise GraphReportError(
+            f"report {str(report)!r} does not exist: pass the file end_graph_capture_to_file wrote"
+        )
     command = [ttmesh_command(), "report", "import", str(report), str(out_dir)]
     if svg:
         command.append("--svg")
@@ -57,7 +59,9 @@ def import_report(report: Path, out_dir: Path, svg: bool = False, replace: bool 
         command.append("--replace")
     completed = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if completed.returncode != 0:
-        raise GraphReportError(completed.stderr.strip() or f"`{' '.join(command)}` exited {completed.returncode}")
+        raise GraphReportError(
+            completed.stderr.strip() or f"`{' '.join(command)}` exited {completed.returncode}"
+        )
     return completed.stdout.splitlines()[0] if completed.stdout else str(out_dir)
 
 

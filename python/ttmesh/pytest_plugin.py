@@ -30,7 +30,6 @@ import os
 import random
 
 import pytest
-
 from ttmesh._aliases import Aliases
 
 # device_params keys and the open_device / open_mesh_device keyword each becomes.
@@ -172,14 +171,18 @@ def mesh_shape_of(param, available: int):
     if param is None:
         return 1, available
     if isinstance(param, bool):
-        raise MeshDeviceParamError(f"mesh_device parameter {param!r} is a bool: give (rows, cols) or a chip count")
+        raise MeshDeviceParamError(
+            f"mesh_device parameter {param!r} is a bool: give (rows, cols) or a chip count"
+        )
     if isinstance(param, int):
         if param < 1:
             raise MeshDeviceParamError(f"mesh_device chip count {param} must be at least 1")
         # tt-metal opens min(requested, available) chips in a row for a count.
         return 1, min(param, available)
-    if isinstance(param, (tuple, list)) and len(param) == 2 and all(
-        isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in param
+    if (
+        isinstance(param, (tuple, list))
+        and len(param) == 2
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in param)
     ):
         return int(param[0]), int(param[1])
     shape = getattr(param, "dims", None)
@@ -195,9 +198,7 @@ def _open_mesh(request, device_params, rows: int, cols: int):
     ttnn = _ttnn()
     available = len(ttnn.get_device_ids())
     if rows * cols > available:
-        pytest.skip(
-            f"the mesh {rows}x{cols} needs {rows * cols} devices and {available} are available"
-        )
+        pytest.skip(f"the mesh {rows}x{cols} needs {rows * cols} devices and {available} are available")
     opened, fabric_config = _split_device_params(device_params)
     with _FabricScope(fabric_config):
         mesh = ttnn.open_mesh_device(mesh_shape=ttnn.MeshShape(rows, cols), **opened)

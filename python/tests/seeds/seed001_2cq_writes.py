@@ -4,8 +4,8 @@ back, two events between them.
 The block between the markers is the seed's code as the document writes it.
 """
 
-import ttnn
 import seed_setup
+import ttnn
 from seed_setup import Model, check, finish, host_input, seed_device, to_host_tensor
 
 device, opened_here = seed_device(globals())

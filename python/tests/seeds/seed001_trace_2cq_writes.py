@@ -5,8 +5,8 @@ in place by ttnn.reshard from the persistent DRAM input.
 The block between the markers is the seed's code as the document writes it.
 """
 
-import ttnn
 import seed_setup
+import ttnn
 from seed_setup import Model, check, finish, host_input, seed_device, to_host_tensor
 
 device, opened_here = seed_device(globals())

@@ -7,8 +7,8 @@ its capture block, copied from the previous example, waits on and records `op_ev
 this example never defines; the first-op event it means is used (marked where it happens).
 """
 
-import ttnn
 import seed_setup
+import ttnn
 from seed_setup import Model, check, finish, host_input, seed_device, to_host_tensor
 
 device, opened_here = seed_device(globals())

@@ -4,8 +4,8 @@ The block between the markers is the seed's code as the document writes it; abov
 names it leaves undefined (seed_setup's stand-ins); below, the checks.
 """
 
-import ttnn
 import seed_setup
+import ttnn
 from seed_setup import Model, check, finish, host_input, seed_device, to_host_tensor
 
 device, opened_here = seed_device(globals())

@@ -153,7 +153,7 @@ ttnn.graph.begin_graph_capture(ttnn.graph.RunMode.NORMAL)
 try:
     result = some_operation(tensor_a)
     ttnn._ttnn.device.synchronize_device(device)
-except Exception as e:
+except Exception as e:  # noqa: F841 (the seed names it and does not use it)
     graph = ttnn.graph.end_graph_capture()
     print(f"Operation hung. Captured trace: {graph}")
     raise

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 import ttnn
-
-from tests.ttnn.utils_for_testing import assert_with_pcc  # tt-metal's path; ttmesh.testing here
 from models.common.utility_functions import comp_allclose
+from tests.ttnn.utils_for_testing import (
+    assert_with_pcc,  # tt-metal's path; ttmesh.testing here
+)
 
 SHAPE = [64, 64]
 HIDDEN = 4096
