@@ -250,3 +250,32 @@ def test_helpers_import_under_tt_metal_paths(run_plugin):
         """
     )
     result.assert_outcomes(passed=1)
+
+
+def test_fixtures_on_the_real_module(pytester, monkeypatch):
+    pytest.importorskip("ttmesh.ttnn", reason="the native module is not built")
+    monkeypatch.setenv("PYTHONPATH", str(PYTHON_DIR))
+    pytester.makepyfile(
+        """
+        import numpy as np
+        import pytest
+        import ttnn
+        from tests.ttnn.utils_for_testing import assert_with_pcc
+
+        @pytest.mark.parametrize("device_params", [{"l1_small_size": 24576, "trace_region_size": 800768, "num_command_queues": 2}], indirect=True)
+        def test_device(device):
+            x = np.arange(32 * 32, dtype=np.float32).reshape(32, 32)
+            t = ttnn.from_torch(x, dtype=ttnn.float32, layout=ttnn.TILE_LAYOUT, device=device)
+            assert_with_pcc(x, ttnn.to_torch(ttnn.add(t, t)) / 2)
+
+        @pytest.mark.parametrize("mesh_device", [(2, 4), (1, 8), 2], indirect=True)
+        def test_mesh(mesh_device):
+            assert mesh_device.get_num_devices() in (8, 2)
+
+        @pytest.mark.parametrize("device_params", [{"fabric_config": ttnn.FabricConfig.FABRIC_1D}], indirect=True)
+        def test_t3k(t3k_mesh_device):
+            assert t3k_mesh_device.get_num_devices() == 8
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "ttmesh.pytest_plugin", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=5)

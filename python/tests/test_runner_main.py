@@ -176,7 +176,12 @@ def test_a_users_own_tests_package_wins(tmp_path):
 def test_ttnn_alias_gives_the_target_modules_themselves(tmp_path, monkeypatch):
     package = tmp_path / "fake_ttnn_target"
     package.mkdir()
-    write(package / "__init__.py", "NAME = 'fake'\nfrom . import graph\n")
+    # `native` is a module object that only exists as an attribute, as a native extension's
+    # submodules do; `import ttnn.native` must still give it.
+    write(
+        package / "__init__.py",
+        "import types\nNAME = 'fake'\nfrom . import graph\nnative = types.ModuleType('native')\nnative.X = 1\n",
+    )
     write(package / "graph.py", "def begin_graph_capture():\n    return 'begun'\n")
     write(package / "graph_report.py", "IMPORTED = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -190,7 +195,10 @@ def test_ttnn_alias_gives_the_target_modules_themselves(tmp_path, monkeypatch):
         assert ttnn.graph is sys.modules["fake_ttnn_target.graph"]
         assert ttnn.graph.begin_graph_capture() == "begun"
         assert sys.modules["ttnn.graph_report"] is sys.modules["fake_ttnn_target.graph_report"]
-        with pytest.raises(ModuleNotFoundError, match="fake_ttnn_target.nonexistent"):
+        import ttnn.native
+
+        assert ttnn.native is fake_ttnn_target.native and ttnn.native.X == 1
+        with pytest.raises(ModuleNotFoundError, match="No module named 'ttnn.nonexistent'"):
             import ttnn.nonexistent  # noqa: F401
     # Uninstalled: the stand-in is gone (a session-wide alias, e.g. the pytest plugin's
     # entry point, may still map ttnn to ttmesh.ttnn; it never maps it to the stand-in).
@@ -202,7 +210,7 @@ def test_real_ttnn_resolves_to_ttmesh_inside_a_run(tmp_path):
     pytest.importorskip("ttmesh.ttnn", reason="the native module is not built")
     write(
         tmp_path / "which.py",
-        "import ttnn, ttnn.graph, ttmesh.ttnn\nprint(ttnn is ttmesh.ttnn, ttnn.graph is ttmesh.ttnn.graph)\n",
+        "import ttnn, ttmesh.ttnn\nprint(ttnn is ttmesh.ttnn, ttnn.open_device is ttmesh.ttnn.open_device)\n",
     )
     result = run_ttmesh(["which.py"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import types
 
@@ -74,8 +75,28 @@ class TtnnAliasFinder(importlib.abc.MetaPathFinder):
         real_name = self.target_name(fullname)
         if real_name is None:
             return None
-        loader = _ExistingModuleLoader(lambda: importlib.import_module(real_name))
-        return importlib.machinery.ModuleSpec(fullname, loader)
+        make_module = _module_maker(real_name)
+        if make_module is None:
+            # Nothing to alias: Python's own "No module named 'ttnn.x'" is the right error.
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _ExistingModuleLoader(make_module))
+
+
+def _module_maker(real_name: str):
+    """How to get module ``real_name``, or None when there is no such module.
+
+    A submodule may also be a module object set as an attribute of its parent without being
+    importable by name (a native extension's submodules are made that way)."""
+    if real_name in sys.modules:
+        return lambda: sys.modules[real_name]
+    if importlib.util.find_spec(real_name) is not None:
+        return lambda: importlib.import_module(real_name)
+    parent_name, _, child = real_name.rpartition(".")
+    if parent_name:
+        attribute = getattr(importlib.import_module(parent_name), child, None)
+        if isinstance(attribute, types.ModuleType):
+            return lambda: attribute
+    return None
 
 
 def _helper_module(name: str) -> types.ModuleType:

@@ -30,6 +30,7 @@ import os
 import random
 
 import pytest
+
 from ttmesh._aliases import Aliases
 
 # device_params keys and the open_device / open_mesh_device keyword each becomes.
