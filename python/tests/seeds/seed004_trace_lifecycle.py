@@ -2,9 +2,9 @@
 buffers watched through the three phases (capture, 1000 replays, release).
 
 `dump_trace_buffer_stats` is the seed's helper from `dump_trace_info` (not shown there): the
-stand-in reads TT-NN's memory view of the TRACE buffer type. With `--hold READY_FILE`, the
-program stops after the replays with the mesh open, writes READY_FILE (its pid and the TRACE
-bytes it sees) and waits until READY_FILE is removed: meanwhile another process can run
+stand-in prints what the seed's Quick Reference calls give. With `--hold READY_FILE`, the
+program stops after the replays with the mesh open, writes READY_FILE (its pid and the trace
+buffer bytes it sees) and waits until READY_FILE is removed: meanwhile another process can run
 `ttmesh monitor --once --json --pid PID` and see every chip's TRACE bytes (the test does).
 """
 
@@ -24,13 +24,13 @@ device_params = {"trace_region_size": 30000000}  # the seed's fixture parameter:
 
 
 def dump_trace_buffer_stats(mesh_device, stage=""):
-    """TRACE bytes allocated per device, as the memory view reports them (the same on every
-    chip of a mesh: they allocate in lockstep)."""
-    view = ttnn.get_memory_view(mesh_device, ttnn.BufferType.TRACE)
-    allocated = view.num_banks * view.total_bytes_allocated_per_bank
-    print(f"{stage} TRACE: {allocated / (1024 ** 2):.2f} MB allocated per device "
-          f"({view.num_banks} banks x {view.total_bytes_allocated_per_bank} B)")
-    return allocated
+    """The trace buffers' bytes per device and the TRACE allocator's statistics (per bank),
+    read with the seed's own Quick Reference calls."""
+    trace_size = mesh_device.get_trace_buffers_size()
+    stats = mesh_device.allocator().get_statistics(ttnn.BufferType.TRACE)
+    print(f"{stage} Trace buffers: {trace_size / (1024 ** 2):.2f} MB per device; TRACE bank: "
+          f"{stats.total_allocated_bytes:,} B allocated, {stats.largest_free_block_bytes:,} B largest free block")
+    return trace_size
 
 
 def bf16(values):
@@ -75,6 +75,20 @@ ttnn.end_trace_capture(mesh_device, trace_id, cq_id=0)
 after_capture = dump_trace_buffer_stats(mesh_device, stage="[AFTER CAPTURE]")
 assert before == 0 and after_capture > 0, (before, after_capture)
 
+device = mesh_device  # the Quick Reference's names
+allocator = device.allocator()
+# --- seed 004, as written (Quick Reference) ---------------------------------------------------
+config = device.allocator().get_config()
+print(f"Trace region: {config.trace_region_size / (1024**2):.2f} MB")
+trace_size = device.get_trace_buffers_size()
+print(f"Trace buffers: {trace_size / (1024**2):.2f} MB")
+stats = allocator.get_statistics(ttnn.BufferType.TRACE)
+print(f"Allocated: {stats.total_allocated_bytes:,} bytes")
+print(f"Free: {stats.largest_free_block_bytes:,} bytes")
+# --- end of the seed --------------------------------------------------------------------------
+assert config.trace_region_size == device_params["trace_region_size"]
+assert trace_size == after_capture and stats.total_allocated_bytes > 0
+
 # --- seed 004, as written (Phase 2: Execution, repeated) --------------------------------------
 for _ in range(1000):
     ttnn.execute_trace(mesh_device, trace_id, blocking=False)
@@ -95,7 +109,7 @@ print(f"ok: every chip's output equals the {LAYERS}-layer reference after 1000 r
 if hold_file:
     # Another process reads the monitor now: say what we see, then wait to be released.
     with open(hold_file + ".tmp", "w") as ready:
-        json.dump({"pid": os.getpid(), "trace_bytes_per_device": after_replays, "chips": N_CHIPS}, ready)
+        json.dump({"pid": os.getpid(), "trace_buffers_size": after_replays, "chips": N_CHIPS}, ready)
     os.replace(hold_file + ".tmp", hold_file)
     deadline = time.monotonic() + HOLD_TIMEOUT_SECONDS
     while os.path.exists(hold_file):
