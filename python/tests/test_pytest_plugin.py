@@ -275,7 +275,19 @@ def test_fixtures_on_the_real_module(pytester, monkeypatch):
         @pytest.mark.parametrize("device_params", [{"fabric_config": ttnn.FabricConfig.FABRIC_1D}], indirect=True)
         def test_t3k(t3k_mesh_device):
             assert t3k_mesh_device.get_num_devices() == 8
+
+        def test_closes_its_device_itself(device):
+            ttnn.close_device(device)
+
+        held = []
+
+        def test_fails_with_the_device_open(device):
+            held.append(device)
+            assert False, "failing on purpose"
+
+        def test_the_failed_tests_device_was_closed():
+            assert held and not held[0].is_open
         """
     )
     result = pytester.runpytest_subprocess("-p", "ttmesh.pytest_plugin", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=5)
+    result.assert_outcomes(passed=7, failed=1)

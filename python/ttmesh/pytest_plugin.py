@@ -142,7 +142,11 @@ class _FabricScope:
 
 def _close_after(close, synchronize, handle):
     """Synchronize then close; close happens even if synchronizing fails (a failed test's
-    device may hold a fault), and the synchronize error is the one reported."""
+    device may hold a fault), and the synchronize error is the one reported. A device the
+    test closed itself is left alone."""
+    is_open = getattr(handle, "is_open", True)
+    if not (is_open() if callable(is_open) else is_open):
+        return
     try:
         synchronize(handle)
     finally:
@@ -195,7 +199,7 @@ def mesh_shape_of(param, available: int):
     )
 
 
-def _open_mesh(request, device_params, rows: int, cols: int):
+def _open_mesh(device_params, rows: int, cols: int):
     ttnn = _ttnn()
     available = len(ttnn.get_device_ids())
     if rows * cols > available:
@@ -213,17 +217,17 @@ def _open_mesh(request, device_params, rows: int, cols: int):
 def mesh_device(request, device_params):
     ttnn = _ttnn()
     rows, cols = mesh_shape_of(getattr(request, "param", None), len(ttnn.get_device_ids()))
-    yield from _open_mesh(request, device_params, rows, cols)
+    yield from _open_mesh(device_params, rows, cols)
 
 
 @pytest.fixture(scope="function")
 def t3k_mesh_device(request, device_params):
-    yield from _open_mesh(request, device_params, 1, 8)
+    yield from _open_mesh(device_params, 1, 8)
 
 
 @pytest.fixture(scope="function")
 def n300_mesh_device(request, device_params):
-    yield from _open_mesh(request, device_params, 1, 2)
+    yield from _open_mesh(device_params, 1, 2)
 
 
 # ---------------------------------------------------------------------------------------------
