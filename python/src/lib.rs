@@ -8,6 +8,7 @@
 mod device;
 mod enums;
 mod errors;
+mod graph;
 mod memory;
 mod ops;
 mod tensor;
@@ -89,5 +90,14 @@ fn _ttmesh(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace::event_synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(trace::last_replay, m)?)?;
     m.add_function(wrap_pyfunction!(trace::trace_info, m)?)?;
+    m.add_class::<graph::Graph>()?;
+    m.add_function(wrap_pyfunction!(graph::begin_graph_capture, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::end_graph_capture, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::graph_from_json, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::set_stack_traces, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::is_stack_trace_enabled, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::set_buffer_pages, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::is_capturing, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::capture_left_open_warning, m)?)?;
     Ok(())
 }

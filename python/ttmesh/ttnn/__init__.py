@@ -139,4 +139,9 @@ ShardOrientation = _n.ShardOrientation
 Topology = _n.Topology
 create_sharded_memory_config = _n.create_sharded_memory_config
 
-from . import experimental, transformer  # noqa: E402,F401
+from . import experimental, graph, transformer  # noqa: E402,F401
+
+import types as _types  # noqa: E402
+
+# TT-NN's native namespace, as programs sometimes call it (ttnn._ttnn.device.synchronize_device).
+_ttnn = _types.SimpleNamespace(device=_types.SimpleNamespace(synchronize_device=synchronize_device, DEFAULT_L1_SMALL_SIZE=DEFAULT_L1_SMALL_SIZE, DEFAULT_TRACE_REGION_SIZE=DEFAULT_TRACE_REGION_SIZE, DEFAULT_WORKER_L1_SIZE=DEFAULT_WORKER_L1_SIZE))
