@@ -38,6 +38,15 @@ pub fn type_error(msg: impl Into<String>) -> PyErr {
     PyTypeError::new_err(msg.into())
 }
 
+/// A mesh-level argument check (a mapper's dim that does not split, a tensor of another mesh)
+/// is a `ValueError`; everything else, as in TT-NN, a `RuntimeError`.
+fn classify<E: std::error::Error + 'static>(e: &E) -> PyErr {
+    match (e as &dyn std::any::Any).downcast_ref::<ttmesh::MeshError>() {
+        Some(ttmesh::MeshError::Invalid { .. }) => PyValueError::new_err(chain_text(e)),
+        _ => runtime(e),
+    }
+}
+
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
@@ -58,7 +67,7 @@ where
     let out = py.detach(|| catch_unwind(AssertUnwindSafe(f)));
     match out {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(runtime(&e)),
+        Ok(Err(e)) => Err(classify(&e)),
         Err(p) => Err(PyRuntimeError::new_err(format!(
             "internal error in ttmesh (a bug; please report it with the program that met it): {}",
             panic_text(p.as_ref())

@@ -8,9 +8,11 @@
 mod device;
 mod enums;
 mod errors;
+mod graph;
 mod memory;
 mod ops;
 mod tensor;
+mod trace;
 
 use pyo3::prelude::*;
 
@@ -60,5 +62,42 @@ fn _ttmesh(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ops::unary, m)?)?;
     m.add_function(wrap_pyfunction!(ops::binary, m)?)?;
     m.add_function(wrap_pyfunction!(ops::matmul, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::rms_norm, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::typecast, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::to_memory_config, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::to_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::reshard, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::reshape, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::slice, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::concat, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::transpose, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::permute, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::embedding, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::rotary_embedding, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::update_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::sdpa_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::argmax, m)?)?;
+    m.add_function(wrap_pyfunction!(ops::collective, m)?)?;
+    m.add_class::<trace::MeshTraceId_>()?;
+    m.add_class::<trace::Event>()?;
+    m.add_function(wrap_pyfunction!(trace::begin_trace_capture, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::end_trace_capture, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::execute_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::release_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::create_event, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::record_event, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::wait_for_event, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::event_synchronize, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::last_replay, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::trace_info, m)?)?;
+    m.add_class::<graph::Graph>()?;
+    m.add_function(wrap_pyfunction!(graph::begin_graph_capture, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::end_graph_capture, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::graph_from_json, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::set_stack_traces, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::is_stack_trace_enabled, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::set_buffer_pages, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::is_capturing, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::capture_left_open_warning, m)?)?;
     Ok(())
 }

@@ -240,3 +240,478 @@ pub fn matmul(
         queue_id,
     )
 }
+
+/// Runs a mesh op on `args` with TT-NN's per-op options; the output keeps an INT32 marker.
+#[allow(clippy::too_many_arguments)]
+fn run_op<F>(
+    py: Python<'_>,
+    what: &str,
+    args: &[(&str, &Tensor)],
+    memory_config: Option<&Bound<'_, PyAny>>,
+    dtype: Option<DataType>,
+    output: Option<&Bound<'_, Tensor>>,
+    cq: u8,
+    f: F,
+) -> PyResult<Tensor>
+where
+    F: FnOnce(&[&MeshTensor], &MeshOpOptions) -> ttmesh::Result<MeshTensor> + Send,
+{
+    let (ins, state) = inputs(what, args)?;
+    let opts = options(
+        what,
+        state,
+        memory_config,
+        dtype,
+        output.map(|o| o.get()),
+        cq,
+    )?;
+    let out = chip_work(py, || f(&ins, &opts))?;
+    let tensors: Vec<&Tensor> = args.iter().map(|(_, t)| *t).collect();
+    let int32 = int32_out(&tensors, &out);
+    Ok(Tensor::on_device(out, state, int32))
+}
+
+#[pyfunction]
+#[pyo3(signature = (input_tensor, epsilon, weight, memory_config, output_tensor, queue_id))]
+pub fn rms_norm(
+    py: Python<'_>,
+    input_tensor: &Bound<'_, Tensor>,
+    epsilon: f32,
+    weight: Option<&Bound<'_, Tensor>>,
+    memory_config: Option<&Bound<'_, PyAny>>,
+    output_tensor: Option<&Bound<'_, Tensor>>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    let mut args = vec![("input_tensor", input_tensor.get())];
+    if let Some(w) = weight {
+        args.push(("weight", w.get()));
+    }
+    run_op(
+        py,
+        "rms_norm",
+        &args,
+        memory_config,
+        None,
+        output_tensor,
+        queue_id,
+        |t, o| ttmesh::ops::rms_norm(t[0], t.get(1).copied(), epsilon, o),
+    )
+}
+
+#[pyfunction]
+#[pyo3(signature = (input_tensor, dtype, memory_config, output_tensor, queue_id))]
+pub fn typecast(
+    py: Python<'_>,
+    input_tensor: &Bound<'_, Tensor>,
+    dtype: DataType,
+    memory_config: Option<&Bound<'_, PyAny>>,
+    output_tensor: Option<&Bound<'_, Tensor>>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    let mut out = run_op(
+        py,
+        "typecast",
+        &[("input_tensor", input_tensor.get())],
+        memory_config,
+        None,
+        output_tensor,
+        queue_id,
+        |t, o| ttmesh::ops::typecast(t[0], dtype.chip(), o),
+    )?;
+    out.int32 = dtype == DataType::INT32;
+    Ok(out)
+}
+
+#[pyfunction]
+#[pyo3(signature = (input_tensor, memory_config, dtype, output_tensor, queue_id))]
+pub fn to_memory_config(
+    py: Python<'_>,
+    input_tensor: &Bound<'_, Tensor>,
+    memory_config: &Bound<'_, PyAny>,
+    dtype: Option<DataType>,
+    output_tensor: Option<&Bound<'_, Tensor>>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    let mc = opt_memory_config("to_memory_config: memory_config", Some(memory_config))?
+        .ok_or_else(|| {
+            value_error("to_memory_config: memory_config is required (e.g. ttnn.L1_MEMORY_CONFIG)")
+        })?;
+    run_op(
+        py,
+        "to_memory_config",
+        &[("input_tensor", input_tensor.get())],
+        None,
+        dtype,
+        output_tensor,
+        queue_id,
+        |t, o| ttmesh::ops::to_memory_config(t[0], &mc, o),
+    )
+}
+
+#[pyfunction]
+#[pyo3(signature = (input_tensor, layout, memory_config, dtype, queue_id))]
+pub fn to_layout(
+    py: Python<'_>,
+    input_tensor: &Bound<'_, Tensor>,
+    layout: crate::enums::Layout,
+    memory_config: Option<&Bound<'_, PyAny>>,
+    dtype: Option<DataType>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    let t = input_tensor.get();
+    if let Some(host) = t.with_host_layout(py, layout.chip())? {
+        return Ok(host);
+    }
+    run_op(
+        py,
+        "to_layout",
+        &[("input_tensor", t)],
+        memory_config,
+        dtype,
+        None,
+        queue_id,
+        |t, o| ttmesh::ops::to_layout(t[0], layout.chip(), o),
+    )
+}
+
+#[pyfunction]
+#[pyo3(signature = (input_tensor, memory_config, output_tensor, queue_id))]
+pub fn reshard(
+    py: Python<'_>,
+    input_tensor: &Bound<'_, Tensor>,
+    memory_config: &Bound<'_, PyAny>,
+    output_tensor: Option<&Bound<'_, Tensor>>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    let mc =
+        opt_memory_config("reshard: memory_config", Some(memory_config))?.ok_or_else(|| {
+            value_error("reshard: memory_config is required (a sharded ttnn.MemoryConfig)")
+        })?;
+    let (ins, state) = inputs("reshard", &[("input_tensor", input_tensor.get())])?;
+    let out = match output_tensor {
+        Some(o) => Some(
+            options("reshard", state, None, None, Some(o.get()), queue_id)?
+                .output
+                .expect("given"),
+        ),
+        None => None,
+    };
+    let x = ins[0];
+    let r = chip_work(py, || {
+        ttmesh::ops::reshard(x, &mc, out.as_ref(), CqId(queue_id))
+    })?;
+    Ok(Tensor::on_device(r, state, input_tensor.get().int32))
+}
+
+#[pyfunction]
+#[pyo3(signature = (input_tensor, shape, memory_config, queue_id))]
+pub fn reshape(
+    py: Python<'_>,
+    input_tensor: &Bound<'_, Tensor>,
+    shape: Vec<usize>,
+    memory_config: Option<&Bound<'_, PyAny>>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    run_op(
+        py,
+        "reshape",
+        &[("input_tensor", input_tensor.get())],
+        memory_config,
+        None,
+        None,
+        queue_id,
+        |t, o| ttmesh::ops::reshape(t[0], &shape, o),
+    )
+}
+
+#[pyfunction]
+#[pyo3(signature = (input_tensor, starts, ends, memory_config, queue_id))]
+pub fn slice(
+    py: Python<'_>,
+    input_tensor: &Bound<'_, Tensor>,
+    starts: Vec<usize>,
+    ends: Vec<usize>,
+    memory_config: Option<&Bound<'_, PyAny>>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    run_op(
+        py,
+        "slice",
+        &[("input_tensor", input_tensor.get())],
+        memory_config,
+        None,
+        None,
+        queue_id,
+        |t, o| ttmesh::ops::slice(t[0], &starts, &ends, o),
+    )
+}
+
+#[pyfunction]
+#[pyo3(signature = (tensors, dim, memory_config, output_tensor, queue_id))]
+pub fn concat(
+    py: Python<'_>,
+    tensors: Vec<Bound<'_, Tensor>>,
+    dim: i64,
+    memory_config: Option<&Bound<'_, PyAny>>,
+    output_tensor: Option<&Bound<'_, Tensor>>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    let names: Vec<String> = (0..tensors.len())
+        .map(|i| format!("tensors[{i}]"))
+        .collect();
+    let args: Vec<(&str, &Tensor)> = names
+        .iter()
+        .map(String::as_str)
+        .zip(tensors.iter().map(|t| t.get()))
+        .collect();
+    run_op(
+        py,
+        "concat",
+        &args,
+        memory_config,
+        None,
+        output_tensor,
+        queue_id,
+        |t, o| ttmesh::ops::concat(t, dim, o),
+    )
+}
+
+#[pyfunction]
+#[pyo3(signature = (input_tensor, dim1, dim2, memory_config, queue_id))]
+pub fn transpose(
+    py: Python<'_>,
+    input_tensor: &Bound<'_, Tensor>,
+    dim1: i64,
+    dim2: i64,
+    memory_config: Option<&Bound<'_, PyAny>>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    run_op(
+        py,
+        "transpose",
+        &[("input_tensor", input_tensor.get())],
+        memory_config,
+        None,
+        None,
+        queue_id,
+        |t, o| ttmesh::ops::transpose(t[0], dim1, dim2, o),
+    )
+}
+
+#[pyfunction]
+#[pyo3(signature = (input_tensor, dims, memory_config, queue_id))]
+pub fn permute(
+    py: Python<'_>,
+    input_tensor: &Bound<'_, Tensor>,
+    dims: Vec<i64>,
+    memory_config: Option<&Bound<'_, PyAny>>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    run_op(
+        py,
+        "permute",
+        &[("input_tensor", input_tensor.get())],
+        memory_config,
+        None,
+        None,
+        queue_id,
+        |t, o| ttmesh::ops::permute(t[0], &dims, o),
+    )
+}
+
+#[pyfunction]
+#[pyo3(signature = (input_tensor, weight, memory_config, output_tensor, queue_id))]
+pub fn embedding(
+    py: Python<'_>,
+    input_tensor: &Bound<'_, Tensor>,
+    weight: &Bound<'_, Tensor>,
+    memory_config: Option<&Bound<'_, PyAny>>,
+    output_tensor: Option<&Bound<'_, Tensor>>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    run_op(
+        py,
+        "embedding",
+        &[
+            ("input_tensor", input_tensor.get()),
+            ("weight", weight.get()),
+        ],
+        memory_config,
+        None,
+        output_tensor,
+        queue_id,
+        |t, o| ttmesh::ops::embedding(t[0], t[1], o),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+#[pyfunction]
+#[pyo3(signature = (input_tensor, cos_cache, sin_cache, positions, memory_config, output_tensor, queue_id))]
+pub fn rotary_embedding(
+    py: Python<'_>,
+    input_tensor: &Bound<'_, Tensor>,
+    cos_cache: &Bound<'_, Tensor>,
+    sin_cache: &Bound<'_, Tensor>,
+    positions: &Bound<'_, Tensor>,
+    memory_config: Option<&Bound<'_, PyAny>>,
+    output_tensor: Option<&Bound<'_, Tensor>>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    run_op(
+        py,
+        "rotary_embedding",
+        &[
+            ("input_tensor", input_tensor.get()),
+            ("cos_cache", cos_cache.get()),
+            ("sin_cache", sin_cache.get()),
+            ("positions", positions.get()),
+        ],
+        memory_config,
+        None,
+        output_tensor,
+        queue_id,
+        |t, o| ttmesh::ops::rotary_embedding(t[0], t[1], t[2], t[3], o),
+    )
+}
+
+#[pyfunction]
+#[pyo3(signature = (cache, input_tensor, positions, queue_id))]
+pub fn update_cache(
+    py: Python<'_>,
+    cache: &Bound<'_, Tensor>,
+    input_tensor: &Bound<'_, Tensor>,
+    positions: &Bound<'_, Tensor>,
+    queue_id: u8,
+) -> PyResult<()> {
+    let (ins, _) = inputs(
+        "update_cache",
+        &[
+            ("cache_tensor", cache.get()),
+            ("input_tensor", input_tensor.get()),
+            ("update_idxs_tensor", positions.get()),
+        ],
+    )?;
+    let opts = MeshOpOptions {
+        cq: CqId(queue_id),
+        ..Default::default()
+    };
+    chip_work(py, || {
+        ttmesh::ops::update_cache(ins[0], ins[1], ins[2], &opts)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[pyfunction]
+#[pyo3(signature = (q, k_cache, v_cache, positions, scale, memory_config, output_tensor, queue_id))]
+pub fn sdpa_decode(
+    py: Python<'_>,
+    q: &Bound<'_, Tensor>,
+    k_cache: &Bound<'_, Tensor>,
+    v_cache: &Bound<'_, Tensor>,
+    positions: &Bound<'_, Tensor>,
+    scale: f32,
+    memory_config: Option<&Bound<'_, PyAny>>,
+    output_tensor: Option<&Bound<'_, Tensor>>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    run_op(
+        py,
+        "scaled_dot_product_attention_decode",
+        &[
+            ("input_tensor_q", q.get()),
+            ("input_tensor_k", k_cache.get()),
+            ("input_tensor_v", v_cache.get()),
+            ("cur_pos_tensor", positions.get()),
+        ],
+        memory_config,
+        None,
+        output_tensor,
+        queue_id,
+        |t, o| ttmesh::ops::scaled_dot_product_attention_decode(t[0], t[1], t[2], t[3], scale, o),
+    )
+}
+
+#[pyfunction]
+#[pyo3(signature = (input_tensor, dim, memory_config, output_tensor, queue_id))]
+pub fn argmax(
+    py: Python<'_>,
+    input_tensor: &Bound<'_, Tensor>,
+    dim: i64,
+    memory_config: Option<&Bound<'_, PyAny>>,
+    output_tensor: Option<&Bound<'_, Tensor>>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    run_op(
+        py,
+        "argmax",
+        &[("input_tensor", input_tensor.get())],
+        memory_config,
+        None,
+        output_tensor,
+        queue_id,
+        |t, o| ttmesh::ops::argmax(t[0], dim, o),
+    )
+}
+
+/// `all_gather`, `reduce_scatter` or `all_reduce` (`dim` unused by the last) along the lines
+/// `cluster_axis` picks.
+#[allow(clippy::too_many_arguments)]
+#[pyfunction]
+#[pyo3(signature = (op, input_tensor, dim, cluster_axis, num_links, topology, memory_config, output_tensor, queue_id))]
+pub fn collective(
+    py: Python<'_>,
+    op: &str,
+    input_tensor: &Bound<'_, Tensor>,
+    dim: isize,
+    cluster_axis: Option<usize>,
+    num_links: usize,
+    topology: Option<crate::enums::Topology>,
+    memory_config: Option<&Bound<'_, PyAny>>,
+    output_tensor: Option<&Bound<'_, Tensor>>,
+    queue_id: u8,
+) -> PyResult<Tensor> {
+    let (ins, state) = inputs(op, &[("input_tensor", input_tensor.get())])?;
+    let opts = options(
+        op,
+        state,
+        memory_config,
+        None,
+        output_tensor.map(|o| o.get()),
+        queue_id,
+    )?;
+    let args = ttmesh::ccl::CclArgs {
+        cluster_axis,
+        topology: topology.map(|t| match t {
+            crate::enums::Topology::Ring => ttmesh::Topology::Ring,
+            crate::enums::Topology::Linear => ttmesh::Topology::Linear,
+        }),
+        num_links,
+        memory_config: opts.memory_config,
+        output: opts.output,
+        cq: opts.cq,
+    };
+    let x = ins[0];
+    let out = chip_work(py, || match op {
+        "all_gather" => ttmesh::ccl::all_gather(x, dim, &args),
+        "reduce_scatter" => ttmesh::ccl::reduce_scatter(x, dim, &args),
+        _ => ttmesh::ccl::all_reduce(x, &args),
+    })
+    .map_err(|e| fabric_hint(e, &state.mesh))?;
+    Ok(Tensor::on_device(out, state, false))
+}
+
+/// A collective on a mesh opened without a fabric: TT-NN programs turn it on with
+/// `set_fabric_config` before opening, so say that.
+fn fabric_hint(e: PyErr, mesh: &ttmesh::MeshDevice) -> PyErr {
+    if mesh.fabric_config() == ttmesh::FabricConfig::Disabled {
+        Python::attach(|py| {
+            let msg = format!(
+                "{}\nhint: call ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D) before ttnn.open_mesh_device",
+                e.value(py)
+            );
+            pyo3::exceptions::PyRuntimeError::new_err(msg)
+        })
+    } else {
+        e
+    }
+}

@@ -384,6 +384,26 @@ impl Tensor {
         }
     }
 
+    /// A host tensor with another layout (values are kept logical on the host, so this only
+    /// changes how they will be written); None for a device tensor.
+    pub fn with_host_layout(
+        &self,
+        py: Python<'_>,
+        layout: ttmesh::Layout,
+    ) -> PyResult<Option<Tensor>> {
+        let Some((parts, placement)) = self.host_parts(py)? else {
+            return Ok(None);
+        };
+        Ok(Some(Tensor {
+            st: Storage::Host(HostStore {
+                parts: parts.as_ref().clone(),
+                placement,
+                layout,
+            }),
+            int32: self.int32,
+        }))
+    }
+
     fn spec_fields(
         &self,
     ) -> (
@@ -528,10 +548,9 @@ impl Tensor {
     #[pyo3(signature = (force = false))]
     fn deallocate(&self, py: Python<'_>, force: bool) -> PyResult<()> {
         match &self.st {
-            Storage::Device(t, s) => {
-                s.live("deallocate")?;
-                chip_work(py, || t.deallocate(force))
-            }
+            // A closed mesh freed everything already.
+            Storage::Device(_, s) if !s.open.load(std::sync::atomic::Ordering::Acquire) => Ok(()),
+            Storage::Device(t, _) => chip_work(py, || t.deallocate(force)),
             _ => Ok(()),
         }
     }

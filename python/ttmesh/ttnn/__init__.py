@@ -32,7 +32,13 @@ from ._device import (  # noqa: F401
 )
 from ._ops import (  # noqa: F401
     add,
+    all_gather,
+    all_reduce,
+    argmax,
+    clone,
     command_queue,
+    concat,
+    embedding,
     exp,
     gelu,
     linear,
@@ -40,15 +46,38 @@ from ._ops import (  # noqa: F401
     mul,
     multiply,
     neg,
+    permute,
     reciprocal,
+    reduce_scatter,
     relu,
+    reshape,
+    reshard,
+    rms_norm,
     sigmoid,
     silu,
+    slice,
     softmax,
     sqrt,
     sub,
     subtract,
     tanh,
+    to_layout,
+    to_memory_config,
+    transpose,
+    typecast,
+    update_cache,
+)
+from ._trace import (  # noqa: F401
+    MeshEvent,
+    MeshTraceId,
+    begin_trace_capture,
+    create_event,
+    end_trace_capture,
+    event_synchronize,
+    execute_trace,
+    record_event,
+    release_trace,
+    wait_for_event,
 )
 from ._tensor import (  # noqa: F401
     DRAM_MEMORY_CONFIG,
@@ -109,3 +138,10 @@ ShardStrategy = _n.ShardStrategy
 ShardOrientation = _n.ShardOrientation
 Topology = _n.Topology
 create_sharded_memory_config = _n.create_sharded_memory_config
+
+from . import experimental, graph, transformer  # noqa: E402,F401
+
+import types as _types  # noqa: E402
+
+# TT-NN's native namespace, as programs sometimes call it (ttnn._ttnn.device.synchronize_device).
+_ttnn = _types.SimpleNamespace(device=_types.SimpleNamespace(synchronize_device=synchronize_device, DEFAULT_L1_SMALL_SIZE=DEFAULT_L1_SMALL_SIZE, DEFAULT_TRACE_REGION_SIZE=DEFAULT_TRACE_REGION_SIZE, DEFAULT_WORKER_L1_SIZE=DEFAULT_WORKER_L1_SIZE))

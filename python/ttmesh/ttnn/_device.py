@@ -16,6 +16,23 @@ DEFAULT_WORKER_L1_SIZE = 0
 
 _fabric_config = FabricConfig.DISABLED
 
+# Devices opened here and not closed yet, oldest first (for calls that name no device, as
+# ttnn.graph.end_graph_capture_to_file).
+_open_devices = []
+
+
+def _opened(device):
+    _open_devices.append(device)
+    return device
+
+
+def last_open_device():
+    """The device opened last that is still open, or None."""
+    for d in reversed(_open_devices):
+        if d.is_open:
+            return d
+    return None
+
 
 def set_fabric_config(fabric_config, reliability_mode=None, num_planes=None, *args, **kwargs):
     """TT-NN's ``set_fabric_config``: the fabric the next ``open_mesh_device`` builds
@@ -85,7 +102,7 @@ def open_device(
         raise ValueError(
             f"open_device: device_id {device_id} does not exist: the system ({ttmesh.system()}) has {n} device(s), ids 0..{n - 1}"
         )
-    return _n.open_mesh(
+    return _opened(_n.open_mesh(
         ttmesh.system(),
         MeshShape(1, 1),
         _check_size("l1_small_size", l1_small_size),
@@ -94,7 +111,7 @@ def open_device(
         _check_size("worker_l1_size", worker_l1_size),
         FabricConfig.DISABLED,
         device_id,
-    )
+    ))
 
 
 def open_mesh_device(
@@ -118,7 +135,7 @@ def open_mesh_device(
             mesh_shape = MeshShape(*tuple(mesh_shape))
         except TypeError:
             raise TypeError(f"open_mesh_device: mesh_shape must be a ttnn.MeshShape(rows, cols), not {mesh_shape!r}") from None
-    return _n.open_mesh(
+    return _opened(_n.open_mesh(
         ttmesh.system(),
         mesh_shape,
         _check_size("l1_small_size", l1_small_size),
@@ -127,7 +144,7 @@ def open_mesh_device(
         _check_size("worker_l1_size", worker_l1_size),
         _fabric_config,
         None,
-    )
+    ))
 
 
 def _unknown_kwargs(fn, kwargs, accepted_and_ignored):
@@ -142,12 +159,21 @@ def _check_device(fn, device):
     return device
 
 
+def _close(fn, device):
+    _check_device(fn, device)
+    try:
+        _n.close_mesh(device)
+    finally:
+        # Closed even when closing reported an error (the mesh frees everything first).
+        _open_devices[:] = [d for d in _open_devices if d.is_open]
+
+
 def close_device(device):
-    _n.close_mesh(_check_device("close_device", device))
+    _close("close_device", device)
 
 
 def close_mesh_device(mesh_device):
-    _n.close_mesh(_check_device("close_mesh_device", mesh_device))
+    _close("close_mesh_device", mesh_device)
 
 
 @contextlib.contextmanager
