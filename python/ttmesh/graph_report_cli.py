@@ -52,6 +52,8 @@ def import_report(report: Path, out_dir: Path, svg: bool = False, replace: bool 
         raise GraphReportError(
             f"report {str(report)!r} does not exist: pass the file end_graph_capture_to_file wrote"
         )
+    # TT-NN's importer makes the database folder wherever it is asked; ttmesh makes OUT_DIR.
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
     command = [ttmesh_command(), "report", "import", str(report), str(out_dir)]
     if svg:
         command.append("--svg")
@@ -89,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         for report, folder in reports_in(args.report, args.out_dir):
             print(import_report(report, folder, svg=args.svg, replace=args.replace))
     except GraphReportError as error:
-        print(f"error: {error}", file=sys.stderr)
+        message = str(error)
+        print(message if message.startswith("error: ") else f"error: {message}", file=sys.stderr)
         return 1
     return 0
 
