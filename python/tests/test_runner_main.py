@@ -210,8 +210,9 @@ def test_real_ttnn_resolves_to_ttmesh_inside_a_run(tmp_path):
     pytest.importorskip("ttmesh.ttnn", reason="the native module is not built")
     write(
         tmp_path / "which.py",
-        "import ttnn, ttmesh.ttnn\nprint(ttnn is ttmesh.ttnn, ttnn.open_device is ttmesh.ttnn.open_device)\n",
+        "import ttnn, ttnn.graph, ttnn.graph_report, ttmesh.ttnn\n"
+        "print(ttnn is ttmesh.ttnn, ttnn.graph is ttmesh.ttnn.graph, callable(ttnn.graph_report.main))\n",
     )
     result = run_ttmesh(["which.py"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "True True\n"
+    assert result.stdout == "True True True\n"
