@@ -21,7 +21,7 @@ pub fn inputs<'a>(
     let mut out = Vec::with_capacity(args.len());
     let mut first: Option<(&str, &'a Arc<DeviceState>)> = None;
     for (name, t) in args {
-        let (mt, s) = t.device_tensor(&format!("{what}: {name}"))?;
+        let (mt, s) = t.device_tensor_of(what, name)?;
         match first {
             None => first = Some((name, s)),
             Some((fname, fs)) if !Arc::ptr_eq(fs, s) => {
@@ -52,7 +52,7 @@ pub fn options(
     let output = match output {
         None => None,
         Some(o) => {
-            let (mt, s) = o.device_tensor(&format!("{what}: output_tensor"))?;
+            let (mt, s) = o.device_tensor_of(what, "output_tensor")?;
             if !Arc::ptr_eq(s, state) {
                 return Err(value_error(format!(
                     "{what}: output_tensor is on {}, the inputs on {}; allocate it on the inputs' device",
@@ -65,7 +65,11 @@ pub fn options(
     };
     Ok(MeshOpOptions {
         output,
-        memory_config: opt_memory_config(&format!("{what}: memory_config"), memory_config)?,
+        memory_config: match memory_config {
+            // The common case, without building the argument's name for an error.
+            None => None,
+            Some(m) => opt_memory_config(&format!("{what}: memory_config"), Some(m))?,
+        },
         dtype: dtype.map(|d| d.chip()),
         cq: CqId(cq),
     })

@@ -368,6 +368,20 @@ impl Tensor {
         }
     }
 
+    /// [`Tensor::device_tensor`] for argument `name` of op `what`, naming it only on error.
+    pub fn device_tensor_of(
+        &self,
+        what: &str,
+        name: &str,
+    ) -> PyResult<(&MeshTensor, &Arc<DeviceState>)> {
+        match &self.st {
+            Storage::Device(t, s) if s.open.load(std::sync::atomic::Ordering::Acquire) => {
+                Ok((t, s))
+            }
+            _ => self.device_tensor(&format!("{what}: {name}")),
+        }
+    }
+
     /// The mesh tensor an op takes as `arg`, with its mesh (which must be open).
     pub fn device_tensor(&self, arg: &str) -> PyResult<(&MeshTensor, &Arc<DeviceState>)> {
         match &self.st {
