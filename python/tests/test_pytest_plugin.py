@@ -291,3 +291,17 @@ def test_fixtures_on_the_real_module(pytester, monkeypatch):
     )
     result = pytester.runpytest_subprocess("-p", "ttmesh.pytest_plugin", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=7, failed=1)
+
+
+def test_a_nested_session_leaves_the_outer_sessions_alias(pytester, request):
+    if not request.config.pluginmanager.has_plugin("ttmesh.pytest_plugin"):
+        pytest.skip("this session runs without the plugin (its entry point is not installed)")
+    pytest.importorskip("ttmesh.ttnn", reason="the native module is not built")
+    pytester.makepyfile("import ttnn\n\ndef test_inner():\n    assert ttnn.get_num_devices() > 0\n")
+    pytester.runpytest_inprocess("-p", "ttmesh.pytest_plugin", "-p", "no:cacheprovider").assert_outcomes(
+        passed=1
+    )
+    import ttmesh.ttnn
+    import ttnn
+
+    assert ttnn is ttmesh.ttnn

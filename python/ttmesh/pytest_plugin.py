@@ -42,7 +42,9 @@ KNOWN_DEVICE_PARAMS = OPEN_KEYWORDS + CONFTEST_KEYWORDS
 # The seed tt-metal's reset_seeds fixture gives torch, numpy and random.
 TT_METAL_TEST_SEED = 213919
 
-_aliases: Aliases | None = None
+# Each pytest session's own aliases (a nested session, as pytester runs, installs and removes
+# its own and leaves the outer one's in place).
+_ALIASES_KEY = pytest.StashKey[Aliases]()
 
 
 class DeviceParamsError(ValueError):
@@ -56,25 +58,24 @@ class MeshDeviceParamError(ValueError):
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args):
     # Before any conftest runs: a project's root conftest often imports ttnn at the top.
-    _install_aliases()
+    _install_aliases(early_config)
 
 
 def pytest_configure(config):
     # Reached also when the plugin is registered late (pytest_plugins in a conftest).
-    _install_aliases()
+    _install_aliases(config)
 
 
 def pytest_unconfigure(config):
-    global _aliases
-    if _aliases is not None:
-        _aliases.uninstall()
-        _aliases = None
+    aliases = config.stash.get(_ALIASES_KEY, None)
+    if aliases is not None:
+        aliases.uninstall()
+        del config.stash[_ALIASES_KEY]
 
 
-def _install_aliases() -> None:
-    global _aliases
-    if _aliases is None:
-        _aliases = Aliases().install()
+def _install_aliases(config) -> None:
+    if _ALIASES_KEY not in config.stash:
+        config.stash[_ALIASES_KEY] = Aliases().install()
 
 
 def _ttnn():
