@@ -216,3 +216,46 @@ def test_real_ttnn_resolves_to_ttmesh_inside_a_run(tmp_path):
     result = run_ttmesh(["which.py"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "True True True\n"
+
+
+def test_ctrl_c_during_a_ttnn_program_ends_it_as_python_would(tmp_path):
+    pytest.importorskip("ttmesh.ttnn", reason="the native module is not built")
+    import signal
+    import time
+
+    write(
+        tmp_path / "forever.py",
+        """
+        import numpy as np
+        import ttnn
+
+        device = ttnn.open_device(device_id=0)
+        x = ttnn.from_torch(np.ones((64, 64), np.float32), dtype=ttnn.float32, layout=ttnn.TILE_LAYOUT, device=device)
+        print("running", flush=True)
+        while True:
+            x = ttnn.relu(x)
+        """,
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(PYTHON_DIR), env.get("PYTHONPATH", "")])
+    program = subprocess.Popen(
+        [sys.executable, "-m", "ttmesh", "forever.py"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert program.stdout.readline() == "running\n"
+        time.sleep(0.2)
+        program.send_signal(signal.SIGINT)
+        _, stderr = program.communicate(timeout=60)
+    finally:
+        if program.poll() is None:
+            program.kill()
+    # As `python forever.py`: killed by SIGINT, a traceback from the script, KeyboardInterrupt.
+    assert program.returncode == -signal.SIGINT, stderr
+    assert stderr.startswith("Traceback (most recent call last):\n"), stderr
+    assert f'File "{tmp_path / "forever.py"}"' in stderr.splitlines()[1], stderr
+    assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
