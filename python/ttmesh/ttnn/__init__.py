@@ -139,6 +139,7 @@ ShardOrientation = _n.ShardOrientation
 Topology = _n.Topology
 create_sharded_memory_config = _n.create_sharded_memory_config
 
+from ._creation import *  # noqa: E402,F401,F403  (zeros, ones, full, ..., config classes)
 from . import experimental, graph, transformer  # noqa: E402,F401
 
 import types as _types  # noqa: E402
