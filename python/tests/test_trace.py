@@ -24,6 +24,7 @@ def test_trace_equals_untraced_single_device(rng):
         inp = ttnn.from_torch(np.zeros((1, 1, 32, 64), np.float32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
         model(inp, w)  # compile
         tid = ttnn.begin_trace_capture(device, cq_id=0)
+        assert isinstance(tid, ttnn.MeshTraceId) and tid == int(tid)
         out = model(inp, w)
         ttnn.end_trace_capture(device, tid, cq_id=0)
         ttnn.synchronize_device(device)

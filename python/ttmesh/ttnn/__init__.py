@@ -23,6 +23,8 @@ from ._device import (  # noqa: F401
     get_max_worker_l1_unreserved_size,
     get_memory_view,
     get_num_devices,
+    GetNumAvailableDevices,
+    GetNumPCIeDevices,
     get_num_pcie_devices,
     manage_device,
     open_device,

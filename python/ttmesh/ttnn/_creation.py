@@ -163,3 +163,25 @@ def disable_and_clear_program_cache(device):
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("np", "t")]
 _ = _n
+
+
+DispatchCoreConfig = _config("DispatchCoreConfig")
+
+
+class DispatchCoreType:
+    WORKER = "WORKER"
+    ETH = "ETH"
+
+
+class DispatchCoreAxis:
+    ROW = "ROW"
+    COL = "COL"
+
+
+class FabricReliabilityMode:
+    STRICT_SYSTEM_HEALTH_SETUP_MODE = "STRICT_SYSTEM_HEALTH_SETUP_MODE"
+    RELAXED_SYSTEM_HEALTH_SETUP_MODE = "RELAXED_SYSTEM_HEALTH_SETUP_MODE"
+    DYNAMIC_RECONFIGURATION_SETUP_MODE = "DYNAMIC_RECONFIGURATION_SETUP_MODE"
+
+
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("np", "t")]

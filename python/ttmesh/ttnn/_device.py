@@ -79,6 +79,10 @@ def get_num_pcie_devices():
     return get_num_devices()
 
 
+GetNumAvailableDevices = get_num_devices
+GetNumPCIeDevices = get_num_pcie_devices
+
+
 def _check_size(name, value):
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int (bytes), not {type(value).__name__}")
