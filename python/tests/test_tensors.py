@@ -150,3 +150,11 @@ def test_scalar_operands(device, rng):
         ta + "x"
     with pytest.raises(TypeError, match="input_tensor_b must be a ttnn.Tensor or a number"):
         ttnn.mul(ta, [1, 2])
+
+
+def test_out_of_memory_carries_tt_metal_text(device):
+    spec = ttnn.TensorSpec((1, 1, 8192, 8192), ttnn.float32, ttnn.TILE_LAYOUT, ttnn.L1_MEMORY_CONFIG)
+    with pytest.raises(RuntimeError, match=r"Out of Memory: Not enough space to allocate \d+ B L1 buffer across 64 banks"):
+        ttnn.allocate_tensor_on_device(spec, device)
+    # Nothing was left allocated by the failed attempt.
+    assert device.allocator().get_statistics(ttnn.BufferType.L1).total_allocated_bytes == 0

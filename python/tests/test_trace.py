@@ -28,7 +28,12 @@ def test_trace_equals_untraced_single_device(rng):
         out = model(inp, w)
         ttnn.end_trace_capture(device, tid, cq_id=0)
         ttnn.synchronize_device(device)
-        assert device.get_trace_buffers_size() > 0
+        # Seed 004's reads: the region from get_config, live traces from the TRACE statistics.
+        assert device.allocator().get_config().trace_region_size == 800768
+        trace_stats = device.allocator().get_statistics(ttnn.BufferType.TRACE)
+        assert trace_stats.total_allocated_bytes > 0
+        assert device.get_trace_buffers_size() == trace_stats.total_allocated_bytes * 12  # 12 DRAM banks
+        assert trace_stats.largest_free_block_bytes < trace_stats.total_allocatable_size_bytes
         for _ in range(3):
             x = rng.standard_normal((1, 1, 32, 64), dtype=np.float32)
             ttnn.copy_host_to_device_tensor(host(x), inp)
