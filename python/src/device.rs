@@ -287,6 +287,13 @@ impl Device {
             .max()
             .unwrap_or(0)
     }
+    /// TT-NN's program cache is always on here (trace capture needs it).
+    fn enable_program_cache(&self) {}
+    fn disable_and_clear_program_cache(&self) {}
+    /// Programs compiled on the first chip (every chip compiles the same).
+    fn num_program_cache_entries(&self) -> usize {
+        self.state.mesh.chips()[0].program_cache().table().len()
+    }
     #[getter]
     fn is_open(&self) -> bool {
         self.state.open.load(Ordering::Acquire)

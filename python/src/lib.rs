@@ -11,6 +11,7 @@ mod errors;
 mod graph;
 mod memory;
 mod ops;
+mod reports;
 mod tensor;
 mod trace;
 
@@ -99,5 +100,8 @@ fn _ttmesh(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(graph::set_buffer_pages, m)?)?;
     m.add_function(wrap_pyfunction!(graph::is_capturing, m)?)?;
     m.add_function(wrap_pyfunction!(graph::capture_left_open_warning, m)?)?;
+    m.add_class::<reports::Profile>()?;
+    m.add_function(wrap_pyfunction!(reports::profile_start, m)?)?;
+    m.add_function(wrap_pyfunction!(reports::import_report, m)?)?;
     Ok(())
 }

@@ -719,3 +719,36 @@ fn fabric_hint(e: PyErr, mesh: &ttmesh::MeshDevice) -> PyErr {
         e
     }
 }
+
+/// `a + b`, `a - b`, `a * b` (and reflected, `2 * a`): through `ttnn.add` / `sub` / `mul`, so
+/// numbers become device scalars the same way; `NotImplemented` for anything else.
+pub fn operator(
+    slf: &Bound<'_, Tensor>,
+    op: &str,
+    other: &Bound<'_, PyAny>,
+    reflected: bool,
+) -> PyResult<Py<PyAny>> {
+    let py = slf.py();
+    let is_number = !other.is_instance_of::<pyo3::types::PyBool>()
+        && (other.is_instance_of::<pyo3::types::PyFloat>()
+            || other.is_instance_of::<pyo3::types::PyInt>());
+    if let Ok(t) = other.cast::<Tensor>() {
+        let (a, b) = if reflected {
+            (t.get(), slf.get())
+        } else {
+            (slf.get(), t.get())
+        };
+        let out = binary_of(py, op, a, b, None, None, None, 0)?;
+        return Ok(Py::new(py, out)?.into_any());
+    }
+    if !is_number {
+        return Ok(py.NotImplemented());
+    }
+    let ttnn = py.import("ttmesh.ttnn")?;
+    if reflected && op == "sub" {
+        // n - a = -(a - n)
+        let diff = ttnn.getattr("sub")?.call1((slf, other))?;
+        return Ok(ttnn.getattr("neg")?.call1((diff,))?.unbind());
+    }
+    Ok(ttnn.getattr(op)?.call1((slf, other))?.unbind())
+}

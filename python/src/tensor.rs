@@ -657,14 +657,23 @@ impl Tensor {
             mc.memory_layout
         )
     }
-    fn __add__(&self, py: Python<'_>, other: &Bound<'_, Tensor>) -> PyResult<Tensor> {
-        crate::ops::binary_of(py, "add", self, other.get(), None, None, None, 0)
+    fn __add__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        crate::ops::operator(slf, "add", other, false)
     }
-    fn __sub__(&self, py: Python<'_>, other: &Bound<'_, Tensor>) -> PyResult<Tensor> {
-        crate::ops::binary_of(py, "sub", self, other.get(), None, None, None, 0)
+    fn __sub__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        crate::ops::operator(slf, "sub", other, false)
     }
-    fn __mul__(&self, py: Python<'_>, other: &Bound<'_, Tensor>) -> PyResult<Tensor> {
-        crate::ops::binary_of(py, "mul", self, other.get(), None, None, None, 0)
+    fn __mul__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        crate::ops::operator(slf, "mul", other, false)
+    }
+    fn __radd__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        crate::ops::operator(slf, "add", other, true)
+    }
+    fn __rsub__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        crate::ops::operator(slf, "sub", other, true)
+    }
+    fn __rmul__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        crate::ops::operator(slf, "mul", other, true)
     }
     fn __matmul__(&self, py: Python<'_>, other: &Bound<'_, Tensor>) -> PyResult<Tensor> {
         crate::ops::matmul_of(py, self, other.get(), None, None, None, None, None, 0)

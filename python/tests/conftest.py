@@ -24,3 +24,14 @@ def bf16(x):
     bits = x.view(np.uint32).astype(np.uint64)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
     return rounded.astype(np.uint32).view(np.float32)
+
+
+def to_np(tensor, **kwargs):
+    """ttnn.to_torch's values as a numpy array, whether it gave numpy (torch absent) or torch
+    (bfloat16 widened to float32)."""
+    out = ttnn.to_torch(tensor, **kwargs)
+    if isinstance(out, np.ndarray):
+        return out
+    if str(out.dtype) == "torch.bfloat16":
+        out = out.float()
+    return out.numpy()

@@ -10,6 +10,8 @@ import time
 import numpy as np
 import pytest
 
+from conftest import to_np
+
 import ttmesh.ttnn as ttnn
 
 
@@ -35,7 +37,7 @@ def cycle(rng):
     r = ttnn.all_reduce(ttnn.relu(t))
     ttnn.end_trace_capture(mesh, tid, cq_id=0)
     ttnn.execute_trace(mesh, tid, cq_id=0, blocking=True)
-    assert ttnn.to_torch(ttnn.get_device_tensors(r)[0]).shape == (1, 1, 32, 32)
+    assert to_np(ttnn.get_device_tensors(r)[0]).shape == (1, 1, 32, 32)
     ttnn.close_mesh_device(mesh)
 
 
@@ -78,7 +80,7 @@ def test_gil_is_released_while_chips_work(rng):
             while time.perf_counter() - t0 < 0.5:
                 if ticks_before_ops is None:
                     ticks_before_ops = ticks[0]
-                ttnn.to_torch(ttnn.matmul(a, a))
+                to_np(ttnn.matmul(a, a))
                 n += 1
         finally:
             stop.set()
@@ -104,7 +106,7 @@ def test_ctrl_c_stops_between_ops(rng):
                 done += 1
         assert done > 0
         # The device is still usable after the interrupt.
-        np.testing.assert_array_equal(ttnn.to_torch(ttnn.relu(x)), np.maximum(ttnn.to_torch(x), 0))
+        np.testing.assert_array_equal(to_np(ttnn.relu(x)), np.maximum(to_np(x), 0))
     finally:
         ttnn.close_device(device)
 

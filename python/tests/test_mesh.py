@@ -4,6 +4,8 @@ num_links and topology, two meshes at once, tensors of another mesh."""
 import numpy as np
 import pytest
 
+from conftest import to_np
+
 import ttmesh.ttnn as ttnn
 
 
@@ -49,23 +51,23 @@ def test_mappers_old_and_new(mesh, rng):
     for mapper, composer, per_device in cases:
         t = put(mesh, x, mapper)
         assert list(t.shape) == per_device
-        np.testing.assert_array_equal(ttnn.to_torch(t, mesh_composer=composer), x)
+        np.testing.assert_array_equal(to_np(t, mesh_composer=composer), x)
     rep = put(mesh, x, ttnn.ReplicateTensorToMesh(mesh))
     for part in ttnn.get_device_tensors(rep):
-        np.testing.assert_array_equal(ttnn.to_torch(part), x)
+        np.testing.assert_array_equal(to_np(part), x)
     rep2 = put(mesh, x, ttnn.replicate_tensor_to_mesh_mapper(mesh))
-    np.testing.assert_array_equal(ttnn.to_torch(ttnn.get_device_tensors(rep2)[7]), x)
+    np.testing.assert_array_equal(to_np(ttnn.get_device_tensors(rep2)[7]), x)
     half = put(mesh, x, ttnn.create_mesh_mapper(mesh, ttnn.MeshMapperConfig([ttnn.PlacementReplicate(), ttnn.PlacementShard(3)])))
-    np.testing.assert_array_equal(ttnn.to_torch(ttnn.get_device_tensors(half)[5]), x[..., 64:128])
+    np.testing.assert_array_equal(to_np(ttnn.get_device_tensors(half)[5]), x[..., 64:128])
     # A host tensor split for the mesh, then moved.
     host = ttnn.from_torch(x, dtype=ttnn.float32, layout=ttnn.TILE_LAYOUT, mesh_mapper=ttnn.ShardTensorToMesh(mesh, dim=3))
-    np.testing.assert_array_equal(ttnn.to_torch(host, mesh_composer=ttnn.ConcatMeshToTensor(mesh, dim=3)), x)
+    np.testing.assert_array_equal(to_np(host, mesh_composer=ttnn.ConcatMeshToTensor(mesh, dim=3)), x)
     on = ttnn.to_device(host, mesh)
-    np.testing.assert_array_equal(ttnn.to_torch(on, mesh_composer=ttnn.ConcatMeshToTensor(mesh, dim=3)), x)
+    np.testing.assert_array_equal(to_np(on, mesh_composer=ttnn.ConcatMeshToTensor(mesh, dim=3)), x)
     with ttnn.distribute(ttnn.ShardTensorToMesh(mesh, dim=2)):
         t = put(mesh, x)
     with ttnn.distribute(ttnn.ConcatMeshToTensor(mesh, dim=2)):
-        np.testing.assert_array_equal(ttnn.to_torch(t), x)
+        np.testing.assert_array_equal(to_np(t), x)
 
 
 def test_mapper_errors(mesh, rng):
@@ -75,7 +77,7 @@ def test_mapper_errors(mesh, rng):
     with pytest.raises(ValueError, match="out of range"):
         put(mesh, x, ttnn.ShardTensorToMesh(mesh, dim=7))
     with pytest.raises(ValueError, match="mesh_composer"):
-        ttnn.to_torch(put(mesh, x[..., :64]))
+        to_np(put(mesh, x[..., :64]))
     with pytest.raises(TypeError, match="mesh_mapper must be"):
         put(mesh, x, mapper=3)
 
@@ -86,21 +88,21 @@ def test_collectives(mesh, rng):
     parts = x.reshape(1, 1, 32, 8, 32).transpose(3, 0, 1, 2, 4)  # device i's part
     g = ttnn.all_gather(t, dim=3, num_links=1, topology=ttnn.Topology.Linear)
     for part in ttnn.get_device_tensors(g):
-        np.testing.assert_array_equal(ttnn.to_torch(part), x)
+        np.testing.assert_array_equal(to_np(part), x)
     r = ttnn.all_reduce(t)
-    np.testing.assert_allclose(ttnn.to_torch(ttnn.get_device_tensors(r)[3]), parts.sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(to_np(ttnn.get_device_tensors(r)[3]), parts.sum(0), rtol=1e-5, atol=1e-5)
     # Along rows (cluster_axis=1): each row of 4 sums its own parts.
     r1 = ttnn.all_reduce(t, cluster_axis=1, num_links=1, topology=ttnn.Topology.Linear, memory_config=ttnn.L1_MEMORY_CONFIG)
     assert r1.memory_config().buffer_type == ttnn.BufferType.L1
-    np.testing.assert_allclose(ttnn.to_torch(ttnn.get_device_tensors(r1)[6]), parts[4:].sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(to_np(ttnn.get_device_tensors(r1)[6]), parts[4:].sum(0), rtol=1e-5, atol=1e-5)
     # Along columns (cluster_axis=0): devices i and i+4.
     r0 = ttnn.all_reduce(t, cluster_axis=0)
-    np.testing.assert_allclose(ttnn.to_torch(ttnn.get_device_tensors(r0)[1]), parts[1] + parts[5], rtol=1e-6)
+    np.testing.assert_allclose(to_np(ttnn.get_device_tensors(r0)[1]), parts[1] + parts[5], rtol=1e-6)
     full = put(mesh, x)
     rs = ttnn.reduce_scatter(full, dim=3)
-    np.testing.assert_allclose(ttnn.to_torch(rs, mesh_composer=ttnn.ConcatMeshToTensor(mesh, dim=3)), 8 * x, rtol=1e-5)
+    np.testing.assert_allclose(to_np(rs, mesh_composer=ttnn.ConcatMeshToTensor(mesh, dim=3)), 8 * x, rtol=1e-5)
     ga = ttnn.all_gather(t, dim=3, cluster_axis=1)
-    np.testing.assert_array_equal(ttnn.to_torch(ttnn.get_device_tensors(ga)[0]), x[..., :128])
+    np.testing.assert_array_equal(to_np(ttnn.get_device_tensors(ga)[0]), x[..., :128])
     with pytest.raises(ValueError, match="cluster_axis"):
         ttnn.all_reduce(t, cluster_axis=2)
 
@@ -126,8 +128,8 @@ def test_two_meshes_at_once_each_right(rng):
         ta = put(a, x, ttnn.ShardTensorToMesh(a, dim=3))
         tb = put(b, y, ttnn.ShardTensorToMesh(b, dim=3))
         ra, rb = ttnn.all_reduce(ta), ttnn.all_reduce(tb)
-        np.testing.assert_allclose(ttnn.to_torch(ttnn.get_device_tensors(ra)[0]), x.reshape(1, 1, 32, 4, 32).sum(3), rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(ttnn.to_torch(ttnn.get_device_tensors(rb)[0]), y.reshape(1, 1, 32, 8, 32).sum(3), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(to_np(ttnn.get_device_tensors(ra)[0]), x.reshape(1, 1, 32, 4, 32).sum(3), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(to_np(ttnn.get_device_tensors(rb)[0]), y.reshape(1, 1, 32, 8, 32).sum(3), rtol=1e-5, atol=1e-5)
         assert a.allocator().get_config().trace_region_size == 0
         assert b.allocator().get_config().trace_region_size == 65536
         with pytest.raises(ValueError, match="input_tensor_b is on mesh #.*but input_tensor_a is on mesh"):

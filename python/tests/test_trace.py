@@ -4,6 +4,8 @@ untraced, tt-metal's errors, seed 001's persistent input, both record_event form
 import numpy as np
 import pytest
 
+from conftest import to_np
+
 import ttmesh.ttnn as ttnn
 
 
@@ -22,17 +24,23 @@ def test_trace_equals_untraced_single_device(rng):
         inp = ttnn.from_torch(np.zeros((1, 1, 32, 64), np.float32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
         model(inp, w)  # compile
         tid = ttnn.begin_trace_capture(device, cq_id=0)
+        assert isinstance(tid, ttnn.MeshTraceId) and tid == int(tid)
         out = model(inp, w)
         ttnn.end_trace_capture(device, tid, cq_id=0)
         ttnn.synchronize_device(device)
-        assert device.get_trace_buffers_size() > 0
+        # Seed 004's reads: the region from get_config, live traces from the TRACE statistics.
+        assert device.allocator().get_config().trace_region_size == 800768
+        trace_stats = device.allocator().get_statistics(ttnn.BufferType.TRACE)
+        assert trace_stats.total_allocated_bytes > 0
+        assert device.get_trace_buffers_size() == trace_stats.total_allocated_bytes * 12  # 12 DRAM banks
+        assert trace_stats.largest_free_block_bytes < trace_stats.total_allocatable_size_bytes
         for _ in range(3):
             x = rng.standard_normal((1, 1, 32, 64), dtype=np.float32)
             ttnn.copy_host_to_device_tensor(host(x), inp)
             ttnn.execute_trace(device, tid, cq_id=0, blocking=False)
             ttnn.synchronize_device(device)
-            traced = ttnn.to_torch(out)
-            untraced = ttnn.to_torch(model(inp, w))
+            traced = to_np(out)
+            untraced = to_np(model(inp, w))
             np.testing.assert_array_equal(traced, untraced)
         ttnn.execute_trace(device, tid, cq_id=0, blocking=True)
         ttnn.release_trace(device, tid)
@@ -86,9 +94,9 @@ def test_persistent_input_at_recorded_address(rng):
         ttnn.end_trace_capture(device, tid, cq_id=0)
         ttnn.copy_host_to_device_tensor(host(x), input_l1)
         ttnn.execute_trace(device, tid, cq_id=0, blocking=True)
-        wh = ttnn.to_torch(w)
-        xb = ttnn.to_torch(ttnn.from_torch(x, dtype=ttnn.bfloat16))
-        np.testing.assert_allclose(ttnn.to_torch(output), np.maximum(xb, 0) @ wh, rtol=2e-2, atol=5e-2)
+        wh = to_np(w)
+        xb = to_np(ttnn.from_torch(x, dtype=ttnn.bfloat16))
+        np.testing.assert_allclose(to_np(output), np.maximum(xb, 0) @ wh, rtol=2e-2, atol=5e-2)
     finally:
         ttnn.close_device(device)
 
@@ -106,7 +114,7 @@ def test_two_cqs_events_and_command_queue(rng):
         out = model(inp, w)
         ttnn.end_trace_capture(device, tid, cq_id=0)
         op_event = ttnn.record_event(device, 0)
-        wh = ttnn.to_torch(w)
+        wh = to_np(w)
         for i in range(3):
             x = rng.standard_normal((1, 1, 32, 64), dtype=np.float32)
             ttnn.wait_for_event(1, op_event)
@@ -117,11 +125,11 @@ def test_two_cqs_events_and_command_queue(rng):
             ttnn.execute_trace(device, tid, cq_id=0, blocking=False)
             op_event = ttnn.record_event(device, cq_id=0)
             ttnn.event_synchronize(op_event)
-            np.testing.assert_allclose(ttnn.to_torch(out), np.maximum(x @ wh, 0), rtol=1e-5, atol=1e-4)
+            np.testing.assert_allclose(to_np(out), np.maximum(x @ wh, 0), rtol=1e-5, atol=1e-4)
         with ttnn.command_queue(1):
             y = ttnn.relu(inp)
         ttnn.synchronize_device(device)
-        np.testing.assert_array_equal(ttnn.to_torch(y), np.maximum(ttnn.to_torch(inp), 0))
+        np.testing.assert_array_equal(to_np(y), np.maximum(to_np(inp), 0))
         with pytest.raises(TypeError, match="event must come from"):
             ttnn.wait_for_event(0, "event")
         with pytest.raises(ValueError, match="command_queue"):
@@ -142,14 +150,14 @@ def test_multichip_trace_with_all_reduce_equals_untraced(rng):
         def step():
             return ttnn.all_reduce(ttnn.matmul(inp, w))
 
-        untraced = ttnn.to_torch(ttnn.get_device_tensors(step())[0])
+        untraced = to_np(ttnn.get_device_tensors(step())[0])
         tid = ttnn.begin_trace_capture(mesh, cq_id=0)
         out = step()
         ttnn.end_trace_capture(mesh, tid, cq_id=0)
         ttnn.execute_trace(mesh, tid, cq_id=0, blocking=True)
         for part in ttnn.get_device_tensors(out):
-            np.testing.assert_array_equal(ttnn.to_torch(part), untraced)
-        wh = ttnn.to_torch(w, mesh_composer=ttnn.ConcatMeshToTensor(mesh, dim=2))
+            np.testing.assert_array_equal(to_np(part), untraced)
+        wh = to_np(w, mesh_composer=ttnn.ConcatMeshToTensor(mesh, dim=2))
         np.testing.assert_allclose(untraced, x @ wh, rtol=1e-4, atol=1e-4)
         ttnn.release_trace(mesh, tid)
     finally:

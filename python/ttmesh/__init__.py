@@ -28,4 +28,44 @@ def system():
     return _system
 
 
-__all__ = ["set_system", "system"]
+class profile:
+    """``with ttmesh.profile("prof", device=mesh):`` records every chip of the device (the
+    device opened last when None) and, at the end of the block, writes the modeled device
+    profile to the folder: ops_perf_results.csv (tt-metal's columns, for tt-perf-report),
+    trace.json (Perfetto), timeline.svg, calibration.toml and summary.json, as ``ttmesh run
+    --profile`` does. ``host_model``: "python" (TT-NN's Python dispatch cost per op), "cpp"
+    or "measured". ``iterations`` divides an untraced block's figures per iteration. After
+    the block, ``.summary`` (a dict), ``.text`` and ``.files`` hold what was written.
+    ``TTMESH_PROFILE=DIR`` profiles every device a program opens, written when it closes."""
+
+    def __init__(self, dir, device=None, calibration=None, host_model="python", iterations=1, quiet=False):
+        self.dir, self.device, self.calibration = str(dir), device, calibration
+        self.host_model, self.iterations, self.quiet = host_model, iterations, quiet
+        self.summary = self.text = self.files = None
+        self._p = None
+
+    def __enter__(self):
+        from .ttnn import _device  # noqa: PLC0415
+
+        device = self.device if self.device is not None else _device.last_open_device()
+        if device is None:
+            raise RuntimeError("ttmesh.profile: no open device to profile; open one first or pass device=")
+        self._p = _ttmesh.profile_start(device, self.dir, None if self.calibration is None else str(self.calibration), self.host_model)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self._p.cancel()
+            return False
+        import json  # noqa: PLC0415
+
+        summary, self.text, self.files = self._p.finish(self.iterations)
+        self.summary = json.loads(summary)
+        if not self.quiet:
+            print(self.text, end="")
+            for f in self.files:
+                print(f"  wrote {f}")
+        return False
+
+
+__all__ = ["profile", "set_system", "system"]

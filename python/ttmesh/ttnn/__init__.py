@@ -23,6 +23,8 @@ from ._device import (  # noqa: F401
     get_max_worker_l1_unreserved_size,
     get_memory_view,
     get_num_devices,
+    GetNumAvailableDevices,
+    GetNumPCIeDevices,
     get_num_pcie_devices,
     manage_device,
     open_device,
@@ -139,6 +141,7 @@ ShardOrientation = _n.ShardOrientation
 Topology = _n.Topology
 create_sharded_memory_config = _n.create_sharded_memory_config
 
+from ._creation import *  # noqa: E402,F401,F403  (zeros, ones, full, ..., config classes)
 from . import experimental, graph, transformer  # noqa: E402,F401
 
 import types as _types  # noqa: E402

@@ -1,6 +1,7 @@
 """Devices: open/close, the system's device ids, synchronize, memory inspection."""
 
 import contextlib
+import os
 
 import ttmesh
 from ttmesh import _ttmesh as _n
@@ -21,8 +22,19 @@ _fabric_config = FabricConfig.DISABLED
 _open_devices = []
 
 
+# TTMESH_PROFILE=DIR: every device opened is profiled until it closes (ttmesh.profile).
+_env_profiles = {}
+
+
 def _opened(device):
     _open_devices.append(device)
+    folder = os.environ.get("TTMESH_PROFILE")
+    if folder:
+        if _env_profiles:
+            folder = os.path.join(folder, f"device-{len(_env_profiles)}")
+        p = ttmesh.profile(folder, device=device)
+        p.__enter__()
+        _env_profiles[hash(device)] = p
     return device
 
 
@@ -65,6 +77,10 @@ def get_device_ids():
 
 def get_num_pcie_devices():
     return get_num_devices()
+
+
+GetNumAvailableDevices = get_num_devices
+GetNumPCIeDevices = get_num_pcie_devices
 
 
 def _check_size(name, value):
@@ -161,6 +177,9 @@ def _check_device(fn, device):
 
 def _close(fn, device):
     _check_device(fn, device)
+    p = _env_profiles.pop(hash(device), None) if device.is_open else None
+    if p is not None:
+        p.__exit__(None, None, None)
     try:
         _n.close_mesh(device)
     finally:

@@ -81,7 +81,7 @@ def _binary(op):
         if activations:
             raise ValueError(f"ttnn.{op}: fused activations are not emulated; apply the activation as its own op")
         a = _tensor(op, "input_tensor_a", input_tensor_a)
-        b = _tensor(op, "input_tensor_b", input_tensor_b)
+        b = input_tensor_b if isinstance(input_tensor_b, Tensor) else _scalar(op, input_tensor_b, a)
         return _n.binary(op, a, b, memory_config, dtype, _out(op, output_tensor), _cq(queue_id, cq_id))
 
     f.__name__ = f.__qualname__ = op
@@ -94,6 +94,34 @@ sub = _binary("sub")
 mul = _binary("mul")
 subtract = sub
 multiply = mul
+
+
+_scalars = {}
+
+
+def _scalar(op, value, like):
+    """A scalar operand as a one-element device tensor of ``like``'s dtype, broadcast by the
+    chip's binary op. The chips have no scalar form of add/sub/mul, so the value is written to
+    the device once per (device, value, dtype) and reused: a program that runs its ops once
+    before trace capture (as capture requires) then captures them with no write."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"ttnn.{op}: input_tensor_b must be a ttnn.Tensor or a number, not {type(value).__name__}")
+    device = like.device()
+    if device is None:
+        raise ValueError(f"ttnn.{op}: input_tensor_a is on the host: move it to the device first")
+    key = (hash(device), float(value), like.dtype, like.layout)
+    t = _scalars.get(key)
+    if t is None or not t.is_allocated() or not device.is_open:
+        for k in [k for k, v in _scalars.items() if not v.device().is_open]:
+            del _scalars[k]
+        import numpy as np  # noqa: PLC0415
+
+        from . import _tensor as tensors  # noqa: PLC0415
+
+        dtype = like.dtype if like.dtype != tensors.bfloat8_b else tensors.bfloat16
+        t = tensors.from_torch(np.full([1] * len(like.shape), value, dtype=np.float32), dtype=dtype, layout=like.layout, device=device)
+        _scalars[key] = t
+    return t
 
 
 def _reject(fn, kwargs, ignored):
