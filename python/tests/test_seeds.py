@@ -10,6 +10,7 @@ process, and the seeds' pytest form runs under the plugin.
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -25,6 +26,18 @@ REPO = PYTHON_DIR.parent
 SEED_TIMEOUT_SECONDS = 300
 
 pytest.importorskip("ttmesh.ttnn", reason="ttmesh's native module is not built: run scripts/python-setup.sh")
+
+
+def ttmesh_command():
+    """The `ttmesh` command: $TTMESH_BIN, this checkout's release build, or on PATH."""
+    for candidate in (
+        os.environ.get("TTMESH_BIN"),
+        str(REPO / "target" / "release" / "ttmesh"),
+        shutil.which("ttmesh"),
+    ):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    pytest.fail("the ttmesh command was not found: cargo build --release -p ttmesh-cli (or set TTMESH_BIN)")
 
 
 def environment():
@@ -154,8 +167,6 @@ def test_seed002_folder_opens_in_ttnn_visualizer(tmp_path):
 
 
 def test_seed004_monitor_in_another_process_sees_each_chips_trace_bytes(tmp_path):
-    from ttmesh.graph_report_cli import ttmesh_command
-
     ttmesh = ttmesh_command()
     ready = tmp_path / "ready.json"
     program = subprocess.Popen(

@@ -27,8 +27,6 @@ import sys
 import types
 
 TTNN_TARGET = "ttmesh.ttnn"
-# ttnn modules ttmesh gives from outside ttmesh.ttnn (used while ttmesh.ttnn has none itself).
-TTNN_FALLBACKS = {"ttnn.graph_report": "ttmesh.graph_report_cli"}
 
 # Helper modules tt-metal tests import, and which of ttmesh's modules give their names.
 HELPER_MODULES = {
@@ -78,8 +76,6 @@ class TtnnAliasFinder(importlib.abc.MetaPathFinder):
         if real_name is None:
             return None
         make_module = _module_maker(real_name)
-        if make_module is None and fullname in TTNN_FALLBACKS:
-            make_module = _module_maker(TTNN_FALLBACKS[fullname])
         if make_module is None:
             # Nothing to alias: Python's own "No module named 'ttnn.x'" is the right error.
             return None
