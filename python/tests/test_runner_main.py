@@ -259,3 +259,13 @@ def test_ctrl_c_during_a_ttnn_program_ends_it_as_python_would(tmp_path):
     assert stderr.startswith("Traceback (most recent call last):\n"), stderr
     assert f'File "{tmp_path / "forever.py"}"' in stderr.splitlines()[1], stderr
     assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
+
+
+def test_a_folder_with_main_runs_as_python_runs_it(tmp_path):
+    app = tmp_path / "app"
+    app.mkdir()
+    write(app / "helper_mod.py", "VALUE = 7\n")
+    write(app / "__main__.py", "import sys, helper_mod\nprint(sys.argv[1:], helper_mod.VALUE, __name__)\n")
+    result = run_ttmesh(["app", "x"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "['x'] 7 __main__\n"

@@ -55,19 +55,21 @@ def _fresh_main(file: str | None) -> types.ModuleType:
     return main
 
 
+def _is_package_path(path: str) -> bool:
+    """A directory or zip file with a __main__.py, which Python runs as a whole."""
+    return os.path.isdir(path) or (not path.endswith((".py", ".pyw")) and _is_zip(path))
+
+
 def _run_script(path: str) -> None:
-    if os.path.isdir(path) or (not path.endswith((".py", ".pyw")) and _is_zip(path)):
-        # A directory or zip with __main__.py: runpy knows their rules.
-        sys.path.insert(0, path)
-        runpy.run_path(path, run_name="__main__")
+    if _is_package_path(path):
+        runpy.run_path(path, run_name="__main__")  # runpy knows their rules
         return
     # Python 3.9+ gives the script an absolute __file__ and compiles it under that name.
     absolute = os.path.abspath(path)
     with io.open_code(absolute) as source_file:
         source = source_file.read()
     code = compile(source, absolute, "exec", dont_inherit=True)
-    main = _fresh_main(absolute)
-    exec(code, main.__dict__)
+    exec(code, _fresh_main(absolute).__dict__)
 
 
 def _is_zip(path: str) -> bool:
@@ -128,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         sys.argv = [target, *rest]
-        # As `python SCRIPT.py`: the script's folder first on the path, not the current one.
-        sys.path[0] = os.path.dirname(os.path.abspath(target))
+        # As `python SCRIPT.py`: the script's folder first on the path, not the current one
+        # (for a directory or zip, itself).
+        absolute = os.path.abspath(target)
+        sys.path[0] = absolute if _is_package_path(target) else os.path.dirname(absolute)
     elif mode == "module":
         sys.argv = [target, *rest]  # runpy puts the module's file in argv[0]
         sys.path[0] = os.getcwd()
