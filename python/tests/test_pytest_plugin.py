@@ -305,3 +305,23 @@ def test_a_nested_session_leaves_the_outer_sessions_alias(pytester, request):
     import ttnn
 
     assert ttnn is ttmesh.ttnn
+
+
+def test_ttmesh_system_option(pytester, monkeypatch):
+    pytest.importorskip("ttmesh.ttnn", reason="the native module is not built")
+    monkeypatch.setenv("PYTHONPATH", str(PYTHON_DIR))
+    pytester.makepyfile(
+        """
+        def test_n300(mesh_device):
+            assert mesh_device.get_num_devices() == 2
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "ttmesh.pytest_plugin", "-p", "no:cacheprovider", "--ttmesh-system", "n300"
+    )
+    result.assert_outcomes(passed=1)
+    result = pytester.runpytest_subprocess(
+        "-p", "ttmesh.pytest_plugin", "-p", "no:cacheprovider", "--ttmesh-system", "nope"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(['*--ttmesh-system: unknown topology "nope"*'])

@@ -269,3 +269,15 @@ def test_a_folder_with_main_runs_as_python_runs_it(tmp_path):
     result = run_ttmesh(["app", "x"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "['x'] 7 __main__\n"
+
+
+def test_system_option_picks_the_machine(tmp_path):
+    write(tmp_path / "which.py", "import os, ttmesh\nprint(ttmesh.system(), os.environ['TTMESH_SYSTEM'])\n")
+    result = run_ttmesh(["--system", "n300", "which.py"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "n300 n300\n"
+    assert run_ttmesh(["--system=galaxy", "which.py"], cwd=tmp_path).stdout == "galaxy galaxy\n"
+    result = run_ttmesh(["--system", "nope", "which.py"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith('error: --system: unknown topology "nope"')
+    assert run_ttmesh(["--system", "n300"], cwd=tmp_path).returncode == 2

@@ -19,14 +19,16 @@ import sys
 import types
 
 from ttmesh._aliases import Aliases
+from ttmesh._run import select_system
 
 USAGE = """\
-usage: python -m ttmesh SCRIPT.py [args ...]
-       python -m ttmesh -m MODULE [args ...]
-       python -m ttmesh -c CODE [args ...]
+usage: python -m ttmesh [--system NAME] SCRIPT.py [args ...]
+       python -m ttmesh [--system NAME] -m MODULE [args ...]
+       python -m ttmesh [--system NAME] -c CODE [args ...]
 
 Runs a TT-NN Python program unmodified on ttmesh's emulated devices: inside the run,
-`import ttnn` is `ttmesh.ttnn`.
+`import ttnn` is `ttmesh.ttnn`. --system picks the machine its devices are opened on (n150,
+n300, t3k, galaxy, p150, p300, line-N, ring-N or a cluster TOML; default $TTMESH_SYSTEM or t3k).
 """
 
 
@@ -109,6 +111,20 @@ def main(argv: list[str] | None = None) -> int:
         stream = sys.stdout if argv else sys.stderr
         stream.write(USAGE)
         return 0 if argv else 2
+
+    if argv[0] == "--system" or argv[0].startswith("--system="):
+        if "=" in argv[0]:
+            name, argv = argv[0].split("=", 1)[1], argv[1:]
+        else:
+            name, argv = (argv[1] if len(argv) > 1 else ""), argv[2:]
+        if not name or not argv:
+            sys.stderr.write(f"{USAGE}\nerror: --system needs a name and then the program to run\n")
+            return 2
+        try:
+            select_system(name)
+        except RuntimeError as error:
+            sys.stderr.write(f"error: --system: {error}\n")
+            return 2
 
     mode, target = "script", argv[0]
     rest = argv[1:]

@@ -32,6 +32,7 @@ import random
 import pytest
 
 from ttmesh._aliases import Aliases
+from ttmesh._run import select_system
 
 # device_params keys and the open_device / open_mesh_device keyword each becomes.
 OPEN_KEYWORDS = ("l1_small_size", "trace_region_size", "num_command_queues", "worker_l1_size")
@@ -55,6 +56,15 @@ class MeshDeviceParamError(ValueError):
     """A mesh_device parameter that is neither (rows, cols) nor a chip count."""
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--ttmesh-system",
+        default=None,
+        help="the emulated machine the device fixtures open (n150, n300, t3k, galaxy, p150, p300, "
+        "line-N, ring-N or a cluster TOML); default $TTMESH_SYSTEM or t3k",
+    )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args):
     # Before any conftest runs: a project's root conftest often imports ttnn at the top.
@@ -64,6 +74,12 @@ def pytest_load_initial_conftests(early_config, parser, args):
 def pytest_configure(config):
     # Reached also when the plugin is registered late (pytest_plugins in a conftest).
     _install_aliases(config)
+    system = config.getoption("--ttmesh-system", default=None)
+    if system:
+        try:
+            select_system(system)
+        except RuntimeError as error:
+            raise pytest.UsageError(f"--ttmesh-system: {error}") from error
 
 
 def pytest_unconfigure(config):
