@@ -6,7 +6,8 @@ is ``ttmesh.ttnn``; tt-metal's test helpers (``tests.ttnn.utils_for_testing``,
 its own. The script runs as ``python SCRIPT.py`` would run it: ``sys.argv``, ``sys.path[0]``,
 ``__main__``, the exit code, and a traceback that starts in the script.
 
-Also ``python -m ttmesh -m MODULE [args]`` (e.g. ``-m ttnn.graph_report report.json OUT``)
+``--system NAME`` first picks the machine (n150, n300, t3k, galaxy, ...; default
+``$TTMESH_SYSTEM`` or t3k). Also ``python -m ttmesh -m MODULE [args]`` (e.g. ``-m ttnn.graph_report report.json OUT``)
 and ``python -m ttmesh -c CODE [args]``.
 """
 

@@ -20,6 +20,7 @@ Fixtures:
   the devices ``ttnn.get_device_ids()`` reports. More chips than that: skipped, as tt-metal
   skips.
 * ``t3k_mesh_device`` (1 x 8), ``n300_mesh_device`` (1 x 2).
+* ``--ttmesh-system NAME``: the machine the fixtures open (default ``$TTMESH_SYSTEM`` or t3k).
 * ``reset_seeds``, ``function_level_defaults``, ``use_program_cache``, ``silicon_arch_name``,
   ``silicon_arch_wormhole_b0``, ``silicon_arch_blackhole``, ``is_ci_env``.
 """
