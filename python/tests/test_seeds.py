@@ -42,6 +42,7 @@ def ttmesh_command():
 
 def environment():
     env = dict(os.environ)
+    env["TTMESH_SYSTEM"] = "t3k"  # the seeds' machine (seed 000 and 004 open a 1x8 T3K mesh)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(PYTHON_DIR), env.get("PYTHONPATH", "")] if p)
     return env
 
