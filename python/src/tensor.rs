@@ -347,16 +347,32 @@ fn host_from_bytes(
     r.map_err(|e| value_error(crate::errors::chain_text(&e)))
 }
 
-fn host_bytes<'py>(py: Python<'py>, h: &HostTensor) -> (Bound<'py, PyByteArray>, &'static str) {
+/// The values as native-endian bytes, written straight into a Python bytearray (numpy views
+/// it without another copy).
+fn host_bytes<'py>(
+    py: Python<'py>,
+    h: &HostTensor,
+) -> PyResult<(Bound<'py, PyByteArray>, &'static str)> {
+    fn fill<T: Copy, const N: usize>(out: &mut [u8], v: &[T], bytes: fn(T) -> [u8; N]) {
+        for (o, x) in out.chunks_exact_mut(N).zip(v) {
+            o.copy_from_slice(&bytes(*x));
+        }
+    }
     match &h.data {
-        HostData::F32(v) => {
-            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_ne_bytes()).collect();
-            (PyByteArray::new(py, &bytes), "f32")
-        }
-        HostData::U32(v) => {
-            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_ne_bytes()).collect();
-            (PyByteArray::new(py, &bytes), "u32")
-        }
+        HostData::F32(v) => Ok((
+            PyByteArray::new_with(py, v.len() * 4, |out| {
+                fill(out, v, f32::to_ne_bytes);
+                Ok(())
+            })?,
+            "f32",
+        )),
+        HostData::U32(v) => Ok((
+            PyByteArray::new_with(py, v.len() * 4, |out| {
+                fill(out, v, u32::to_ne_bytes);
+                Ok(())
+            })?,
+            "u32",
+        )),
     }
 }
 
@@ -875,7 +891,7 @@ pub fn read_data<'py>(
             }
         }
     };
-    let (bytes, kind) = host_bytes(py, &host);
+    let (bytes, kind) = host_bytes(py, &host)?;
     Ok((bytes, host.shape, kind))
 }
 

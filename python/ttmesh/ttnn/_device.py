@@ -118,8 +118,10 @@ def open_device(
         raise ValueError(
             f"open_device: device_id {device_id} does not exist: the system ({ttmesh.system()}) has {n} device(s), ids 0..{n - 1}"
         )
+    # One chip of the system's arch (chip id 0 in messages, as device 0 would be).
+    single = "p150" if _system_info()[0] == "blackhole" else "n150"
     return _opened(_n.open_mesh(
-        ttmesh.system(),
+        single,
         MeshShape(1, 1),
         _check_size("l1_small_size", l1_small_size),
         _check_size("trace_region_size", trace_region_size),
