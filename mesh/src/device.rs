@@ -55,6 +55,8 @@ pub struct MeshConfig {
     pub mesh_shape: Option<MeshShape>,
     pub trace_region_size: u64,
     pub l1_small_size: u64,
+    /// TT-NN's `worker_l1_size`: when set, every chip's L1 base moves to `top - worker_l1_size`.
+    pub worker_l1_size: Option<u64>,
     pub num_command_queues: u8,
     pub fabric_config: FabricConfig,
     pub operation_timeout: Option<Duration>,
@@ -71,6 +73,7 @@ impl Default for MeshConfig {
             mesh_shape: None,
             trace_region_size: 0,
             l1_small_size: 0,
+            worker_l1_size: None,
             num_command_queues: 1,
             fabric_config: FabricConfig::Fabric1D,
             operation_timeout: None,
@@ -285,6 +288,7 @@ impl MeshDevice {
             let mut cc = ChipConfig::new(id, arch.clone());
             cc.trace_region_size = config.trace_region_size;
             cc.l1_small_size = config.l1_small_size;
+            cc.worker_l1_size = config.worker_l1_size;
             cc.num_command_queues = config.num_command_queues;
             cc.replay_sanitizer = config.replay_sanitizer;
             cc.trace_digest = config.trace_digest;

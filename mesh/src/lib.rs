@@ -41,8 +41,8 @@ pub use ttmesh_chip::inspect::{
     InspectMemory, MemoryBlock, MemoryView,
 };
 pub use ttmesh_chip::tensor::{
-    create_sharded_memory_config, CoreGrid, CoreRange, ShardCores, ShardOrientation, ShardSpec,
-    ShardStrategy, TensorMemoryLayout,
+    create_sharded_memory_config, CoreGrid, CoreRange, HostData, PendingTensorRead, ShardCores,
+    ShardOrientation, ShardSpec, ShardStrategy, TensorMemoryLayout,
 };
 pub use ttmesh_chip::{
     compute::Activation, ArchSpec, Blocking, BufferType, CqId, DataType, HostTensor, Layout,

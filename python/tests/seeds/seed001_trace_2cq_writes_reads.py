@@ -1,0 +1,148 @@
+"""Seed 001 (trace and two CQs together): CQ 1 writes inputs and reads outputs, CQ 0 runs the
+traced model; persistent DRAM input and output, four events, the trace's L1 input at the
+address the trace recorded.
+
+The block between the markers is the seed's code as the document writes it, except one name:
+its capture block, copied from the previous example, waits on and records `op_event`, which
+this example never defines; the first-op event it means is used (marked where it happens).
+"""
+
+import seed_setup
+import ttnn
+from seed_setup import Model, check, finish, host_input, seed_device, to_host_tensor
+
+device, opened_here = seed_device(globals())
+model = Model(device)
+run_model = model.run
+host_tensor = to_host_tensor(host_input(0))
+shape, dtype, layout = ttnn.Shape(seed_setup.SHAPE), ttnn.float32, ttnn.TILE_LAYOUT
+sharded_dram_mem_config = seed_setup.sharded_dram_mem_config()
+sharded_l1_mem_config = seed_setup.sharded_l1_mem_config()
+input_sharded_l1_mem_config = sharded_l1_mem_config
+output_sharded_dram_mem_config = seed_setup.output_sharded_dram_mem_config()
+
+# --- seed 001, as written ---------------------------------------------------------------------
+# This example uses 1 CQ for writing inputs and reading outputs (CQ 1), and one CQ for executing programs (CQ 0)
+# Create the event for signalling when the first operation is completed. This is the consumer of the input tensor so once this is completed, we can issue the next write
+first_op_event = ttnn.create_event(device)
+# Create the event for when input write is completed. This is used to signal that the input tensor can be read/consumed
+write_event = ttnn.create_event(device)
+# Create the event for signalling when the last operation is completed. This is the producer of the otuput tensor so once this is completed, we can issue the next read
+last_op_event = ttnn.create_event(device)
+# Create the event for when output read is completed. This is used to signal that the output tensor can be overwritten
+read_event = ttnn.create_event(device)
+# Allocate our persistent input tensor
+input_dram_tensor = ttnn.allocate_tensor_on_device(shape, dtype, layout, device, sharded_dram_mem_config)
+# Dummy record an op event on CQ 0 since we wait on this first in the loop
+ttnn.record_event(0, first_op_event)
+# Dummy record a read event on CQ 1 since we wait on this first in the loop
+ttnn.record_event(1, read_event)
+# First run to compile the model
+# Stall CQ 1 for the input tensor consumer (CQ 0) to signal it has finished so we can start overwriting the previous input tensor with the new one
+ttnn.wait_for_event(1, first_op_event)
+# Write the next input tensor on CQ 1
+ttnn.copy_host_to_device_tensor(host_tensor, input_dram_tensor, cq_id=1)
+# Signal that the write has finished on CQ 1
+ttnn.record_event(1, write_event)
+# Make CQ 0 stall until CQ 1 has signalled that the write has finished
+ttnn.wait_for_event(0, write_event)
+# Run the first operation of the model on CQ 0
+input_l1_tensor = ttnn.to_memory_config(input_dram_tensor, input_sharded_l1_mem_config)
+# Signal to the producer (CQ 1) that CQ 0 is finished with the input and it can be overwritten
+ttnn.record_event(0, first_op_event)
+# Run the rest of the model on the default CQ (0)
+output_tensor = run_model(input_l1_tensor)
+# Make CQ 0 stall until CQ 1 has signalled that the read has finished
+ttnn.wait_for_event(0, read_event)
+# Run the last operation of the model on CQ 0
+output_dram_tensor = ttnn.reshard(output_tensor, output_sharded_dram_mem_config)
+# Signal that the model has finished on CQ 0
+ttnn.record_event(0, last_op_event)
+# Capture the trace of the model
+# seed: "op_event", a name this example never defines (the previous example's); its first-op event is meant
+ttnn.wait_for_event(1, first_op_event)
+ttnn.copy_host_to_device_tensor(host_tensor, input_dram_tensor, cq_id=1)
+ttnn.record_event(1, write_event)
+ttnn.wait_for_event(0, write_event)
+input_l1_tensor = ttnn.to_memory_config(input_dram_tensor, sharded_l1_mem_config)
+# seed: "op_event", a name this example never defines (the previous example's); its first-op event is meant
+ttnn.record_event(0, first_op_event)
+# Record the address of the input tensor to trace so that we can validate we allocated our input tensor at the right address
+input_trace_addr = input_l1_tensor.buffer_address()
+shape = input_l1_tensor.shape
+dtype = input_l1_tensor.dtype
+layout = input_l1_tensor.layout
+# Deallocate the previous output tensor here so that we will allocate our input tensor at the right address afterwards
+output_tensor.deallocate(force=True)
+tid = ttnn.begin_trace_capture(device, cq_id=0)
+# It is important that we keep the output tensor on device returned here, so that we have the output tensor and associated address to read from after executing trace
+output_tensor = run_model(input_l1_tensor)
+# Try allocating our persistent input tensor here and verifying it matches the address that trace captured
+input_l1_tensor = ttnn.allocate_tensor_on_device(shape, dtype, layout, device, sharded_l1_mem_config)
+assert input_trace_addr == input_l1_tensor.buffer_address()
+ttnn.end_trace_capture(device, tid, cq_id=0)
+outputs = []
+# Stall CQ 1 for the input tensor consumer (CQ 0) to signal it has finished so we can start overwriting the previous input tensor with the new one
+ttnn.wait_for_event(1, first_op_event)
+# Write the next input tensor on CQ 1
+ttnn.copy_host_to_device_tensor(host_tensor, input_dram_tensor, cq_id=1)
+# Signal that the write has finished on CQ 1
+ttnn.record_event(1, write_event)
+for iter in range(0, 2):
+    # Make CQ 0 stall until CQ 1 has signalled that the write has finished
+    ttnn.wait_for_event(0, write_event)
+    # Run the first operation of the model on CQ 0
+    # Note here that we are writing to our persisent input tensor in place to reuse the address
+    input_l1_tensor = ttnn.reshard(input_dram_tensor, sharded_l1_mem_config, input_l1_tensor)
+    # Signal to the producer (CQ 1) that CQ 0 is finished with the input and it can be overwritten
+    ttnn.record_event(0, first_op_event)
+    # Run the rest of the model on the default CQ (0)
+    ttnn.execute_trace(device, tid, cq_id=0, blocking=False)
+    # Make CQ 0 stall until CQ 1 has signalled that the read has finished
+    ttnn.wait_for_event(0, read_event)
+    # Run the last operation of the model on CQ 0
+    output_dram_tensor = ttnn.reshard(output_tensor, output_sharded_dram_mem_config, output_dram_tensor)
+    # Signal that the model has finished on CQ 0
+    ttnn.record_event(0, last_op_event)
+    # Stall CQ 1 for the input tensor consumer (CQ 0) to signal it has finished so we can start overwriting the previous input tensor with the new one
+    ttnn.wait_for_event(1, first_op_event)
+    # Write the next input tensor on CQ 1
+    ttnn.copy_host_to_device_tensor(host_tensor, input_dram_tensor, cq_id=1)
+    # Signal that the write has finished on CQ 1
+    ttnn.record_event(1, write_event)
+    # Make CQ 1 stall until CQ 0 has signalled that the model has finished
+    ttnn.wait_for_event(1, last_op_event)
+    outputs.append(output_dram_tensor.cpu(blocking=False, cq_id=1))
+    # Signal that the read has finished on CQ 1
+    ttnn.record_event(1, read_event)
+# Make CQ 0 stall until CQ 1 has signalled that the write has finished
+ttnn.wait_for_event(0, write_event)
+# Run the first operation of the model on CQ 0
+# Note here that we are writing to our persisent input tensor in place to reuse the address
+input_l1_tensor = ttnn.reshard(input_dram_tensor, sharded_l1_mem_config, input_l1_tensor)
+# Signal to the producer (CQ 1) that CQ 0 is finished with the input and it can be overwritten
+ttnn.record_event(0, first_op_event)
+# Run the rest of the model on the default CQ (0)
+ttnn.execute_trace(device, tid, cq_id=0, blocking=False)
+# Make CQ 0 stall until CQ 1 has signalled that the read has finished
+ttnn.wait_for_event(0, read_event)
+# Run the last operation of the model on CQ 0
+output_dram_tensor = ttnn.reshard(output_tensor, output_sharded_dram_mem_config, output_dram_tensor)
+# Signal that the model has finished on CQ 0
+ttnn.record_event(0, last_op_event)
+# Make CQ 1 stall until CQ 0 has signalled that the model has finished
+ttnn.wait_for_event(1, last_op_event)
+outputs.append(output_dram_tensor.cpu(blocking=False, cq_id=1))
+# Signal that the read has finished on CQ 1
+ttnn.record_event(1, read_event)
+# --- end of the seed --------------------------------------------------------------------------
+
+ttnn.synchronize_device(device)
+# Two in the loop and the last one after it: the loop writes the next input before reading.
+assert len(outputs) == 3
+for i, output in enumerate(outputs):
+    check(output, model.reference(host_input(0)), f"traced iteration {i}, read on CQ 1")
+assert input_l1_tensor.buffer_address() == input_trace_addr
+ttnn.release_trace(device, tid)
+finish(device, opened_here)
+print("PASS seed 001 trace with two CQs, CQ 1 writes and reads")
