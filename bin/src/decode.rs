@@ -26,13 +26,10 @@ const MAX_NEW_TOKENS: usize = 100_000;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct DecodeArgs {
-    /// n150, n300, t3k, galaxy, p150, p300, line-N, ring-N, or a topology TOML file. The model
-    /// is split over the chips (tensor parallel); a Galaxy splits it over each row of 8.
-    #[arg(long, default_value = "t3k")]
-    pub mesh: String,
-    /// 1d or 1d-ring: the fabric the collectives run on.
-    #[arg(long, default_value = "1d")]
-    pub fabric: String,
+    /// The mesh (the model is split over its chips, tensor parallel; a Galaxy splits it over
+    /// each row of 8), the fabric, JSON output.
+    #[command(flatten)]
+    pub on: crate::mesh_args::MeshArgs,
     /// A llama-architecture GGUF file. Without it, a small synthetic llama (fixed-seed random
     /// weights, GQA, tied embeddings) is written to a temporary file and used.
     #[arg(long, value_name = "PATH.gguf")]
@@ -58,9 +55,6 @@ pub struct DecodeArgs {
     #[arg(long, default_value_t = 64 << 20, allow_negative_numbers = true,
           value_parser = crate::limits::whole::<u64>("a number of bytes per chip, 0 or more"))]
     pub trace_region_size: u64,
-    /// Print one JSON object instead of streamed text and tables.
-    #[arg(long)]
-    pub json: bool,
     /// Keep the mesh open this many seconds after decoding (for `ttmesh monitor`).
     #[arg(
         long,
@@ -87,7 +81,7 @@ pub(crate) fn parse_dtype(s: &str) -> Result<DataType, String> {
 }
 
 fn check_flags(args: &DecodeArgs) -> Result<DataType, String> {
-    crate::limits::parse_fabric(&args.fabric)?;
+    args.on.fabric_config()?;
     if args.batch == 0 || args.batch > MAX_BATCH {
         return Err(format!(
             "--batch {}: decode 1 to {MAX_BATCH} users per step (one per row of a tile, as TT-NN does)",
@@ -201,7 +195,7 @@ fn place(
     weights: &LlamaWeights,
     decode: DeviceDecodeConfig,
 ) -> Result<DeviceLlama, String> {
-    let bar = if args.json {
+    let bar = if args.on.json {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(weights.config.block_count as u64)
@@ -221,9 +215,9 @@ fn place(
 pub fn run(args: &DecodeArgs) -> Result<(), String> {
     let dtype = check_flags(args)?;
     args.profile.check()?;
-    let fabric_config = crate::limits::parse_fabric(&args.fabric)?;
+    let fabric_config = args.on.fabric_config()?;
     let progress = |what: &str| {
-        if !args.json {
+        if !args.on.json {
             eprintln!("decode: {what}");
         }
     };
@@ -247,16 +241,16 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
     progress(&format!(
         "loaded in {:.2} s; opening {} and placing weights, KV cache and RoPE tables in DRAM",
         t.elapsed().as_secs_f64(),
-        args.mesh
+        args.on.mesh
     ));
     let mesh = MeshDevice::open(MeshConfig {
-        topology: args.mesh.clone(),
+        topology: args.on.mesh.clone(),
         trace_region_size: args.trace_region_size,
         fabric_config,
         ..Default::default()
     })
-    .map_err(|e| format!("--mesh {}: {e}", args.mesh))?;
-    if let Err(e) = crate::limits::check_fabric_fits(&mesh, fabric_config, &args.mesh) {
+    .map_err(|e| format!("--mesh {}: {e}", args.on.mesh))?;
+    if let Err(e) = crate::limits::check_fabric_fits(&mesh, fabric_config, &args.on.mesh) {
         let _ = mesh.close();
         return Err(e);
     }
@@ -335,7 +329,7 @@ fn decode_on(
     let mut input = prompt[0];
     let mut out = std::io::stdout();
     // Prefill runs the decode step once per prompt token: a long prompt must not look hung.
-    let prefill_bar = if args.json || prompt.len() < 2 {
+    let prefill_bar = if args.on.json || prompt.len() < 2 {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(prompt.len() as u64 - 1)
@@ -375,13 +369,13 @@ fn decode_on(
         if !prefill_bar.is_finished() {
             // The prompt is printed once prefill is done, so the bar never draws over it.
             prefill_bar.finish_and_clear();
-            if !args.json {
+            if !args.on.json {
                 print!("{}", args.prompt);
             }
         }
         input = next[0];
         generated.push(input);
-        if !args.json {
+        if !args.on.json {
             print!("{}", stream.push(input).map_err(|e| e.to_string())?);
             let _ = out.flush();
         }
@@ -392,7 +386,7 @@ fn decode_on(
     let wire_bytes_per_token = steady_bytes_from
         .filter(|_| steady_steps > 0)
         .map(|from| (fabric_bytes(mesh) - from) as f64 / steady_steps as f64);
-    if !args.json {
+    if !args.on.json {
         println!("{}", stream.finish().map_err(|e| e.to_string())?);
     }
     let untraced_first = (!comparison.step.is_empty()).then(|| comparison.steady(false));
@@ -412,7 +406,7 @@ fn decode_on(
         untraced_first,
         wire_bytes_per_token,
     };
-    if args.json {
+    if args.on.json {
         let mut v = report.json();
         if let Some(p) = &profile {
             v["profile"] = crate::profile::to_json(p);
@@ -480,8 +474,8 @@ impl Report<'_> {
             })
             .collect();
         json!({
-            "model": self.model_name, "mesh": self.args.mesh, "chips": self.mesh.num_devices(),
-            "fabric": self.args.fabric,
+            "model": self.model_name, "mesh": self.args.on.mesh, "chips": self.mesh.num_devices(),
+            "fabric": self.args.on.fabric,
             "parallel": {
                 "degree": p.degree, "cluster_axis": p.cluster_axis, "replicas": p.replicas,
                 "query_heads_per_chip": p.local_heads(), "kv_heads_per_chip": p.local_kv_heads(),
@@ -509,9 +503,9 @@ impl Report<'_> {
         println!(
             "\n{} on {} ({} chip(s), {} fabric), {}, batch {}",
             self.model_name,
-            a.mesh,
+            a.on.mesh,
             self.mesh.num_devices(),
-            a.fabric,
+            a.on.fabric,
             a.dtype,
             a.batch
         );

@@ -22,15 +22,6 @@ pub fn whole<T: std::str::FromStr>(
     }
 }
 
-/// `--fabric`: 1d or 1d-ring.
-pub fn parse_fabric(s: &str) -> Result<FabricConfig, String> {
-    match s {
-        "1d" => Ok(FabricConfig::Fabric1D),
-        "1d-ring" => Ok(FabricConfig::Fabric1DRing),
-        other => Err(format!("--fabric {other}: use 1d or 1d-ring")),
-    }
-}
-
 /// Refuses a fabric the opened mesh cannot carry: FABRIC_1D_RING needs at least one line of
 /// chips (a row, a column, or the line through all of them) whose two ends are linked.
 /// Otherwise it would run every collective as a line while the report says ring.

@@ -6,6 +6,7 @@ mod bench;
 mod decode;
 mod graph_report;
 mod limits;
+mod mesh_args;
 mod plan;
 mod plan_decode;
 mod profile;

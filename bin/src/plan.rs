@@ -7,9 +7,7 @@
 use serde_json::json;
 use ttmesh::graph::{self, ChipPlan};
 use ttmesh::models::TpMlp;
-use ttmesh::{
-    CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshTensor, TensorSpec,
-};
+use ttmesh::{CqId, DataType, Layout, MemoryConfig, MeshTensor, TensorSpec};
 
 /// `ttmesh plan [run|decode]`; the bare form plans `run`'s block, as it always did.
 #[derive(clap::Args, Debug, Clone)]
@@ -29,40 +27,10 @@ pub enum PlanWhat {
     Decode(crate::plan_decode::DecodePlanArgs),
 }
 
-/// The mesh a plan is for, and how it prints.
-#[derive(clap::Args, Debug, Clone)]
-pub struct PlanMesh {
-    /// n150, n300, t3k, galaxy, p150, p300, line-N, ring-N, or a topology TOML file.
-    #[arg(long, default_value = "t3k")]
-    pub mesh: String,
-    /// 1d or 1d-ring.
-    #[arg(long, default_value = "1d")]
-    pub fabric: String,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-impl PlanMesh {
-    /// The mesh as `ttmesh run` / `ttmesh decode` open it (their trace region aside).
-    pub fn config(&self) -> Result<MeshConfig, String> {
-        let fabric_config = match self.fabric.as_str() {
-            "1d" => FabricConfig::Fabric1D,
-            "1d-ring" => FabricConfig::Fabric1DRing,
-            other => return Err(format!("unknown --fabric '{other}': use 1d or 1d-ring")),
-        };
-        Ok(MeshConfig {
-            topology: self.mesh.clone(),
-            fabric_config,
-            ..Default::default()
-        })
-    }
-}
-
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunPlanArgs {
     #[command(flatten)]
-    pub on: PlanMesh,
+    pub on: crate::mesh_args::MeshArgs,
     /// Hidden size of `ttmesh run`'s block.
     #[arg(long, default_value_t = 512)]
     pub hidden: usize,

@@ -23,7 +23,7 @@ use ttmesh_models::{
 
 use ttmesh_benches::predict::{capture_decode, DecodePrediction};
 
-use crate::plan::{print_chips, PlanMesh};
+use crate::plan::print_chips;
 
 /// The largest value a shape flag takes (as the GGUF reader allows).
 const MAX_DIM: usize = 1 << 24;
@@ -31,7 +31,7 @@ const MAX_DIM: usize = 1 << 24;
 #[derive(clap::Args, Debug, Clone)]
 pub struct DecodePlanArgs {
     #[command(flatten)]
-    pub on: PlanMesh,
+    pub on: crate::mesh_args::MeshArgs,
     /// A llama-architecture GGUF: only its header (metadata and tensor shapes) is read. Without
     /// it (and without shape flags), the synthetic model `ttmesh decode` uses by default.
     #[arg(long, value_name = "PATH.gguf", conflicts_with_all = ["hidden", "ffn", "layers", "heads", "kv_heads", "vocab"])]

@@ -15,12 +15,8 @@ use ttmesh::{
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
-    /// n150, n300, t3k, galaxy, p150, p300, line-N, ring-N, or a topology TOML file.
-    #[arg(long, default_value = "t3k")]
-    pub mesh: String,
-    /// 1d or 1d-ring.
-    #[arg(long, default_value = "1d")]
-    pub fabric: String,
+    #[command(flatten)]
+    pub on: crate::mesh_args::MeshArgs,
     /// Bytes per chip reserved for traces.
     #[arg(long, default_value_t = 10_000_000, allow_negative_numbers = true,
           value_parser = crate::limits::whole::<u64>("a number of bytes per chip, 0 or more"))]
@@ -32,9 +28,6 @@ pub struct RunArgs {
     /// Run the block untraced only.
     #[arg(long)]
     pub no_trace: bool,
-    /// Print one JSON object instead of tables.
-    #[arg(long)]
-    pub json: bool,
     /// Keep the mesh open this many seconds after the run (for `ttmesh monitor`).
     #[arg(
         long,
@@ -80,11 +73,11 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 pub fn run(args: &RunArgs) -> Result<(), String> {
-    let fabric_config = crate::limits::parse_fabric(&args.fabric)?;
+    let fabric_config = args.on.fabric_config()?;
     crate::limits::check_flags(args)?;
     args.profile.check()?;
     let config = MeshConfig {
-        topology: args.mesh.clone(),
+        topology: args.on.mesh.clone(),
         trace_region_size: args.trace_region_size,
         fabric_config,
         ..Default::default()
@@ -93,7 +86,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let n = mesh.num_devices();
     let (t, h, f) = (args.tokens, args.hidden, args.ffn);
     let dram_per_chip = mesh.reports().iter().map(|c| c.dram_capacity).min();
-    let fits = crate::limits::check_fabric_fits(&mesh, fabric_config, &args.mesh)
+    let fits = crate::limits::check_fabric_fits(&mesh, fabric_config, &args.on.mesh)
         .and_then(|()| crate::limits::check_fits(args, n, dram_per_chip.unwrap_or(0)));
     if let Err(e) = fits {
         let _ = mesh.close();
@@ -128,7 +121,7 @@ fn run_on(
     // A large block takes seconds per phase (weights, the host reference, each iteration on
     // a single chip): say which one is running. On stderr, and only on a terminal (indicatif
     // hides itself otherwise); gone before the report is printed.
-    let bar = if args.json {
+    let bar = if args.on.json {
         ProgressBar::hidden()
     } else {
         ProgressBar::new_spinner()
@@ -317,7 +310,7 @@ fn report(mesh: &MeshDevice, args: &RunArgs, steps: Steps) -> Result<serde_json:
         trace_bytes,
     } = steps;
     let reports = mesh.reports();
-    if args.json {
+    if args.on.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?

@@ -111,7 +111,7 @@ fn trace_region_too_small_exits_with_the_size_needed() {
 #[test]
 fn bad_flags_fail_with_a_message() {
     for (args, expect) in [
-        (vec!["run", "--fabric", "2d-torus"], "--fabric"),
+        (vec!["run", "--fabric", "3d"], "--fabric"),
         (vec!["run", "--mesh", "line-99"], "line-99"),
         (
             vec!["run", "--mesh", "/nonexistent/cluster.toml"],

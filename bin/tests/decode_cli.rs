@@ -75,7 +75,7 @@ fn bad_decode_flags_exit_1_naming_the_flag() {
             "--max-new-tokens 0",
         ),
         (&["decode", "--hold", "inf"][..], "--hold inf"),
-        (&["decode", "--fabric", "2d"][..], "--fabric 2d"),
+        (&["decode", "--fabric", "3d"][..], "--fabric 3d"),
         // The synthetic model's FFN (256 = 8 tiles) does not split over 16 chips.
         (
             &["decode", "--mesh", "line-16"][..],

@@ -1,0 +1,34 @@
+//! The flags every command that opens a mesh shares (`run`, `decode`, `plan`): which mesh,
+//! which fabric, and JSON output, parsed in this one place.
+
+use ttmesh::{FabricConfig, MeshConfig};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct MeshArgs {
+    /// n150, n300, t3k, galaxy, p150, p300, line-N, ring-N, or a topology TOML file.
+    #[arg(long, default_value = "t3k")]
+    pub mesh: String,
+    /// The fabric the collectives run on: 1d or 1d-ring (tt-metal's names, such as
+    /// FABRIC_1D_RING, work too).
+    #[arg(long, default_value = "1d")]
+    pub fabric: String,
+    /// Print one JSON object instead of text and tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl MeshArgs {
+    /// `--fabric` as the library names it (`FabricConfig::from_name`, the one parser).
+    pub fn fabric_config(&self) -> Result<FabricConfig, String> {
+        FabricConfig::from_name(&self.fabric).map_err(|e| format!("--fabric {}: {e}", self.fabric))
+    }
+
+    /// The mesh as `ttmesh run` / `ttmesh decode` open it (their trace region aside).
+    pub fn config(&self) -> Result<MeshConfig, String> {
+        Ok(MeshConfig {
+            topology: self.mesh.clone(),
+            fabric_config: self.fabric_config()?,
+            ..Default::default()
+        })
+    }
+}
