@@ -192,6 +192,23 @@ pub struct Tensor {
     pub int32: bool,
 }
 
+impl Drop for Tensor {
+    /// Freeing a device tensor frees it on every chip of its mesh: in turn with the other
+    /// threads' chip calls (see `errors::CHIP_CALLS`). The GIL is held here; a thread that
+    /// holds the lock never waits for the GIL before releasing it, so this cannot deadlock.
+    fn drop(&mut self) {
+        if matches!(self.st, Storage::Device(..) | Storage::Shard(..)) {
+            let _turn = crate::errors::CHIP_CALLS.lock();
+            let emptied = Storage::Host(HostStore {
+                parts: Vec::new(),
+                placement: HostPlacement::Whole,
+                layout: ttmesh::Layout::RowMajor,
+            });
+            drop(std::mem::replace(&mut self.st, emptied));
+        }
+    }
+}
+
 /// What to do with a host tensor on a mesh (from a `mesh_mapper` or a host tensor's placement).
 #[derive(Clone, Debug)]
 pub enum Mapper {

@@ -122,3 +122,30 @@ def test_tensor_outlives_its_closed_device(rng):
     t.deallocate()  # harmless
     del t
     gc.collect()
+
+
+def test_threads_issuing_ops_on_one_mesh_stay_in_lockstep():
+    """Ops (and frees) from several Python threads take turns on the host, so every chip of
+    the mesh allocates in the same order."""
+    mesh = ttnn.open_mesh_device(ttnn.MeshShape(2, 4))
+    try:
+        x = ttnn.from_torch(np.ones((1, 1, 32, 32), np.float32), dtype=ttnn.float32, layout=ttnn.TILE_LAYOUT, device=mesh)
+        errors = []
+
+        def work():
+            try:
+                for _ in range(200):
+                    y = ttnn.relu(ttnn.add(x, x))
+                    del y
+            except Exception as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+        np.testing.assert_array_equal(to_np(ttnn.get_device_tensors(ttnn.relu(ttnn.add(x, x)))[7]), np.full((1, 1, 32, 32), 2, np.float32))
+    finally:
+        ttnn.close_mesh_device(mesh)
