@@ -674,6 +674,17 @@ impl Tensor {
     ) -> PyResult<Tensor> {
         to_device(py, self, device, memory_config, cq_id)
     }
+    /// `tensor.to_torch(mesh_composer=None)`: as `ttnn.to_torch(tensor, ...)`.
+    #[pyo3(signature = (mesh_composer = None))]
+    fn to_torch(
+        slf: &Bound<'_, Self>,
+        mesh_composer: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let kwargs = pyo3::types::PyDict::new(slf.py());
+        kwargs.set_item("mesh_composer", mesh_composer)?;
+        let f = slf.py().import("ttmesh.ttnn")?.getattr("to_torch")?;
+        Ok(f.call((slf,), Some(&kwargs))?.unbind())
+    }
     fn __repr__(&self) -> String {
         let (shape, dtype, layout, mc) = self.spec_fields();
         let place = match &self.st {
