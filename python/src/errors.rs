@@ -54,9 +54,16 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".into())
 }
 
+/// Held by every host call into the chips, and by the drop of a device tensor: a mesh op
+/// allocates on its chips one after another, so two Python threads issuing ops (or freeing
+/// tensors) at once would give the chips' allocators different orders and the mesh's lockstep
+/// addresses would diverge. One lock for the process: threads then take turns on the host,
+/// while the chips still run in parallel on their own threads.
+pub static CHIP_CALLS: parking_lot::Mutex<()> = parking_lot::const_mutex(());
+
 /// Runs chip work: first lets a pending Ctrl-C surface as `KeyboardInterrupt` (so a program
 /// stops between ops), then runs `f` with the GIL released (other Python threads go on while
-/// the chips work), catching a panic.
+/// the chips work) and [`CHIP_CALLS`] held, catching a panic.
 pub fn chip_work<T, E, F>(py: Python<'_>, f: F) -> PyResult<T>
 where
     T: Send,
@@ -64,7 +71,10 @@ where
     F: FnOnce() -> Result<T, E> + Send,
 {
     py.check_signals()?;
-    let out = py.detach(|| catch_unwind(AssertUnwindSafe(f)));
+    let out = py.detach(|| {
+        let _turn = CHIP_CALLS.lock();
+        catch_unwind(AssertUnwindSafe(f))
+    });
     match out {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(classify(&e)),

@@ -192,6 +192,23 @@ pub struct Tensor {
     pub int32: bool,
 }
 
+impl Drop for Tensor {
+    /// Freeing a device tensor frees it on every chip of its mesh: in turn with the other
+    /// threads' chip calls (see `errors::CHIP_CALLS`). The GIL is held here; a thread that
+    /// holds the lock never waits for the GIL before releasing it, so this cannot deadlock.
+    fn drop(&mut self) {
+        if matches!(self.st, Storage::Device(..) | Storage::Shard(..)) {
+            let _turn = crate::errors::CHIP_CALLS.lock();
+            let emptied = Storage::Host(HostStore {
+                parts: Vec::new(),
+                placement: HostPlacement::Whole,
+                layout: ttmesh::Layout::RowMajor,
+            });
+            drop(std::mem::replace(&mut self.st, emptied));
+        }
+    }
+}
+
 /// What to do with a host tensor on a mesh (from a `mesh_mapper` or a host tensor's placement).
 #[derive(Clone, Debug)]
 pub enum Mapper {
@@ -656,6 +673,17 @@ impl Tensor {
         cq_id: u8,
     ) -> PyResult<Tensor> {
         to_device(py, self, device, memory_config, cq_id)
+    }
+    /// `tensor.to_torch(mesh_composer=None)`: as `ttnn.to_torch(tensor, ...)`.
+    #[pyo3(signature = (mesh_composer = None))]
+    fn to_torch(
+        slf: &Bound<'_, Self>,
+        mesh_composer: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let kwargs = pyo3::types::PyDict::new(slf.py());
+        kwargs.set_item("mesh_composer", mesh_composer)?;
+        let f = slf.py().import("ttmesh.ttnn")?.getattr("to_torch")?;
+        Ok(f.call((slf,), Some(&kwargs))?.unbind())
     }
     fn __repr__(&self) -> String {
         let (shape, dtype, layout, mc) = self.spec_fields();

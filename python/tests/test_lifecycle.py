@@ -59,35 +59,33 @@ def test_open_close_200_times_leaves_rss_and_threads_flat(rng):
 
 
 def test_gil_is_released_while_chips_work(rng):
-    """A Python thread keeps running while the main thread waits on chip work."""
+    """While one thread reads a large tensor back (the device read and untilize run in Rust),
+    another keeps running Python. With the GIL held through the call the second thread stalls
+    for most of it (measured: 58-96 % of the call); released, for switch intervals (15-23 %)."""
     device = ttnn.open_device(device_id=0)
     try:
-        a = ttnn.from_torch(rng.standard_normal((1, 1, 512, 512), dtype=np.float32), dtype=ttnn.float32, layout=ttnn.TILE_LAYOUT, device=device)
-        ttnn.matmul(a, a)
-        ticks = [0]
-        stop = threading.Event()
+        a = ttnn.from_torch(rng.standard_normal((1, 1, 2048, 2048), dtype=np.float32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device)
+        ttnn.synchronize_device(device)
+        ratios = []
+        for _ in range(3):
+            done = threading.Event()
+            took = []
 
-        def spin():
-            while not stop.is_set():
-                ticks[0] += 1
+            def read():
+                t0 = time.perf_counter()
+                ttnn.to_numpy(a)
+                took.append(time.perf_counter() - t0)
+                done.set()
 
-        th = threading.Thread(target=spin)
-        th.start()
-        try:
-            ticks_before_ops = None
-            t0 = time.perf_counter()
-            n = 0
-            while time.perf_counter() - t0 < 0.5:
-                if ticks_before_ops is None:
-                    ticks_before_ops = ticks[0]
-                to_np(ttnn.matmul(a, a))
-                n += 1
-        finally:
-            stop.set()
+            stamps = [time.perf_counter()]
+            th = threading.Thread(target=read)
+            th.start()
+            while not done.is_set():
+                stamps.append(time.perf_counter())
             th.join()
-        # With the GIL held through each op, the spinning thread would only run at the switch
-        # interval between them; released, it runs all the while.
-        assert ticks[0] - ticks_before_ops > 1000 * n
+            longest_stall = max(b - a for a, b in zip(stamps, stamps[1:]))
+            ratios.append(longest_stall / took[0])
+        assert min(ratios) < 0.5, f"the main thread stalled for {[round(r, 2) for r in ratios]} of each read"
     finally:
         ttnn.close_device(device)
 
@@ -122,3 +120,30 @@ def test_tensor_outlives_its_closed_device(rng):
     t.deallocate()  # harmless
     del t
     gc.collect()
+
+
+def test_threads_issuing_ops_on_one_mesh_stay_in_lockstep():
+    """Ops (and frees) from several Python threads take turns on the host, so every chip of
+    the mesh allocates in the same order."""
+    mesh = ttnn.open_mesh_device(ttnn.MeshShape(2, 4))
+    try:
+        x = ttnn.from_torch(np.ones((1, 1, 32, 32), np.float32), dtype=ttnn.float32, layout=ttnn.TILE_LAYOUT, device=mesh)
+        errors = []
+
+        def work():
+            try:
+                for _ in range(200):
+                    y = ttnn.relu(ttnn.add(x, x))
+                    del y
+            except Exception as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+        np.testing.assert_array_equal(to_np(ttnn.get_device_tensors(ttnn.relu(ttnn.add(x, x)))[7]), np.full((1, 1, 32, 32), 2, np.float32))
+    finally:
+        ttnn.close_mesh_device(mesh)

@@ -56,6 +56,8 @@ def test_to_device_from_device_cpu(device, rng):
     np.testing.assert_array_equal(to_np(pending), x)
     d2 = h.to(device, ttnn.DRAM_MEMORY_CONFIG)
     np.testing.assert_array_equal(ttnn.to_numpy(d2), x)
+    back = d2.to_torch()
+    np.testing.assert_array_equal(back if isinstance(back, np.ndarray) else back.numpy(), x)
 
 
 def test_allocate_copy_deallocate(device, rng):

@@ -182,6 +182,11 @@ def _close(fn, device):
     p = _env_profiles.pop(hash(device), None) if device.is_open else None
     if p is not None:
         p.__exit__(None, None, None)
+    from . import _ops  # noqa: PLC0415
+
+    key = hash(device)
+    for k in [k for k in _ops._scalars if k[0] == key]:
+        del _ops._scalars[k]
     try:
         _n.close_mesh(device)
     finally:
