@@ -165,9 +165,9 @@ pub(crate) struct Dispatcher {
     cq: CqId,
     /// Reused buffer for trace replays: a replay allocates nothing once warmed up.
     trace_scratch: Vec<u8>,
-    /// Which trace `trace_scratch` holds: (id, address, pages, size, TRACE-region epoch). The
-    /// same key means no byte of the region changed since it was read, so the read is skipped.
-    /// Whether they were checked against the trace's digest is part of the key.
+    /// Which trace `trace_scratch` holds: (id, address, pages, size, TRACE-region epoch,
+    /// checked against the digest). The same key means no byte of the region changed since
+    /// it was read (and checked), so the read and the check are skipped.
     scratch_key: Option<(u32, u32, u32, u64, u64, bool)>,
     programs: Vec<Arc<Program>>,
     launch: PendingLaunch,
