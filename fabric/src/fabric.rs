@@ -194,7 +194,8 @@ fn build_hop(
 impl Fabric {
     /// Builds the fabric and starts one router thread per chip, line and direction.
     pub fn new(spec: FabricSpec, memories: Vec<Arc<dyn ChipMemory>>) -> Result<Fabric> {
-        if spec.config == FabricConfig::Fabric2D {
+        if spec.config.is_2d() {
+            spec.check_config()?;
             return Err(FabricError::Unsupported {
                 name: spec.config.tt_metal_name().into(),
             });
@@ -766,6 +767,11 @@ impl Inner {
             None => Err(FabricError::NoRoute { src, dst }),
             Some((hops, ..)) if hops > MAX_HOPS => {
                 Err(FabricError::RouteTooLong { src, dst, hops })
+            }
+            Some((hops, ..))
+                if hops > 1 && self.spec.config == FabricConfig::Fabric1DNeighborExchange =>
+            {
+                Err(FabricError::NotNeighbours { src, dst, hops })
             }
             Some((hops, li, fwd, ps)) => Ok((li, fwd, hops, ps)),
         }

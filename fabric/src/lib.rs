@@ -154,7 +154,7 @@ pub mod testing;
 pub use config::{
     copy_through_buffer, AxisLine, ChipMemory, ComputedFill, Dir, EthLink, FabricConfig,
     FabricSpec, Fault, HeldMemory, LineDir, LinkDirection, LinkParams, LinkStats, MemSpace,
-    NocAddr, RouteInfo,
+    MeshGrid, NocAddr, RouteInfo,
 };
 pub use error::{FabricError, MemoryError};
 pub use fabric::Fabric;

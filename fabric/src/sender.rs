@@ -242,11 +242,16 @@ impl FabricSender {
                 ))
             })?;
         let forward = line.dir == Dir::Forward;
-        let max = l.max_hops(pos, forward).min(packet::MAX_HOPS);
+        let reach = match inner.spec.config {
+            FabricConfig::Fabric1DNeighborExchange => 1,
+            _ => packet::MAX_HOPS,
+        };
+        let max = l.max_hops(pos, forward).min(reach);
         if start_hops == 0 || range == 0 || start_hops + range - 1 > max {
             return Err(FabricError::InvalidArgument(format!(
                 "multicast from chip {} to hops {start_hops}..{} {:?} along axis {} is out of \
-                 reach: hops must lie in 1..={max} (the line's end, or 16 for the 1D header)",
+                 reach: hops must lie in 1..={max} (the line's end, 16 for the 1D header, 1 under \
+                 FABRIC_1D_NEIGHBOR_EXCHANGE)",
                 self.chip,
                 start_hops as u64 + range as u64,
                 line.dir,
