@@ -21,9 +21,6 @@ pub enum FabricError {
         fits: String,
     },
 
-    #[error("fabric config {name} is not supported yet; use Fabric1D or Fabric1DRing")]
-    Unsupported { name: String },
-
     #[error(
         "FABRIC_1D_NEIGHBOR_EXCHANGE reaches only neighbours, and chip {dst} is {hops} hops \
          from chip {src}; open the fabric with FABRIC_1D to send farther"
@@ -53,8 +50,8 @@ pub enum FabricError {
     NoRoute { src: u32, dst: u32 },
 
     #[error(
-        "route from chip {src} to chip {dst} needs {hops} hops, but the 1D packet header \
-         encodes at most 16"
+        "route from chip {src} to chip {dst} needs {hops} hops, but a packet header's route \
+         encodes at most 16 (15 on a 2D route that turns)"
     )]
     RouteTooLong { src: u32, dst: u32, hops: u32 },
 
