@@ -154,6 +154,15 @@ impl LinkParams {
         }
     }
 
+    /// Wormhole under a 2D fabric: 874 ns per hop (tt-metal's figure for its 2D routers,
+    /// against 711 in 1D), the rest as [`LinkParams::wormhole`].
+    pub fn wormhole_2d() -> Self {
+        Self {
+            hop_latency_ns: 874.0,
+            ..Self::wormhole()
+        }
+    }
+
     /// Blackhole: ~400 Gb/s (50 GB/s) per port per direction. ttmesh's choices, not measured:
     /// 500 ns per hop (faster SerDes, same router design) and the Wormhole packet sizes,
     /// since tt-metal sizes fabric channel buffers the same way on both.

@@ -679,10 +679,10 @@ fn build_fabric(
             push(line.chips);
         }
     }
-    let params = if arch.arch == ttmesh_chip::Arch::Blackhole {
-        LinkParams::blackhole()
-    } else {
-        LinkParams::wormhole()
+    let params = match arch.arch {
+        ttmesh_chip::Arch::Blackhole => LinkParams::blackhole(),
+        _ if config.is_2d() => LinkParams::wormhole_2d(),
+        _ => LinkParams::wormhole(),
     };
     let grid = MeshGrid::new(shape.rows as u32, shape.cols as u32, ids.to_vec());
     let mut spec =
