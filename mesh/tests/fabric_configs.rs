@@ -54,54 +54,94 @@ fn configs_the_topology_cannot_carry_are_refused_when_the_mesh_opens() {
     assert!(e.contains("the mesh is 1x32"), "{e}");
 }
 
-/// A Galaxy (4x8) and a T3K (2x4) opened with FABRIC_2D: a fabric write from every chip to
-/// every other lands in the destination chip's memory, after a route that goes along the
-/// source's column to the destination's row, then along that row (mesh coordinates).
-#[test]
-fn fabric_2d_writes_between_any_two_chips_of_a_galaxy_and_a_t3k() {
+/// One step from `a` toward `b` on a line of `n` chips (a ring if `wrap`: the shorter way
+/// round, ties toward higher indices).
+fn toward(n: usize, a: usize, b: usize, wrap: bool) -> usize {
+    let up = if wrap {
+        let f = (b + n - a) % n;
+        f <= n - f
+    } else {
+        b > a
+    };
+    if up {
+        (a + 1) % n
+    } else {
+        (a + n - 1) % n
+    }
+}
+
+/// Opens `topology` with `config`: a fabric write from every chip to every other lands in
+/// the destination chip's memory, after a route along the source's column to the
+/// destination's row, then along that row (mesh coordinates; wrapping where `wraps` says).
+fn every_pair_writes(topology: &str, config: FabricConfig, (wrap_x, wrap_y): (bool, bool)) {
     use std::time::Duration;
     use ttmesh_fabric::NocAddr;
-    for topology in ["galaxy", "t3k"] {
-        let mesh = MeshDevice::open(MeshConfig {
-            topology: topology.into(),
-            fabric_config: FabricConfig::Fabric2D,
-            ..Default::default()
-        })
-        .unwrap_or_else(|e| panic!("{topology} with FABRIC_2D: {e}"));
-        let f = mesh.fabric().expect("a 2D mesh has a fabric").clone();
-        assert_eq!(f.config(), FabricConfig::Fabric2D);
-        let (rows, cols) = (mesh.shape().rows, mesh.shape().cols);
-        let id = |r: usize, c: usize| mesh.chips()[r * cols + c].id();
-        let at = NocAddr::dram(1, 4096);
-        for s in 0..rows * cols {
-            for d in (0..rows * cols).filter(|&d| d != s) {
-                let ((r1, c1), (r2, c2)) = ((s / cols, s % cols), (d / cols, d % cols));
-                let mut want = vec![id(r1, c1)];
-                let mut r = r1;
-                while r != r2 {
-                    r = if r2 > r { r + 1 } else { r - 1 };
-                    want.push(id(r, c1));
-                }
-                let mut c = c1;
-                while c != c2 {
-                    c = if c2 > c { c + 1 } else { c - 1 };
-                    want.push(id(r2, c));
-                }
-                let (src, dst) = (id(r1, c1), id(r2, c2));
-                assert_eq!(f.route_chips(src, dst).unwrap(), want, "{topology}");
-                let data: Vec<u8> = (0..6000u32)
-                    .map(|i| (i * 13 + src * 7 + dst) as u8)
-                    .collect();
-                let tx = f.sender(src).unwrap();
-                tx.write_and_inc(dst, at, &data, 5, 1).unwrap();
-                tx.flush().unwrap();
-                f.wait_semaphore(dst, 5, 1, Duration::from_secs(20))
-                    .unwrap();
-                let mut got = vec![0u8; data.len()];
-                f.read_local(dst, at, &mut got).unwrap();
-                assert_eq!(got, data, "{topology}: chip {src} -> chip {dst}");
+    let mesh = MeshDevice::open(MeshConfig {
+        topology: topology.into(),
+        fabric_config: config,
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("{topology} with {config}: {e}"));
+    let f = mesh.fabric().expect("a 2D mesh has a fabric").clone();
+    assert_eq!(f.config(), config);
+    let (rows, cols) = (mesh.shape().rows, mesh.shape().cols);
+    let id = |r: usize, c: usize| mesh.chips()[r * cols + c].id();
+    let at = NocAddr::dram(1, 4096);
+    for s in 0..rows * cols {
+        for d in (0..rows * cols).filter(|&d| d != s) {
+            let ((r1, c1), (r2, c2)) = ((s / cols, s % cols), (d / cols, d % cols));
+            let mut want = vec![id(r1, c1)];
+            let mut r = r1;
+            while r != r2 {
+                r = toward(rows, r, r2, wrap_y);
+                want.push(id(r, c1));
             }
+            let mut c = c1;
+            while c != c2 {
+                c = toward(cols, c, c2, wrap_x);
+                want.push(id(r2, c));
+            }
+            let (src, dst) = (id(r1, c1), id(r2, c2));
+            assert_eq!(
+                f.route_chips(src, dst).unwrap(),
+                want,
+                "{topology} {config}"
+            );
+            let data: Vec<u8> = (0..6000u32)
+                .map(|i| (i * 13 + src * 7 + dst) as u8)
+                .collect();
+            let tx = f.sender(src).unwrap();
+            tx.write_and_inc(dst, at, &data, 5, 1).unwrap();
+            tx.flush().unwrap();
+            f.wait_semaphore(dst, 5, 1, Duration::from_secs(20))
+                .unwrap();
+            let mut got = vec![0u8; data.len()];
+            f.read_local(dst, at, &mut got).unwrap();
+            assert_eq!(got, data, "{topology} {config}: chip {src} -> chip {dst}");
         }
-        mesh.close().unwrap();
     }
+    mesh.close().unwrap();
+}
+
+/// A Galaxy (4x8) and a T3K (2x4) open with FABRIC_2D, end to end.
+#[test]
+fn fabric_2d_writes_between_any_two_chips_of_a_galaxy_and_a_t3k() {
+    every_pair_writes("galaxy", FabricConfig::Fabric2D, (false, false));
+    every_pair_writes("t3k", FabricConfig::Fabric2D, (false, false));
+}
+
+/// A generated 4x8 torus (wrap links on every row and column) carries every torus config;
+/// each wraps only its own axis. A 4x8 mesh without wrap links refuses them.
+#[test]
+fn fabric_2d_torus_configs_on_a_generated_torus() {
+    use FabricConfig::*;
+    every_pair_writes("torus-4x8", Fabric2DTorusXY, (true, true));
+    every_pair_writes("torus-4x8", Fabric2DTorusX, (true, false));
+    every_pair_writes("torus-4x8", Fabric2DTorusY, (false, true));
+    every_pair_writes("mesh-4x8", Fabric2D, (false, false));
+    let e = open_err("mesh-4x8", Fabric2DTorusY);
+    assert!(
+        e.contains("column 0 has no wrap link from chip 24 back to chip 0"),
+        "{e}"
+    );
 }
