@@ -365,3 +365,108 @@ fn a_route_longer_than_the_header_is_refused() {
     f.sender(0).unwrap().atomic_inc(79, 1, 1).unwrap();
     f.wait_semaphore(79, 1, 1, T).unwrap();
 }
+
+/// On a torus the wrap links carry routes too: a fault there is named like any other.
+#[test]
+fn a_fault_on_a_torus_wrap_link_names_it() {
+    let spec = grid(4, 8, 1, (true, true), FabricConfig::Fabric2DTorusXY);
+    let (f, _) = open(spec.clone());
+    let data = pattern(3, 9000);
+    let at = NocAddr::dram(0, 0);
+    // Chip 0 to chip 31: one hop up the column's wrap (0 -> 24), then one along the row's
+    // wrap (24 -> 31).
+    assert_eq!(f.route_chips(0, 31).unwrap(), vec![0, 24, 31]);
+    let tx = f.sender(0).unwrap();
+    let col_wrap = link_between(&spec, 0, 24);
+    f.inject(col_wrap, Fault::Down).unwrap();
+    let e = tx.write_and_inc(31, at, &data, 2, 1).unwrap_err();
+    assert_eq!(
+        e,
+        FabricError::LinkDown {
+            link: spec.links[col_wrap].to_string(),
+            src: 0,
+            dst: 31
+        }
+    );
+    f.clear_fault(col_wrap).unwrap();
+    f.reset_semaphores(31).unwrap();
+    let row_wrap = link_between(&spec, 24, 31);
+    f.inject(row_wrap, Fault::Drop { every_nth: 2 }).unwrap();
+    tx.write_and_inc(31, at, &data, 2, 1).unwrap();
+    let e = tx.flush().unwrap_err().to_string();
+    assert!(
+        e.starts_with(&format!("link {} dropped packet", spec.links[row_wrap])),
+        "{e}"
+    );
+    f.shutdown().unwrap();
+}
+
+/// Abort, recover and shutdown with 2D traffic in flight: recover drains every channel (both
+/// virtual channels of the torus rings included) and the fabric works again; shutdown ends
+/// while senders still send.
+#[test]
+fn recover_and_shutdown_with_2d_traffic_in_flight() {
+    let mut spec = grid(4, 8, 1, (true, true), FabricConfig::Fabric2DTorusXY);
+    spec.channel_slots = 2;
+    let (f, mems) = open(spec);
+    let f = Arc::new(f);
+    let n = 32u32;
+    let send_all = |f: &Arc<Fabric>| -> Vec<std::thread::JoinHandle<()>> {
+        (0..n)
+            .map(|src| {
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    let Ok(tx) = f.sender(src) else { return };
+                    for i in 1..n {
+                        let dst = (src + i) % n;
+                        let data = pattern((src * n + dst) as u64, 6000);
+                        // Errors are expected once the fabric aborts or shuts down.
+                        if tx
+                            .write_and_inc(dst, NocAddr::dram(src, 0), &data, 8, 1)
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                    let _ = tx.flush();
+                })
+            })
+            .collect()
+    };
+    let senders = send_all(&f);
+    f.abort(
+        0,
+        FabricError::KernelFailed {
+            chip: 0,
+            reason: "test".into(),
+        },
+    );
+    for t in senders {
+        t.join().expect("sender");
+    }
+    let e = f.sender(3).unwrap().atomic_inc(4, 8, 1).unwrap_err();
+    assert!(matches!(e, FabricError::Aborted { chip: 0, .. }), "{e}");
+    f.recover(T).unwrap();
+    for c in 0..n {
+        assert_eq!(f.semaphore_value(c, 8).unwrap(), 0);
+    }
+    // Working again: one full round, checked.
+    for t in send_all(&f) {
+        t.join().expect("sender");
+    }
+    for dst in 0..n {
+        f.wait_semaphore(dst, 8, (n - 1) as u64, T).unwrap();
+        for src in (0..n).filter(|&s| s != dst) {
+            let want = pattern((src * n + dst) as u64, 6000);
+            assert_eq!(mems[dst as usize].read(NocAddr::dram(src, 0), 6000), want);
+        }
+    }
+    // Shut down mid-traffic: it ends, and the senders end with it.
+    let senders = send_all(&f);
+    let t0 = std::time::Instant::now();
+    f.shutdown().unwrap();
+    for t in senders {
+        t.join().expect("sender");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(15));
+}
