@@ -1,6 +1,10 @@
 //! Fabric configs as the mesh opens them: what each topology refuses (naming what would
 //! work) and what it carries.
 
+mod common;
+
+use common::*;
+use ttmesh::ccl::{self, CclArgs};
 use ttmesh::*;
 
 fn open_err(topology: &str, fabric: FabricConfig) -> String {
@@ -144,4 +148,44 @@ fn fabric_2d_torus_configs_on_a_generated_torus() {
         e.contains("column 0 has no wrap link from chip 24 back to chip 0"),
         "{e}"
     );
+}
+
+/// The 1D collectives along either axis of a Galaxy opened with FABRIC_2D: each row or column
+/// is a line of the 2D fabric (its neighbours one hop apart), so they run unchanged and match
+/// the host reference bit for bit.
+#[test]
+fn collectives_along_either_axis_run_on_a_2d_fabric() {
+    let mesh = MeshDevice::open(MeshConfig {
+        topology: "galaxy".into(),
+        fabric_config: FabricConfig::Fabric2D,
+        ..Default::default()
+    })
+    .unwrap();
+    let shape = [1, 1, 32, 256];
+    let dtype = DataType::Float32;
+    let parts: Vec<HostTensor> = (0..mesh.num_devices())
+        .map(|i| exact(&shape, dtype, 100 + i as u64))
+        .collect();
+    let data: Vec<Vec<f32>> = parts.iter().map(|p| p.to_f32_vec()).collect();
+    let x = per_chip(&mesh, &parts, Layout::Tile);
+    for axis in [0usize, 1] {
+        let args = CclArgs {
+            cluster_axis: Some(axis),
+            ..Default::default()
+        };
+        for op in [Op::AllGather, Op::ReduceScatter, Op::AllReduce] {
+            let y = match op {
+                Op::AllGather => ccl::all_gather(&x, 3, &args),
+                Op::ReduceScatter => ccl::reduce_scatter(&x, 3, &args),
+                Op::AllReduce => ccl::all_reduce(&x, &args),
+            }
+            .unwrap_or_else(|e| panic!("{op:?} on axis {axis}: {e}"));
+            mesh.synchronize_device().unwrap();
+            let want = reference(&mesh, op, Some(axis), None, &shape, 3, dtype, &data);
+            for (i, got) in shards_f32(&y).iter().enumerate() {
+                assert_bits_eq(&format!("{op:?} axis {axis} chip {i}"), got, &want[i]);
+            }
+        }
+    }
+    mesh.close().unwrap();
 }
