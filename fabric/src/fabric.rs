@@ -245,10 +245,12 @@ impl Fabric {
                     let outbound = line.hop_from(pos, forward).cloned();
                     let chip = line.chips[pos];
                     // Where a 2D route turning here goes on: the crossing line's hops.
-                    let turn = routing.crossing(chip, li).map(|(cl, cp)| Turn {
-                        line: cl,
-                        pos: cp,
-                        hops: [false, true].map(|f| lines[cl].hop_from(cp, f).cloned()),
+                    let turn = routing.crossing(chip, li).map(|(cl, cp)| {
+                        Box::new(Turn {
+                            line: cl,
+                            pos: cp,
+                            hops: [false, true].map(|f| lines[cl].hop_from(cp, f).cloned()),
+                        })
                     });
                     let wake = inb.wake.clone();
                     let r = Arc::new(Router::new(

@@ -46,7 +46,7 @@ pub(crate) struct Router {
     pub inbound: Vec<(Arc<Channel>, usize)>,
     pub outbound: Option<Arc<Hop>>,
     /// The crossing line's hops, on a 2D fabric.
-    pub turn: Option<Turn>,
+    pub turn: Option<Box<Turn>>,
     /// The right to run this router's passes (its thread, or a helper), and per inbound
     /// channel the head index at which a credit stall was last counted.
     token: Mutex<Vec<u64>>,
@@ -72,7 +72,7 @@ impl Router {
         prev: usize,
         inbound: Vec<(Arc<Channel>, usize)>,
         outbound: Option<Arc<Hop>>,
-        turn: Option<Turn>,
+        turn: Option<Box<Turn>>,
         wake: Arc<Wake>,
     ) -> Self {
         let token = Mutex::new(vec![u64::MAX; inbound.len()]);

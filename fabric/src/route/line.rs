@@ -20,7 +20,7 @@ pub(crate) struct LineRouting {
 }
 
 /// Reads a 1D hop code.
-#[inline]
+#[inline(always)]
 pub(crate) fn step(route: u32) -> Option<HopStep> {
     let code = route & 0b11;
     if code == 0 {

@@ -41,7 +41,7 @@ pub(crate) struct MeshRouting {
 }
 
 /// Reads a 2D hop code: a 1D code, or a turn.
-#[inline]
+#[inline(always)]
 pub(crate) fn step(route: u32) -> Option<HopStep> {
     if route & 0b11 != 0 {
         return line::step(route);

@@ -56,7 +56,7 @@ pub(crate) struct LinePlan {
 /// The fabric's route kind (see the module docs).
 pub(crate) enum Routing {
     Line(line::LineRouting),
-    Mesh(mesh2d::MeshRouting),
+    Mesh(Box<mesh2d::MeshRouting>),
 }
 
 impl Routing {
@@ -66,7 +66,7 @@ impl Routing {
         if spec.config.is_2d() {
             spec.check_config()?;
             let (lines, mesh) = mesh2d::MeshRouting::plan(spec);
-            Ok((lines, Routing::Mesh(mesh)))
+            Ok((lines, Routing::Mesh(Box::new(mesh))))
         } else {
             Ok(line::LineRouting::plan(spec))
         }
@@ -74,7 +74,7 @@ impl Routing {
 
     /// Reads the low bits of `route`; None if they name nothing this routing knows (only a
     /// damaged header).
-    #[inline]
+    #[inline(always)]
     pub fn step(&self, route: u32) -> Option<HopStep> {
         match self {
             Routing::Line(_) => line::step(route),
