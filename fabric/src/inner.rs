@@ -770,11 +770,14 @@ impl Inner {
             progress |= pass.progress;
             // The router this pass is blocked on (on a 2D fabric it may be the crossing
             // line's), else the next one down the line if the pass forwarded to it.
-            next = match &pass.blocked {
-                Some(out) => out.router(),
-                None if pass.forwarded => r.next_router(),
-                None => None,
-            };
+            // Next: the router down the line this pass forwarded to or is blocked on; on a
+            // 2D fabric a router may be blocked on the crossing line's instead.
+            if pass.forwarded || pass.blocked.is_some() {
+                next = match &pass.blocked {
+                    Some(out) if r.turn.is_some() => out.router(),
+                    _ => r.next_router(),
+                };
+            }
         }
         if let Some(r) = next {
             r.wake.wake();

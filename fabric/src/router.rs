@@ -11,7 +11,7 @@ use crate::channel::{Channel, DoneBatch, Tracker, Wake, SPIN_TRIES, YIELD_TRIES}
 use crate::config::NocAddr;
 use crate::inner::{dir_index, Ctx, Hop, Inner, LinkLoss};
 use crate::packet::{self, Header, Kind};
-use crate::route::Next;
+use crate::route::{self, Next};
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
@@ -280,29 +280,31 @@ impl Router {
             ch.free(slot);
             return Step::Done;
         }
-        let (route, src, seq, sem) = match &decoded {
-            Some(h) => (
-                h.route,
-                h.src as u32,
-                h.seq,
-                h.kind.carries_sem().then_some(h.arg0),
-            ),
-            None => (0, 0, 0, None),
-        };
-        let ctx = Ctx {
-            lines: &inner.lines,
-            routing: &inner.routing,
-            line: self.line,
-            forward: self.forward,
-            pos: prev,
-            route,
-            src,
-            seq,
-            sem,
-            quiet: false,
+        let route = decoded.map_or(0, |h| h.route);
+        // Where the packet is, for statistics and errors: built only where one is needed.
+        let ctx = |line, pos, forward, route, quiet| {
+            let (src, seq, sem) = decoded.map_or((0, 0, None), |h| {
+                (h.src as u32, h.seq, h.kind.carries_sem().then_some(h.arg0))
+            });
+            Ctx {
+                lines: &inner.lines,
+                routing: &inner.routing,
+                line,
+                forward,
+                pos,
+                route,
+                src,
+                seq,
+                sem,
+                quiet,
+            }
         };
         // What the route says this chip does, and the hop it names, if any.
-        let step = inner.routing.step(route);
+        // A router with no crossing line reads line codes only (a turn cannot happen here).
+        let step = match self.turn {
+            None => route::line::step(route),
+            Some(_) => inner.routing.step(route),
+        };
         let out_hop = match step.map(|s| s.next) {
             Some(Next::Continue) => self.outbound.as_ref(),
             Some(Next::Turn { forward }) => self
@@ -321,6 +323,7 @@ impl Router {
             && step.is_some_and(|s| s.next == Next::Stop || out_hop.is_some());
         let (Some(hd), Some(step)) = (decoded.filter(|_| intact), step) else {
             // The link damaged it: count it on the link it arrived by and tell the sender.
+            let ctx = ctx(self.line, prev, self.forward, route, false);
             inner.counters[ch.link][dir_index(ch)]
                 .corrupted
                 .fetch_add(1, Relaxed);
@@ -402,14 +405,7 @@ impl Router {
                 );
             }
             let rest = step.rest;
-            let next = Ctx {
-                line,
-                forward,
-                pos,
-                route: rest,
-                quiet: helper && !turned,
-                ..ctx
-            };
+            let next = ctx(line, pos, forward, rest, helper && !turned);
             // Moved out for the call (the closure borrows the slot), moved back after.
             let tracker = slot.tracker.take();
             let res = inner.transmit(out, idx, &next, len, tracker.as_ref(), 0, |o| {
