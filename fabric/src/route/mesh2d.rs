@@ -11,7 +11,9 @@
 //! the crossing line (`01` toward its higher positions, `00` toward its lower ones). Under
 //! dimension order a route changes direction only there, so this says what the per-hop
 //! direction bytes say. A turn costs one code more than its hops: a route holds at most 15
-//! hops with a turn (16 without), which covers any grid up to 8x8 (16x16 as a torus).
+//! hops with a turn (16 without): every pair of a mesh whose rows plus columns are at most
+//! 17 (8x9; a Galaxy needs 10 hops at most), of a torus whose half-rows plus half-columns
+//! are at most 15 (16x15). Longer routes are refused with `RouteTooLong`.
 //! A route with no turn is a 1D route, so line multicasts along a row or column work
 //! unchanged.
 //!
