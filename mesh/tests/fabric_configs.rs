@@ -39,6 +39,11 @@ fn configs_the_topology_cannot_carry_are_refused_when_the_mesh_opens() {
             "{e}"
         );
     }
+    let e = open_err("line-5", Fabric1DRing);
+    assert!(
+        e.contains("no line of this topology closes into a ring"),
+        "{e}"
+    );
     let e = open_err("n300", Fabric1DRing);
     assert!(
         e.contains("no line of this topology closes into a ring")
