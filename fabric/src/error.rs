@@ -7,13 +7,25 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum FabricError {
     #[error(
-        "unknown fabric config '{name}'; use one of disabled, 1d, 1d-ring, 2d \
-         (or FABRIC_1D, FABRIC_1D_RING, FABRIC_2D)"
+        "unknown fabric config '{name}'; use one of disabled, 1d-neighbor-exchange, 1d, \
+         1d-ring, 2d, 2d-torus-x, 2d-torus-y, 2d-torus-xy (or tt-metal's DISABLED, \
+         FABRIC_1D_NEIGHBOR_EXCHANGE, FABRIC_1D, FABRIC_1D_RING, FABRIC_2D, FABRIC_2D_TORUS_X, \
+         FABRIC_2D_TORUS_Y, FABRIC_2D_TORUS_XY)"
     )]
     UnknownConfig { name: String },
 
-    #[error("fabric config {name} is not supported yet; use Fabric1D or Fabric1DRing")]
-    Unsupported { name: String },
+    #[error("fabric config {config} cannot run on this topology: {reason}; use one of {fits}")]
+    ConfigNotCarried {
+        config: String,
+        reason: String,
+        fits: String,
+    },
+
+    #[error(
+        "FABRIC_1D_NEIGHBOR_EXCHANGE reaches only neighbours, and chip {dst} is {hops} hops \
+         from chip {src}; open the fabric with FABRIC_1D to send farther"
+    )]
+    NotNeighbours { src: u32, dst: u32, hops: u32 },
 
     #[error(
         "the fabric is disabled (FabricConfig::Disabled): chip {chip} cannot reach other chips; \
@@ -38,8 +50,8 @@ pub enum FabricError {
     NoRoute { src: u32, dst: u32 },
 
     #[error(
-        "route from chip {src} to chip {dst} needs {hops} hops, but the 1D packet header \
-         encodes at most 16"
+        "route from chip {src} to chip {dst} needs {hops} hops, but a packet header's route \
+         encodes at most 16 (15 on a 2D route that turns)"
     )]
     RouteTooLong { src: u32, dst: u32, hops: u32 },
 

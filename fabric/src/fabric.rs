@@ -4,8 +4,8 @@
 use crate::channel::{Channel, Wake};
 use crate::config::*;
 use crate::inner::{Hop, Inner, LineRt};
-use crate::packet::MAX_HOPS;
-use crate::router::Router;
+use crate::route::Routing;
+use crate::router::{Router, Turn};
 use crate::sender::FabricSender;
 use crate::FabricError;
 use parking_lot::Mutex;
@@ -194,31 +194,38 @@ fn build_hop(
 impl Fabric {
     /// Builds the fabric and starts one router thread per chip, line and direction.
     pub fn new(spec: FabricSpec, memories: Vec<Arc<dyn ChipMemory>>) -> Result<Fabric> {
-        if spec.config == FabricConfig::Fabric2D {
-            return Err(FabricError::Unsupported {
-                name: spec.config.tt_metal_name().into(),
-            });
-        }
         validate(&spec, memories.len())?;
+        let (plans, routing) = Routing::plan(&spec)?;
         let mut channels = Vec::new();
         let mut lines = Vec::new();
-        if spec.config != FabricConfig::Disabled {
-            for axis in &spec.axes {
-                let n = axis.chips.len();
-                let ring = axis.is_ring && n >= 3 && spec.config == FabricConfig::Fabric1DRing;
-                let mut fwd = Vec::with_capacity(n);
-                let mut bwd = Vec::with_capacity(n);
-                for p in 0..n {
-                    fwd.push(build_hop(&spec, &axis.chips, ring, p, true, &mut channels));
-                    bwd.push(build_hop(&spec, &axis.chips, ring, p, false, &mut channels));
-                }
-                lines.push(LineRt {
-                    chips: axis.chips.clone(),
-                    ring,
-                    fwd,
-                    bwd,
-                });
+        for plan in plans {
+            let n = plan.chips.len();
+            let mut fwd = Vec::with_capacity(n);
+            let mut bwd = Vec::with_capacity(n);
+            for p in 0..n {
+                fwd.push(build_hop(
+                    &spec,
+                    &plan.chips,
+                    plan.ring,
+                    p,
+                    true,
+                    &mut channels,
+                ));
+                bwd.push(build_hop(
+                    &spec,
+                    &plan.chips,
+                    plan.ring,
+                    p,
+                    false,
+                    &mut channels,
+                ));
             }
+            lines.push(LineRt {
+                chips: plan.chips,
+                ring: plan.ring,
+                fwd,
+                bwd,
+            });
         }
         let mut routers = Vec::new();
         for (li, line) in lines.iter().enumerate() {
@@ -237,9 +244,17 @@ impl Fabric {
                         .collect();
                     let outbound = line.hop_from(pos, forward).cloned();
                     let chip = line.chips[pos];
+                    // Where a 2D route turning here goes on: the crossing line's hops.
+                    let turn = routing.crossing(chip, li).map(|(cl, cp)| {
+                        Box::new(Turn {
+                            line: cl,
+                            pos: cp,
+                            hops: [false, true].map(|f| lines[cl].hop_from(cp, f).cloned()),
+                        })
+                    });
                     let wake = inb.wake.clone();
                     let r = Arc::new(Router::new(
-                        chip, li, forward, pos, prev, inbound, outbound, wake,
+                        chip, li, forward, pos, prev, inbound, outbound, turn, wake,
                     ));
                     for (c, _) in &r.inbound {
                         let _ = c.router.set(Arc::downgrade(&r));
@@ -248,7 +263,7 @@ impl Fabric {
                 }
             }
         }
-        let inner = Arc::new(Inner::new(spec, memories, lines, channels));
+        let inner = Arc::new(Inner::new(spec, memories, lines, routing, channels));
         let fabric = Fabric {
             inner: inner.clone(),
             threads: Mutex::new(Vec::new()),
@@ -312,19 +327,45 @@ impl Fabric {
         Ok(FabricSender::new(self.inner.clone(), chip))
     }
 
-    /// The line, direction and hop count the fabric uses from `src` to `dst`.
+    /// The line and direction of the first hop and the hop count of the route from `src`
+    /// to `dst` (on a 2D fabric the route may turn onto a row later: see `route_chips`).
     pub fn route(&self, src: u32, dst: u32) -> Result<RouteInfo> {
+        let p = self.path(src, dst)?;
+        let dir = if p.forward {
+            Dir::Forward
+        } else {
+            Dir::Backward
+        };
+        Ok(RouteInfo {
+            line: LineDir { axis: p.line, dir },
+            hops: p.hops,
+        })
+    }
+
+    /// Every chip a packet from `src` to `dst` passes, `src` first and `dst` last.
+    pub fn route_chips(&self, src: u32, dst: u32) -> Result<Vec<u32>> {
+        let p = self.path(src, dst)?;
+        let inner = &self.inner;
+        let mut chips = vec![src];
+        let start = (p.line, p.pos, p.forward);
+        inner
+            .routing
+            .walk(&inner.lines, start, p.route, |_, _, _, c, _| chips.push(c));
+        Ok(chips)
+    }
+
+    fn path(&self, src: u32, dst: u32) -> Result<crate::route::Path> {
         self.check_chip(src)?;
         self.check_chip(dst)?;
         if self.inner.spec.config == FabricConfig::Disabled {
             return Err(FabricError::Disabled { chip: src });
         }
-        let (axis, forward, hops, _) = self.inner.route(src, dst)?;
-        let dir = if forward { Dir::Forward } else { Dir::Backward };
-        Ok(RouteInfo {
-            line: LineDir { axis, dir },
-            hops,
-        })
+        if src == dst {
+            return Err(FabricError::InvalidArgument(format!(
+                "chip {src} to itself crosses no link: there is no route to show"
+            )));
+        }
+        self.inner.path(src, dst)
     }
 
     /// Modeled device time to move `bytes` from `src` to `dst` in default-size packets.
@@ -714,60 +755,5 @@ impl Fabric {
 impl Drop for Fabric {
     fn drop(&mut self) {
         let _ = self.shutdown();
-    }
-}
-
-impl Inner {
-    /// Shortest path from `src` to `dst` over a line holding both: (line, forward, hops,
-    /// position of `src`). Ties go to the lower line index, then forward. From the table
-    /// built at construction when the mesh has one (chips checked by the caller).
-    pub(crate) fn route(&self, src: u32, dst: u32) -> Result<(usize, bool, u32, usize)> {
-        let n = self.spec.num_chips as usize;
-        let (s, d) = (src as usize, dst as usize);
-        let cached = match s < n && d < n {
-            true => self.routes.get(s * n + d).copied().flatten(),
-            false => None,
-        };
-        match cached {
-            Some(r) => Ok((r.line as usize, r.forward, r.hops as u32, r.pos as usize)),
-            None => self.find_route(src, dst),
-        }
-    }
-
-    /// `route`, searched: every line holding `src` against every line holding `dst`.
-    pub(crate) fn find_route(&self, src: u32, dst: u32) -> Result<(usize, bool, u32, usize)> {
-        let mut best: Option<(u32, usize, bool, usize)> = None;
-        for &(li, ps) in &self.chip_lines[src as usize] {
-            for &(lj, pd) in &self.chip_lines[dst as usize] {
-                if li != lj {
-                    continue;
-                }
-                let line = &self.lines[li];
-                let n = line.chips.len();
-                let (hops, fwd) = if line.ring {
-                    let f = (pd + n - ps) % n;
-                    if f <= n - f {
-                        (f, true)
-                    } else {
-                        (n - f, false)
-                    }
-                } else if pd > ps {
-                    (pd - ps, true)
-                } else {
-                    (ps - pd, false)
-                };
-                #[allow(clippy::unnecessary_map_or)] // is_none_or needs Rust 1.82
-                if best.map_or(true, |b| (hops as u32) < b.0) {
-                    best = Some((hops as u32, li, fwd, ps));
-                }
-            }
-        }
-        match best {
-            None => Err(FabricError::NoRoute { src, dst }),
-            Some((hops, ..)) if hops > MAX_HOPS => {
-                Err(FabricError::RouteTooLong { src, dst, hops })
-            }
-            Some((hops, li, fwd, ps)) => Ok((li, fwd, hops, ps)),
-        }
     }
 }

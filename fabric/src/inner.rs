@@ -5,6 +5,7 @@
 use crate::channel::{Channel, DoneBatch, Slot, SlotCount, Tracker, Wake, SPIN_TRIES, YIELD_TRIES};
 use crate::config::{ChipMemory, FabricSpec, Fault, NocAddr};
 use crate::packet::{self, Header, Kind, VOID_HEADER};
+use crate::route::{Path, Routing};
 use crate::FabricError;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rustc_hash::FxHashMap;
@@ -88,7 +89,10 @@ impl LineRt {
 
 /// Where a packet is and what it still has to do, for stats and error messages.
 pub(crate) struct Ctx<'a> {
-    pub line: &'a LineRt,
+    pub lines: &'a [LineRt],
+    pub routing: &'a Routing,
+    /// The line and direction of the link the packet is put on.
+    pub line: usize,
     pub forward: bool,
     /// Position of the chip that puts the packet on the link.
     pub pos: usize,
@@ -102,16 +106,22 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    pub fn recipients(&self) -> impl Iterator<Item = u32> + '_ {
-        packet::write_hops(self.route)
-            .filter_map(|d| self.line.step(self.pos, self.forward, d))
-            .map(|p| self.line.chips[p])
+    /// The chips the packet would still write to, in route order.
+    pub fn recipients(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        let start = (self.line, self.pos, self.forward);
+        self.routing
+            .walk(self.lines, start, self.route, |_, _, _, chip, write| {
+                if write {
+                    out.push(chip);
+                }
+            });
+        out
     }
     /// The farthest chip the packet writes to.
     pub fn dst(&self) -> u32 {
-        self.recipients()
-            .last()
-            .unwrap_or(self.line.chips[self.pos])
+        let here = self.lines[self.line].chips[self.pos];
+        self.recipients().last().copied().unwrap_or(here)
     }
 }
 
@@ -223,21 +233,14 @@ pub(crate) struct Inner {
     /// Per link and direction (a-to-b first), every channel that crosses it.
     pub link_chans: Vec<[Vec<Arc<Channel>>; 2]>,
     pub router_threads: Mutex<Vec<Thread>>,
-    /// Every (src, dst) route, found once (`Inner::route`): a small collective's steps
+    /// How packets find their way over the lines (1D or 2D; see `route`).
+    pub routing: Routing,
+    /// Every (src, dst) route, found once (`Inner::path`): a small collective's steps
     /// each send, and searching the lines per send was ~2% of one on 32 chips.
-    pub routes: Vec<Option<RouteEntry>>,
+    pub routes: Vec<Option<Path>>,
 }
 
-/// A found route, packed (see `Inner::route`).
-#[derive(Clone, Copy)]
-pub(crate) struct RouteEntry {
-    pub line: u16,
-    pub pos: u16,
-    pub hops: u8,
-    pub forward: bool,
-}
-
-/// Meshes up to this many chips keep a table of their routes (n x n entries of 6 bytes).
+/// Meshes up to this many chips keep a table of their routes (n x n entries).
 const ROUTE_TABLE_MAX_CHIPS: usize = 256;
 
 pub(crate) fn dir_index(ch: &Channel) -> usize {
@@ -253,6 +256,7 @@ impl Inner {
         spec: FabricSpec,
         mems: Vec<Arc<dyn ChipMemory>>,
         lines: Vec<LineRt>,
+        routing: Routing,
         channels: Vec<Arc<Channel>>,
     ) -> Self {
         let n = spec.num_chips as usize;
@@ -269,6 +273,7 @@ impl Inner {
         }
         let mut inner = Self {
             routes: Vec::new(),
+            routing,
             link_chans,
             counters: (0..spec.links.len()).map(|_| Default::default()).collect(),
             faults: (0..spec.links.len()).map(|_| Default::default()).collect(),
@@ -286,22 +291,33 @@ impl Inner {
             channels,
         };
         if n <= ROUTE_TABLE_MAX_CHIPS {
-            let pack = |(line, forward, hops, pos): (usize, bool, u32, usize)| {
-                Some(RouteEntry {
-                    line: u16::try_from(line).ok()?,
-                    pos: u16::try_from(pos).ok()?,
-                    hops: u8::try_from(hops).ok()?,
-                    forward,
-                })
-            };
             inner.routes = (0..n * n)
                 .map(|i| {
                     let (src, dst) = ((i / n) as u32, (i % n) as u32);
-                    inner.find_route(src, dst).ok().and_then(pack)
+                    (src != dst)
+                        .then(|| inner.find_path(src, dst).ok())
+                        .flatten()
                 })
                 .collect();
         }
         inner
+    }
+
+    /// The unicast route from `src` to `dst` (different chips, checked by the caller): from
+    /// the table built at construction when the mesh has one.
+    #[inline]
+    pub fn path(&self, src: u32, dst: u32) -> Result<Path, FabricError> {
+        let n = self.spec.num_chips as usize;
+        let (s, d) = (src as usize, dst as usize);
+        match self.routes.get(s * n + d).copied().flatten() {
+            Some(p) if s < n && d < n => Ok(p),
+            _ => self.find_path(src, dst),
+        }
+    }
+
+    /// `path`, searched.
+    pub fn find_path(&self, src: u32, dst: u32) -> Result<Path, FabricError> {
+        self.routing.path(&self.lines, &self.chip_lines, src, dst)
     }
 
     pub fn link_name(&self, link: usize) -> String {
@@ -752,8 +768,15 @@ impl Inner {
                 break;
             };
             progress |= pass.progress;
+            // The router this pass is blocked on (on a 2D fabric it may be the crossing
+            // line's), else the next one down the line if the pass forwarded to it.
+            // Next: the router down the line this pass forwarded to or is blocked on; on a
+            // 2D fabric a router may be blocked on the crossing line's instead.
             if pass.forwarded || pass.blocked.is_some() {
-                next = r.next_router();
+                next = match &pass.blocked {
+                    Some(out) if r.turn.is_some() => out.router(),
+                    _ => r.next_router(),
+                };
             }
         }
         if let Some(r) = next {

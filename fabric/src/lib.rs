@@ -1,6 +1,6 @@
-//! ttmesh-fabric: the 1D ethernet fabric that moves bytes between emulated chips the way
-//! tt-metal's 1D fabric (EDM routers) does, with link statistics, fault injection and
-//! modeled link time.
+//! ttmesh-fabric: the ethernet fabric that moves bytes between emulated chips the way
+//! tt-metal's fabric (EDM routers) does, 1D (lines and rings) and 2D (mesh and torus), with
+//! link statistics, fault injection and modeled link time.
 //!
 //! Owns: routers, channels, packets, `FabricConfig`, per-chip semaphore tables, link stats
 //! and faults. Must not touch: chips, topologies or meshes. It depends on no other ttmesh
@@ -14,7 +14,19 @@
 //! holds both, forward or backward; on a ring under `Fabric1DRing` the shorter way (ties go
 //! forward; under `Fabric1D` a ring is used as a line). With no common line the send fails
 //! naming both chips. Between neighbours joined by several links, a packet that asked for
-//! link `k` uses `k % links` at every hop.
+//! link `k` uses `k % links` at every hop. Under `FABRIC_1D_NEIGHBOR_EXCHANGE` a packet goes
+//! one hop only.
+//!
+//! **2D routes** (`FABRIC_2D`, `FABRIC_2D_TORUS_X/Y/XY`; see `route/mesh2d.rs`). The spec's
+//! [`MeshGrid`] gives rows and columns; every row and column is a line as above (a ring
+//! under a torus on its axis). A packet goes along its source's column to the destination's
+//! row, turns, and goes along that row (tt-metal's order: north/south, then east/west). The
+//! route sits in the header as the 1D route does, plus a turn code; a router asks the
+//! route which hop comes next (on along its line, or the crossing line's), so channels,
+//! credits, statistics and faults are the same per-link machinery in 1D and 2D. The 1D and
+//! 2D route code sit side by side in `route/line.rs` and `route/mesh2d.rs`. A config the
+//! topology cannot carry is refused (`FabricSpec::check_config`), naming the configs that
+//! fit.
 //!
 //! **Channels, slots, credits.** Every hop (a neighbour pair, one direction, one line) has one
 //! channel per parallel link and virtual channel. A channel is a ring of `channel_slots`
@@ -96,7 +108,10 @@
 //! Packets start on VC0 and move to VC1 when they cross the dateline; a packet travels at
 //! most n-1 hops, so it never crosses it twice. VC0 then never uses the dateline hop and VC1
 //! never reaches it again, so each VC's dependency chain is acyclic; routers drain both
-//! independently, and local writes never block. Full-load ring tests exercise this. Chip
+//! independently, and local writes never block. Full-load ring tests exercise this. 2D:
+//! dimension order (column, then row) means dependencies run column -> row and never back,
+//! so a mesh has no cycle; on a torus each ring keeps its dateline and a turn starts the row
+//! on VC0 (`tests/mesh2d.rs` runs all-to-all through 2-slot channels on both). Chip
 //! memory: a delivery holds the destination's bank lock, and whatever it reads meanwhile
 //! (the source of a copied payload, the operands of a computed one) it only *tries*, falling
 //! back to a buffer filled with nothing held (`ChipMemory::copy_from`, `write_trying`). No
@@ -104,7 +119,8 @@
 //! chips cannot deadlock.
 //!
 //! **Packets.** See [`packet`]: 32-byte header with the 1D low-latency route (2 bits per
-//! hop: forward, write, write-and-forward; up to 16 hops), source, address, length,
+//! hop: forward, write, write-and-forward; up to 16 hops; 2D adds a turn code), source,
+//! address, length,
 //! sequence number, semaphore argument and checksum. Send types: unicast write, inline write,
 //! atomic increment, fused write + increment, line multicast (`start..start+range` hops).
 //! Messages larger than the payload size are split; a message's increment rides on its last
@@ -147,6 +163,7 @@ mod fabric;
 mod inner;
 pub mod packet;
 mod payload;
+pub(crate) mod route;
 mod router;
 mod sender;
 pub mod testing;
@@ -154,7 +171,7 @@ pub mod testing;
 pub use config::{
     copy_through_buffer, AxisLine, ChipMemory, ComputedFill, Dir, EthLink, FabricConfig,
     FabricSpec, Fault, HeldMemory, LineDir, LinkDirection, LinkParams, LinkStats, MemSpace,
-    NocAddr, RouteInfo,
+    MeshGrid, NocAddr, RouteInfo,
 };
 pub use error::{FabricError, MemoryError};
 pub use fabric::Fabric;

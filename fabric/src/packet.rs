@@ -3,7 +3,9 @@
 //! Layout (little endian):
 //! ```text
 //!  0..4   route: 2 bits per hop, hop 1 in the low bits; each router reads the low 2 bits
-//!         and shifts them out before forwarding (01 forward, 10 write, 11 write+forward)
+//!         and shifts them out before forwarding (01 forward, 10 write, 11 write+forward);
+//!         on a 2D fabric `00` then a direction (2 bits) turns onto the crossing line
+//!         (see `route/mesh2d.rs`)
 //!  4      kind (low 3 bits) | memory space (bit 4: 1 = L1) | sealed (bit 5: checksum set)
 //!  5      link index the sender asked for (each hop uses link % links between the pair)
 //!  6..8   source chip

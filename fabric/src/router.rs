@@ -10,7 +10,8 @@
 use crate::channel::{Channel, DoneBatch, Tracker, Wake, SPIN_TRIES, YIELD_TRIES};
 use crate::config::NocAddr;
 use crate::inner::{dir_index, Ctx, Hop, Inner, LinkLoss};
-use crate::packet::{self, Header, Kind, HOP_FORWARD, HOP_WRITE};
+use crate::packet::{self, Header, Kind};
+use crate::route::{self, Next};
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
@@ -26,6 +27,14 @@ const CREDIT_BATCH: u64 = 8;
 /// cases run with a 60 s park) and how often an idle router wakes (twice a second).
 const IDLE_PARK: Duration = Duration::from_millis(500);
 
+/// Where a 2D route that turns at this router's chip goes on: the crossing line, this
+/// chip's position on it, and its hops from here (backward, forward).
+pub(crate) struct Turn {
+    pub line: usize,
+    pub pos: usize,
+    pub hops: [Option<Arc<Hop>>; 2],
+}
+
 pub(crate) struct Router {
     pub chip: u32,
     pub line: usize,
@@ -36,6 +45,8 @@ pub(crate) struct Router {
     /// Inbound channels and their virtual channel number.
     pub inbound: Vec<(Arc<Channel>, usize)>,
     pub outbound: Option<Arc<Hop>>,
+    /// The crossing line's hops, on a 2D fabric.
+    pub turn: Option<Box<Turn>>,
     /// The right to run this router's passes (its thread, or a helper), and per inbound
     /// channel the head index at which a credit stall was last counted.
     token: Mutex<Vec<u64>>,
@@ -61,6 +72,7 @@ impl Router {
         prev: usize,
         inbound: Vec<(Arc<Channel>, usize)>,
         outbound: Option<Arc<Hop>>,
+        turn: Option<Box<Turn>>,
         wake: Arc<Wake>,
     ) -> Self {
         let token = Mutex::new(vec![u64::MAX; inbound.len()]);
@@ -72,6 +84,7 @@ impl Router {
             prev,
             inbound,
             outbound,
+            turn,
             token,
             wake,
         }
@@ -267,52 +280,64 @@ impl Router {
             ch.free(slot);
             return Step::Done;
         }
-        let line = &inner.lines[self.line];
-        let (route, src, seq, sem) = match &decoded {
-            Some(h) => (
-                h.route,
-                h.src as u32,
-                h.seq,
-                h.kind.carries_sem().then_some(h.arg0),
-            ),
-            None => (0, 0, 0, None),
+        let route = decoded.map_or(0, |h| h.route);
+        // Where the packet is, for statistics and errors: built only where one is needed.
+        let ctx = |line, pos, forward, route, quiet| {
+            let (src, seq, sem) = decoded.map_or((0, 0, None), |h| {
+                (h.src as u32, h.seq, h.kind.carries_sem().then_some(h.arg0))
+            });
+            Ctx {
+                lines: &inner.lines,
+                routing: &inner.routing,
+                line,
+                forward,
+                pos,
+                route,
+                src,
+                seq,
+                sem,
+                quiet,
+            }
         };
-        let ctx = Ctx {
-            line,
-            forward: self.forward,
-            pos: prev,
-            route,
-            src,
-            seq,
-            sem,
-            quiet: false,
+        // What the route says this chip does, and the hop it names, if any.
+        // A router with no crossing line reads line codes only (a turn cannot happen here).
+        let step = match self.turn {
+            None => route::line::step(route),
+            Some(_) => inner.routing.step(route),
         };
-        let code = route & 0b11;
+        let out_hop = match step.map(|s| s.next) {
+            Some(Next::Continue) => self.outbound.as_ref(),
+            Some(Next::Turn { forward }) => self
+                .turn
+                .as_ref()
+                .and_then(|t| t.hops[forward as usize].as_ref()),
+            _ => None,
+        };
         let len = decoded.map_or(0, |h| h.len as usize);
         // Link-level check (see `packet`): sealed by the sending end of a link that can
         // corrupt, verified here.
         let check = packet::is_sealed(&hdr) && inner.faults[ch.link].ever_corrupt();
         let intact = decoded.is_some()
-            && code != 0
             && len <= slot.buf.len()
             && (!check || packet::verify(&hdr, slot.payload(len)))
-            && (code & HOP_FORWARD == 0 || self.outbound.is_some());
-        let Some(hd) = decoded.filter(|_| intact) else {
+            && step.is_some_and(|s| s.next == Next::Stop || out_hop.is_some());
+        let (Some(hd), Some(step)) = (decoded.filter(|_| intact), step) else {
             // The link damaged it: count it on the link it arrived by and tell the sender.
+            let ctx = ctx(self.line, prev, self.forward, route, false);
             inner.counters[ch.link][dir_index(ch)]
                 .corrupted
                 .fetch_add(1, Relaxed);
             inner.record_link_loss(&ctx, ch.link, LinkLoss::Corrupted);
             let err = inner.loss_error(&ctx, ch.link, LinkLoss::Corrupted, self.chip);
             if let Some(t) = slot.tracker.as_ref() {
-                t.fail(err, packet::writes_in(route));
+                t.fail(err, inner.routing.writes_in(route));
             }
             ch.free(slot);
             return Step::Done;
         };
-        let write = code & HOP_WRITE != 0;
+        let write = step.write;
         // Lent packets of one message that land back to back are written with one call.
-        if let (HOP_WRITE, Kind::Write, Some(ext)) = (code, hd.kind, slot.ext) {
+        if let (true, Next::Stop, Kind::Write, Some(ext)) = (write, step.next, hd.kind, slot.ext) {
             let p = slot.payload(len);
             let t = slot.tracker.as_ref();
             match run {
@@ -338,9 +363,15 @@ impl Router {
         }
         // Anything else lands after the run.
         self.flush_run(inner, run, done);
-        if code & HOP_FORWARD != 0 {
-            let hop = self.outbound.as_ref().expect("checked above");
-            let out = hop.channel(hd.link as usize, vc);
+        if let Some(hop) = out_hop {
+            // Going on along this line keeps the virtual channel (the hop moves it to VC1
+            // past a dateline); a turn starts the crossing line on VC0, and is published with
+            // a wake: a helper drives only the routers down its own line.
+            let (line, pos, forward, out_vc, turned) = match (step.next, &self.turn) {
+                (Next::Turn { forward }, Some(t)) => (t.line, t.pos, forward, 0, true),
+                _ => (self.line, self.pos, self.forward, vc, false),
+            };
+            let out = hop.channel(hd.link as usize, out_vc);
             let idx = match out.try_reserve() {
                 Some(i) => i,
                 None => {
@@ -373,13 +404,8 @@ impl Router {
                     done,
                 );
             }
-            let rest = route >> 2;
-            let next = Ctx {
-                pos: self.pos,
-                route: rest,
-                quiet: helper,
-                ..ctx
-            };
+            let rest = step.rest;
+            let next = ctx(line, pos, forward, rest, helper && !turned);
             // Moved out for the call (the closure borrows the slot), moved back after.
             let tracker = slot.tracker.take();
             let res = inner.transmit(out, idx, &next, len, tracker.as_ref(), 0, |o| {
@@ -394,12 +420,13 @@ impl Router {
                 packet::set_route(&mut o.hdr, rest);
             });
             if let (Err(e), Some(t)) = (&res, &tracker) {
-                t.fail(e.clone(), packet::writes_in(rest));
+                t.fail(e.clone(), inner.routing.writes_in(rest));
             }
             slot.tracker = tracker;
             if res.is_ok() {
                 ch.free(slot);
-                return Step::Forwarded;
+                // A turn's consumer was woken; only forwards along the line are driven on.
+                return if turned { Step::Done } else { Step::Forwarded };
             }
         } else if write {
             inner.deliver(

@@ -7,6 +7,7 @@ use crate::config::{ChipMemory, ComputedFill, Dir, FabricConfig, LineDir, NocAdd
 use crate::inner::{Ctx, Inner, LinkLoss};
 use crate::packet::{self, Header, Kind};
 use crate::payload::{Computed, Copied, Payload, RefGuard};
+use crate::route::Path;
 use crate::FabricError;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
@@ -33,15 +34,6 @@ pub struct FabricSender {
     tracker: Arc<Tracker>,
     link: usize,
     payload: usize,
-}
-
-struct Path {
-    line: usize,
-    forward: bool,
-    pos: usize,
-    route: u32,
-    /// The farthest chip the message writes to.
-    dst: u32,
 }
 
 impl FabricSender {
@@ -242,11 +234,16 @@ impl FabricSender {
                 ))
             })?;
         let forward = line.dir == Dir::Forward;
-        let max = l.max_hops(pos, forward).min(packet::MAX_HOPS);
+        let reach = match inner.spec.config {
+            FabricConfig::Fabric1DNeighborExchange => 1,
+            _ => packet::MAX_HOPS,
+        };
+        let max = l.max_hops(pos, forward).min(reach);
         if start_hops == 0 || range == 0 || start_hops + range - 1 > max {
             return Err(FabricError::InvalidArgument(format!(
                 "multicast from chip {} to hops {start_hops}..{} {:?} along axis {} is out of \
-                 reach: hops must lie in 1..={max} (the line's end, or 16 for the 1D header)",
+                 reach: hops must lie in 1..={max} (the line's end, 16 for the 1D header, 1 under \
+                 FABRIC_1D_NEIGHBOR_EXCHANGE)",
                 self.chip,
                 start_hops as u64 + range as u64,
                 line.dir,
@@ -261,6 +258,7 @@ impl FabricSender {
             pos,
             route,
             dst: l.chips[far.expect("checked to lie on the line")],
+            hops: start_hops + range - 1,
         };
         self.send_path(
             &path,
@@ -348,14 +346,7 @@ impl FabricSender {
 
     /// The unicast path from this chip to `dest`.
     fn path_to(&self, dest: u32) -> Result<Path> {
-        let (line, forward, hops, pos) = self.inner.route(self.chip, dest)?;
-        Ok(Path {
-            line,
-            forward,
-            pos,
-            route: packet::unicast_route(hops),
-            dst: dest,
-        })
+        self.inner.path(self.chip, dest)
     }
 
     /// A chip writing to itself needs no link: do it now.
@@ -409,7 +400,9 @@ impl FabricSender {
         };
         let line = &inner.lines[path.line];
         let mut ctx = Ctx {
-            line,
+            lines: &inner.lines,
+            routing: &inner.routing,
+            line: path.line,
             forward: path.forward,
             pos: path.pos,
             route: path.route,
@@ -443,30 +436,34 @@ impl FabricSender {
             }
         };
         // A link known to be down fails the whole message before anything is sent.
-        for d in 0..packet::write_hops(path.route).last().unwrap_or(1) {
-            let p = line
-                .step(path.pos, path.forward, d)
-                .expect("route stays on the line");
-            let hop = line
-                .hop_from(p, path.forward)
-                .expect("route stays on the line");
-            let phys = hop.links[link % hop.links.len()];
-            if let Some(crate::Fault::Down) = inner.faults[phys].get() {
-                for _ in 0..count {
-                    inner.record_link_loss(&ctx, phys, LinkLoss::Down);
+        let mut down = None;
+        let start = (path.line, path.pos, path.forward);
+        inner
+            .routing
+            .walk(&inner.lines, start, path.route, |l, p, forward, _, _| {
+                let hop = inner.lines[l]
+                    .hop_from(p, forward)
+                    .expect("route stays on the lines");
+                let phys = hop.links[link % hop.links.len()];
+                if down.is_none() && inner.faults[phys].get() == Some(crate::Fault::Down) {
+                    down = Some(phys);
                 }
-                return Err(FabricError::LinkDown {
-                    link: inner.link_name(phys),
-                    src: self.chip,
-                    dst,
-                });
+            });
+        if let Some(phys) = down {
+            for _ in 0..count {
+                inner.record_link_loss(&ctx, phys, LinkLoss::Down);
             }
+            return Err(FabricError::LinkDown {
+                link: inner.link_name(phys),
+                src: self.chip,
+                dst,
+            });
         }
         let hop = line
             .hop_from(path.pos, path.forward)
             .expect("route has a first hop");
         let ch = hop.channel(link, 0);
-        let writes = packet::writes_in(path.route);
+        let writes = inner.routing.writes_in(path.route);
         let (arg0, arg1) = match msg {
             Msg::Inline(v) => (v, 0),
             _ => sem.unwrap_or((0, 0)),
@@ -484,7 +481,7 @@ impl FabricSender {
         };
         // One hop on a link without a fault: if the receiving router is idle with nothing
         // queued, do its work for it now (see `send_direct`).
-        let one_hop = packet::write_hops(path.route).eq([1]);
+        let one_hop = path.route == packet::HOP_WRITE;
         if one_hop && count as u64 <= ch.slots() && inner.faults[ch.link].get().is_none() {
             match self.send_direct(ch, dst, msg, addr, &mut payload, count as u64) {
                 Some(Direct::Done) => return Ok(()),

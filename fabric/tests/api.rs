@@ -15,38 +15,183 @@ fn line(n: u32, config: FabricConfig) -> FabricSpec {
 
 #[test]
 fn config_names() {
+    use FabricConfig::*;
     for (name, want) in [
-        ("disabled", FabricConfig::Disabled),
-        ("1d", FabricConfig::Fabric1D),
-        ("1d-ring", FabricConfig::Fabric1DRing),
-        ("2d", FabricConfig::Fabric2D),
-        ("FABRIC_1D", FabricConfig::Fabric1D),
-        ("FABRIC_1D_RING", FabricConfig::Fabric1DRing),
-        ("FABRIC_2D", FabricConfig::Fabric2D),
-        ("DISABLED", FabricConfig::Disabled),
+        ("disabled", Disabled),
+        ("1d", Fabric1D),
+        ("1d-ring", Fabric1DRing),
+        ("1d-neighbor-exchange", Fabric1DNeighborExchange),
+        ("2d", Fabric2D),
+        ("2d-torus-x", Fabric2DTorusX),
+        ("2d-torus-y", Fabric2DTorusY),
+        ("2d-torus-xy", Fabric2DTorusXY),
+        ("2D_TORUS_XY", Fabric2DTorusXY),
+        ("FABRIC_1D", Fabric1D),
+        ("FABRIC_1D_RING", Fabric1DRing),
+        ("FABRIC_2D", Fabric2D),
+        ("ttnn.FabricConfig.FABRIC_2D_TORUS_Y", Fabric2DTorusY),
+        ("DISABLED", Disabled),
     ] {
         assert_eq!(FabricConfig::from_name(name), Ok(want), "{name}");
-        assert_eq!(FabricConfig::from_name(want.tt_metal_name()), Ok(want));
     }
-    let e = FabricConfig::from_name("3d").unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "unknown fabric config '3d'; use one of disabled, 1d, 1d-ring, 2d (or FABRIC_1D, \
-         FABRIC_1D_RING, FABRIC_2D)"
+    // tt-metal's values, written out here rather than derived from the enum.
+    let values = [
+        ("DISABLED", 0),
+        ("FABRIC_1D_NEIGHBOR_EXCHANGE", 1),
+        ("FABRIC_1D", 2),
+        ("FABRIC_1D_RING", 3),
+        ("FABRIC_2D", 4),
+        ("FABRIC_2D_TORUS_X", 5),
+        ("FABRIC_2D_TORUS_Y", 6),
+        ("FABRIC_2D_TORUS_XY", 7),
+    ];
+    assert_eq!(FabricConfig::ALL.len(), values.len());
+    for (c, (name, value)) in FabricConfig::ALL.into_iter().zip(values) {
+        assert_eq!(c.tt_metal_name(), name);
+        assert_eq!(c.value(), value, "{name}");
+        assert_eq!(FabricConfig::from_name(name), Ok(c));
+        assert_eq!(FabricConfig::from_name(c.short_name()), Ok(c));
+        assert_eq!(c.to_string().parse::<FabricConfig>(), Ok(c));
+    }
+    let e = FabricConfig::from_name("3d").unwrap_err().to_string();
+    assert!(
+        e.starts_with("unknown fabric config '3d'; use one of disabled, 1d-neighbor-exchange")
+            && e.contains("2d-torus-xy")
+            && e.contains("FABRIC_2D_TORUS_XY"),
+        "{e}"
     );
 }
 
-#[test]
-fn fabric_2d_is_refused_at_construction() {
-    let spec = line(2, FabricConfig::Fabric2D);
-    let mems: Vec<Arc<dyn ChipMemory>> = (0..2)
+fn memories(n: u32) -> Vec<Arc<dyn ChipMemory>> {
+    (0..n)
         .map(|_| Arc::new(testing::MapMemory::new()) as Arc<dyn ChipMemory>)
-        .collect();
-    let e = Fabric::new(spec, mems).unwrap_err();
+        .collect()
+}
+
+/// Each topology refuses what it cannot carry, with the reason and the configs that fit.
+#[test]
+fn configs_the_topology_cannot_carry_are_refused_with_what_fits() {
+    use FabricConfig::*;
+    let e = Fabric::new(line(4, Fabric2D), memories(4)).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "fabric config FABRIC_2D is not supported yet; use Fabric1D or Fabric1DRing"
+        "fabric config FABRIC_2D cannot run on this topology: it is a line, not a 2D mesh (the \
+         spec has no grid of rows and columns); use one of DISABLED, \
+         FABRIC_1D_NEIGHBOR_EXCHANGE, FABRIC_1D"
     );
+    // A 1x4 grid is a line too.
+    let one_row = FabricSpec::mesh(1, 4, 1, (false, false), Fabric2D);
+    let e = Fabric::new(one_row, memories(4)).unwrap_err().to_string();
+    assert!(
+        e.contains("the mesh is 1x4: 2D routing needs at least 2 rows"),
+        "{e}"
+    );
+    let single = FabricSpec::mesh(1, 1, 1, (false, false), Fabric2DTorusXY);
+    let e = Fabric::new(single, memories(1)).unwrap_err().to_string();
+    assert!(e.contains("the mesh is 1x1"), "{e}");
+
+    // A Galaxy-shaped mesh without wrap links: 2D fits, no torus does.
+    let galaxy = FabricSpec::mesh(4, 8, 1, (false, false), Fabric2DTorusX);
+    assert_eq!(
+        galaxy.configs_carried(),
+        vec![Disabled, Fabric1DNeighborExchange, Fabric1D, Fabric2D]
+    );
+    let e = Fabric::new(galaxy, memories(32)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "fabric config FABRIC_2D_TORUS_X cannot run on this topology: row 0 has no wrap link \
+         from chip 7 back to chip 0 (a torus on X needs one on every row); use one of \
+         DISABLED, FABRIC_1D_NEIGHBOR_EXCHANGE, FABRIC_1D, FABRIC_2D"
+    );
+    // Rows wrapped, columns not: X and plain 2D fit, Y and XY do not.
+    let rows_wrap = FabricSpec::mesh(4, 8, 1, (true, false), Fabric2DTorusY);
+    assert_eq!(
+        rows_wrap.configs_carried(),
+        vec![
+            Disabled,
+            Fabric1DNeighborExchange,
+            Fabric1D,
+            Fabric1DRing,
+            Fabric2D,
+            Fabric2DTorusX
+        ]
+    );
+    let e = rows_wrap.check_config().unwrap_err().to_string();
+    assert!(
+        e.contains("column 0 has no wrap link from chip 24 back to chip 0"),
+        "{e}"
+    );
+    // A 2-row mesh cannot wrap its columns: a ring needs 3 chips.
+    let t3k = FabricSpec::mesh(2, 4, 1, (true, true), Fabric2DTorusXY);
+    let e = t3k.check_config().unwrap_err().to_string();
+    assert!(
+        e.contains("column 0 has 2 chips: a Y wrap needs 3 or more"),
+        "{e}"
+    );
+    assert!(e.ends_with("FABRIC_2D, FABRIC_2D_TORUS_X"), "{e}");
+    let full = FabricSpec::mesh(4, 8, 1, (true, true), Fabric2DTorusXY);
+    assert_eq!(full.configs_carried(), FabricConfig::ALL.to_vec());
+
+    // A grid whose neighbours are not all linked cannot route 2D.
+    let mut broken = FabricSpec::mesh(2, 2, 1, (false, false), Fabric2D);
+    broken.links.retain(|l| !l.joins(1, 3));
+    let e = broken.check_config().unwrap_err().to_string();
+    assert!(
+        e.contains("chips 1 and 3 are neighbours in column 1 but no ethernet link joins them"),
+        "{e}"
+    );
+
+    // A ring config on a line: the spec says so (the mesh refuses it; the fabric alone runs
+    // it as a line).
+    let e = line(4, Fabric1DRing)
+        .check_config()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no line of this topology closes into a ring"),
+        "{e}"
+    );
+    assert!(FabricSpec::line(4, 1, true, Fabric1DRing)
+        .check_config()
+        .is_ok());
+}
+
+#[test]
+fn neighbour_exchange_reaches_neighbours_only() {
+    let (f, mems) = open(line(4, FabricConfig::Fabric1DNeighborExchange));
+    let tx = f.sender(1).unwrap();
+    tx.write_and_inc(2, NocAddr::dram(0, 0), &[7; 100], 3, 1)
+        .unwrap();
+    tx.write_and_inc(0, NocAddr::dram(0, 0), &[8; 100], 3, 1)
+        .unwrap();
+    tx.flush().unwrap();
+    f.wait_semaphore(2, 3, 1, Duration::from_secs(5)).unwrap();
+    f.wait_semaphore(0, 3, 1, Duration::from_secs(5)).unwrap();
+    assert_eq!(mems[2].read(NocAddr::dram(0, 0), 100), vec![7; 100]);
+    assert_eq!(mems[0].read(NocAddr::dram(0, 0), 100), vec![8; 100]);
+    let e = tx
+        .unicast_write(3, NocAddr::dram(0, 0), &[1], 0)
+        .unwrap_err();
+    assert_eq!(
+        e,
+        FabricError::NotNeighbours {
+            src: 1,
+            dst: 3,
+            hops: 2
+        }
+    );
+    assert!(
+        e.to_string().contains("open the fabric with FABRIC_1D"),
+        "{e}"
+    );
+    let far = LineDir {
+        axis: 0,
+        dir: Dir::Forward,
+    };
+    let e = tx
+        .multicast_write(far, 1, 2, NocAddr::dram(0, 0), &[1], None)
+        .unwrap_err();
+    assert!(e.to_string().contains("hops must lie in 1..=1"), "{e}");
 }
 
 #[test]

@@ -9,7 +9,7 @@ use ttmesh_ccl::CclLine;
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig, ChipError, CqId};
 use ttmesh_fabric::{
     AxisLine, ChipMemory, ComputedFill, EthLink, Fabric, FabricConfig, FabricError, FabricSpec,
-    HeldMemory, LinkParams, MemoryError, NocAddr,
+    HeldMemory, LinkParams, MemoryError, MeshGrid, NocAddr,
 };
 use ttmesh_topologies::{ArchName, ClusterGraph};
 
@@ -732,12 +732,17 @@ fn build_fabric(
             push(line.chips);
         }
     }
-    let params = if arch.arch == ttmesh_chip::Arch::Blackhole {
-        LinkParams::blackhole()
-    } else {
-        LinkParams::wormhole()
+    let params = match arch.arch {
+        ttmesh_chip::Arch::Blackhole => LinkParams::blackhole(),
+        _ if config.is_2d() => LinkParams::wormhole_2d(),
+        _ => LinkParams::wormhole(),
     };
-    let mut spec = FabricSpec::new(cluster.num_chips() as u32, links, axes, params, config);
+    let grid = MeshGrid::new(shape.rows as u32, shape.cols as u32, ids.to_vec());
+    let mut spec =
+        FabricSpec::new(cluster.num_chips() as u32, links, axes, params, config).with_grid(grid);
+    // A config the mesh's links cannot carry (a torus without wrap links, 2D on a line, a
+    // ring config with no ring) is refused here, naming what would work.
+    spec.check_config()?;
     // One timeout for every wait of the mesh: the chips' (TTMESH_OPERATION_TIMEOUT_SECONDS,
     // default 60 s) unless the config sets one.
     spec.timeout = mesh

@@ -299,7 +299,8 @@ fn galaxy_rows_and_columns() {
 fn lines_and_rings_of_several_sizes() {
     for (topo, fabric) in [
         ("line-3", FabricConfig::Fabric1D),
-        ("line-5", FabricConfig::Fabric1DRing),
+        // (a ring config on a line is refused when the mesh opens: tests/fabric_configs.rs)
+        ("line-5", FabricConfig::Fabric1D),
         ("ring-3", FabricConfig::Fabric1DRing),
         ("ring-4", FabricConfig::Fabric1DRing),
         ("ring-4", FabricConfig::Fabric1D),

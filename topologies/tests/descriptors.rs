@@ -239,6 +239,34 @@ fn generated_lines_and_rings() {
 }
 
 #[test]
+fn generated_meshes_and_tori() {
+    let mesh = load("mesh-4x8").unwrap();
+    assert_eq!(mesh.mesh_shape(), (4, 8));
+    assert_eq!(mesh.num_chips(), 32);
+    // 4 rows of 7 links, 8 columns of 3.
+    assert_eq!(mesh.links().len(), 4 * 7 + 8 * 3);
+    assert_eq!(mesh.link_count(0, 7), 0);
+    assert_eq!(mesh.hop_distance(0, 31), Some(3 + 7));
+    let torus = load("torus-4x8").unwrap();
+    assert_eq!(torus.links().len(), 4 * 8 + 8 * 4);
+    assert_eq!(torus.link_count(7, 0), 1);
+    assert_eq!(torus.link_count(24, 0), 1);
+    assert_eq!(torus.hop_distance(0, 31), Some(1 + 1));
+    // A 2-chip dimension has no wrap: its neighbours are joined once already.
+    let t = load("torus-2x4").unwrap();
+    assert_eq!(t.links().len(), 2 * 4 + 4);
+    assert_eq!(t.link_count(0, 4), 1);
+    for (name, needle) in [
+        ("mesh-1x1", "is not a grid of 2 to 64 chips"),
+        ("torus-9x9", "is not a grid of 2 to 64 chips"),
+        ("mesh-4by8", "write mesh-RxC, e.g. mesh-4x8"),
+    ] {
+        let e = load(name).unwrap_err().to_string();
+        assert!(e.contains(needle), "{name}: {e}");
+    }
+}
+
+#[test]
 fn generated_names_out_of_range_are_refused() {
     for (name, needle) in [
         ("line-1", "N = 1 is too small"),
@@ -270,7 +298,8 @@ fn unknown_name_lists_the_choices() {
     assert_eq!(
         e.to_string(),
         "unknown topology \"t3000\": not a built-in name (n150, n300, t3k, galaxy, p150, p300), \
-         not line-N or ring-N with N from 2 to 64, and no file exists at that path"
+         not line-N or ring-N with N from 2 to 64, mesh-RxC or torus-RxC with 2 to 64 chips, \
+         and no file exists at that path"
     );
     assert_eq!(e.line(), None);
 }
