@@ -115,8 +115,10 @@ impl TopologyChoice {
                 ("galaxy".into(), (4, 8), true)
             }
             TopologyChoice::Line(n) => (format!("line-{n}"), (1, *n), false),
-            TopologyChoice::Ring(n) => (format!("ring-{n}"), (1, *n), true),
-            TopologyChoice::File { path, rows, cols } => (path.clone(), (*rows, *cols), true),
+            // Two chips make no ring (the mesh refuses a ring fabric there), and a file may
+            // have none: both run under FABRIC_1D.
+            TopologyChoice::Ring(n) => (format!("ring-{n}"), (1, *n), *n > 2),
+            TopologyChoice::File { path, rows, cols } => (path.clone(), (*rows, *cols), false),
         }
     }
 
