@@ -249,11 +249,7 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         fabric_config,
         ..Default::default()
     })
-    .map_err(|e| format!("--mesh {}: {e}", args.on.mesh))?;
-    if let Err(e) = crate::limits::check_fabric_fits(&mesh, fabric_config, &args.on.mesh) {
-        let _ = mesh.close();
-        return Err(e);
-    }
+    .map_err(|e| args.on.open_error(e))?;
     let loaded = Loaded {
         weights: &weights,
         tokenizer: &tokenizer,

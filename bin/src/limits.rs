@@ -3,7 +3,6 @@
 //! flag, its limit and why (never a panic, an abort or a failed host allocation).
 
 use crate::run::RunArgs;
-use ttmesh::{FabricConfig, MeshDevice};
 
 /// A clap value parser for a flag that takes a whole number: `-5` or `many` is a bad value of
 /// that flag, said with what it takes (`takes`, e.g. "a whole number of iterations, 1 to
@@ -20,35 +19,6 @@ pub fn whole<T: std::str::FromStr>(
         };
         s.parse().map_err(|_| format!("{why}; it takes {takes}"))
     }
-}
-
-/// Refuses a fabric the opened mesh cannot carry: FABRIC_1D_RING needs at least one line of
-/// chips (a row, a column, or the line through all of them) whose two ends are linked.
-/// Otherwise it would run every collective as a line while the report says ring.
-pub fn check_fabric_fits(
-    mesh: &MeshDevice,
-    fabric: FabricConfig,
-    mesh_name: &str,
-) -> Result<(), String> {
-    if fabric != FabricConfig::Fabric1DRing {
-        return Ok(());
-    }
-    let n = mesh.num_devices();
-    if n == 1 {
-        return Err(format!(
-            "--fabric 1d-ring: --mesh {mesh_name} is one chip, with no ring to run on; use --fabric 1d (the default), or a mesh with a ring (t3k, galaxy, ring-N)"
-        ));
-    }
-    let has_ring = [None, Some(0), Some(1)].into_iter().any(|axis| {
-        mesh.ccl_lines(axis)
-            .is_ok_and(|lines| lines.iter().any(|(line, _)| line.is_ring))
-    });
-    if has_ring {
-        return Ok(());
-    }
-    Err(format!(
-        "--fabric 1d-ring: --mesh {mesh_name} ({n} chips) has no ring: no line of its chips has its two ends linked; use --fabric 1d (the default), or a mesh with a ring (t3k, galaxy, ring-N)"
-    ))
 }
 
 /// Longest `--hold`: a day keeps `ttmesh monitor` busy long enough.

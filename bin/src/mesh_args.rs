@@ -23,6 +23,12 @@ impl MeshArgs {
         FabricConfig::from_name(&self.fabric).map_err(|e| format!("--fabric {}: {e}", self.fabric))
     }
 
+    /// An error from opening the mesh, naming the two flags it came from (the library refuses
+    /// a fabric the topology cannot carry, with the configs that fit).
+    pub fn open_error(&self, e: impl std::fmt::Display) -> String {
+        format!("--mesh {} --fabric {}: {e}", self.mesh, self.fabric)
+    }
+
     /// The mesh as `ttmesh run` / `ttmesh decode` open it (their trace region aside).
     pub fn config(&self) -> Result<MeshConfig, String> {
         Ok(MeshConfig {

@@ -82,13 +82,11 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         fabric_config,
         ..Default::default()
     };
-    let mesh = MeshDevice::open(config).map_err(|e| e.to_string())?;
+    let mesh = MeshDevice::open(config).map_err(|e| args.on.open_error(e))?;
     let n = mesh.num_devices();
     let (t, h, f) = (args.tokens, args.hidden, args.ffn);
     let dram_per_chip = mesh.reports().iter().map(|c| c.dram_capacity).min();
-    let fits = crate::limits::check_fabric_fits(&mesh, fabric_config, &args.on.mesh)
-        .and_then(|()| crate::limits::check_fits(args, n, dram_per_chip.unwrap_or(0)));
-    if let Err(e) = fits {
+    if let Err(e) = crate::limits::check_fits(args, n, dram_per_chip.unwrap_or(0)) {
         let _ = mesh.close();
         return Err(e);
     }
