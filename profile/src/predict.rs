@@ -18,7 +18,7 @@ use crate::timeline::{self, HostModel, Timeline};
 /// One kind of op in the token (an op name with its input shapes).
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpShare {
-    /// "Matmul [1,1,32,4096]x[1,1,4096,1536] BFLOAT8_B", "AllGather [1,1,32,512]", ...
+    /// `"Matmul [1,1,32,4096]x[1,1,4096,1536] BFLOAT8_B"`, `"AllGather [1,1,32,512]"`, ...
     pub op: String,
     /// Launches of it per token on the slowest chip.
     pub count: usize,
