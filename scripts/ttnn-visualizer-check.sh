@@ -26,7 +26,7 @@ else
   "$ttmesh" run --mesh n300 --iters 1 --graph "$work/graph" > /dev/null
   "$ttmesh" report import "$work/graph/report.json" "$work/visualizer" --svg
   folder=$work/visualizer
-  expect_op=${EXPECT_OP:-ttnn::all_reduce}
+  expect_op=${EXPECT_OP:-AllReduceAsyncDeviceOperation}
 fi
 
 if [ ! -x "$venv/bin/ttnn-visualizer" ] || ! "$venv/bin/pip" show ttnn-visualizer 2>/dev/null | grep -q "^Version: $version$"; then
