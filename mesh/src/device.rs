@@ -604,6 +604,7 @@ impl MeshDevice {
             m.stop();
         }
         let sync = self.synchronize_device();
+        self.inner.waker.stop();
         if let Some(f) = &self.inner.fabric {
             f.shutdown()?;
         }
@@ -619,6 +620,7 @@ impl Drop for MeshInner {
         if let Some(mut m) = self.monitor.get_mut().take() {
             m.stop();
         }
+        self.waker.stop();
         if let Some(f) = &self.fabric {
             let _ = f.shutdown();
         }

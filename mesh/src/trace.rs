@@ -78,10 +78,13 @@ impl StartBarrier {
 
 /// A thread that wakes every chip's dispatcher after a lockstep replay was queued: the host
 /// thread pays one wake-up per replay instead of one per chip (on two host cores, 32 wake-ups
-/// on the host thread cost more than the replay's whole host work).
+/// on the host thread cost more than the replay's whole host work). A request holds its
+/// chips until woken, so closing the mesh stops and joins the thread ([`LockstepWaker::stop`]):
+/// a closed mesh's chips are free when `close` returns.
 #[derive(Default)]
 pub(crate) struct LockstepWaker {
     tx: Mutex<Option<crossbeam_channel::Sender<WakeRequest>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// The chips whose dispatchers a replay wakes, and the queue it went to.
@@ -102,8 +105,9 @@ impl LockstepWaker {
                         }
                     }
                 });
-            if spawned.is_ok() {
+            if let Ok(handle) = spawned {
                 *tx = Some(s);
+                *self.thread.lock() = Some(handle);
             }
         }
         let sent = tx
@@ -115,6 +119,16 @@ impl LockstepWaker {
             for c in chips {
                 c.wake(cq);
             }
+        }
+    }
+
+    /// Ends the thread once it has woken what was queued, and waits for it. Idempotent; a
+    /// replay after it wakes its chips on the calling thread's next `wake` (a new thread).
+    pub(crate) fn stop(&self) {
+        drop(self.tx.lock().take());
+        if let Some(t) = self.thread.lock().take() {
+            // It only wakes chips, which never blocks: this returns at once.
+            let _ = t.join();
         }
     }
 }
