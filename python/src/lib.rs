@@ -9,9 +9,11 @@ mod device;
 mod enums;
 mod errors;
 mod graph;
+mod mapping;
 mod memory;
 mod ops;
 mod reports;
+mod spec;
 mod tensor;
 mod trace;
 
