@@ -15,9 +15,12 @@ use crate::error::{ChipError, LiveTraceWrite, Result};
 
 mod held_bank;
 mod held_reads;
+mod resident;
+mod trace_guard;
 pub use held_bank::HeldBank;
 pub(crate) use held_reads::prefetch_lines;
 pub use held_reads::HeldReads;
+use resident::Resident;
 
 /// Chunk granularity of the sparse store in `space`: large enough that a page copy rarely
 /// spans two chunks, small enough that small buffers do not pin much host memory. A DRAM
@@ -149,92 +152,6 @@ fn in_bank(
     Ok(())
 }
 
-/// Chunks held per space (DRAM, L1, host) and per bank, kept beside the banks' locks:
-/// freeing a range of a space or bank that holds nothing (buffers never written) takes no
-/// lock.
-struct Resident {
-    space: [AtomicU64; 3],
-    banks: [Vec<AtomicU64>; 3],
-    /// Chunks held per space in each granule of `GRANULE` bytes of address (all banks
-    /// together): a freed range whose granules hold nothing is skipped without any lock.
-    granules: [Vec<AtomicU32>; 3],
-}
-
-/// Address granule of the resident map (16 DRAM chunks, 64 of L1's).
-const GRANULE_SHIFT: u32 = 20;
-
-fn granule_of(addr: u64) -> usize {
-    (addr >> GRANULE_SHIFT) as usize
-}
-
-fn space_index(space: MemSpace) -> usize {
-    match space {
-        MemSpace::Dram => 0,
-        MemSpace::L1 => 1,
-        MemSpace::Host => 2,
-    }
-}
-
-impl Resident {
-    fn new(dram: (u32, u64), l1: (u32, u64), host_size: u64) -> Self {
-        let counts = |n: u32| (0..n).map(|_| AtomicU64::new(0)).collect();
-        let granules = |size: u64| {
-            (0..size.div_ceil(1 << GRANULE_SHIFT).max(1))
-                .map(|_| AtomicU32::new(0))
-                .collect()
-        };
-        Resident {
-            space: Default::default(),
-            banks: [counts(dram.0), counts(l1.0), counts(1)],
-            granules: [granules(dram.1), granules(l1.1), granules(host_size)],
-        }
-    }
-
-    /// `by` chunks more (or fewer) held at chunk index `chunk` of `bank`.
-    fn add(&self, space: MemSpace, bank: u32, chunk: u64, by: i64) {
-        let i = space_index(space);
-        if let Some(g) = self.granules[i].get(granule_of(chunk * chunk_size(space))) {
-            if by >= 0 {
-                g.fetch_add(by as u32, Ordering::Relaxed);
-            } else {
-                g.fetch_sub(by.unsigned_abs() as u32, Ordering::Relaxed);
-            }
-        }
-        let apply = |c: &AtomicU64| {
-            if by >= 0 {
-                c.fetch_add(by as u64, Ordering::Relaxed);
-            } else {
-                c.fetch_sub(by.unsigned_abs(), Ordering::Relaxed);
-            }
-        };
-        apply(&self.space[i]);
-        if let Some(c) = self.banks[i].get(bank as usize) {
-            apply(c);
-        }
-    }
-
-    fn in_space(&self, space: MemSpace) -> u64 {
-        self.space[space_index(space)].load(Ordering::Relaxed)
-    }
-
-    /// Does any bank hold a chunk in [lo, hi)? (Granule-coarse: may say yes for a neighbour.)
-    fn in_range(&self, space: MemSpace, lo: u64, hi: u64) -> bool {
-        let g = &self.granules[space_index(space)];
-        if hi <= lo || g.is_empty() {
-            return false;
-        }
-        let last = granule_of(hi - 1).min(g.len() - 1);
-        g.get(granule_of(lo)..=last)
-            .is_some_and(|gs| gs.iter().any(|c| c.load(Ordering::Relaxed) > 0))
-    }
-
-    fn in_bank(&self, space: MemSpace, bank: u32) -> u64 {
-        self.banks[space_index(space)]
-            .get(bank as usize)
-            .map_or(0, |c| c.load(Ordering::Relaxed))
-    }
-}
-
 /// One chunk of backing memory. Bytes from `valid` up read as zero whatever the buffer holds:
 /// a chunk reused from the pool is not zeroed up front, only the gaps a write skips over, so
 /// memory written front to back (every large transfer) is never cleared first.
@@ -352,76 +269,6 @@ impl DeviceMemory {
                 host_size,
             ),
         }
-    }
-
-    /// Counts every DRAM write or discard that reaches `from` or above (see `watched_epoch`).
-    pub fn watch_dram_from(&self, from: u64) {
-        self.watch_from.store(from, Ordering::Release);
-        self.watched_epoch.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Changes whenever watched DRAM (the TRACE region) may have changed.
-    pub fn watched_epoch(&self) -> u64 {
-        self.watched_epoch.load(Ordering::Acquire)
-    }
-
-    /// Refuses from now on every write into [start, end) of each DRAM bank, the bytes of
-    /// live trace `trace` (written before this is called), until `unguard_trace`.
-    pub(crate) fn guard_trace(&self, trace: u32, start: u64, end: u64) {
-        debug_assert!(start >= self.watch_from.load(Ordering::Relaxed));
-        self.live_traces.write().push((trace, start, end));
-    }
-
-    /// Lets writes into trace `trace`'s bytes through again (it is being released).
-    pub(crate) fn unguard_trace(&self, trace: u32) {
-        self.live_traces.write().retain(|&(t, ..)| t != trace);
-    }
-
-    /// Whether [addr, end) of a bank of `space` reaches the TRACE region: one compare, false
-    /// for every write but a trace's own (and strays), which go no further.
-    fn reaches_trace_region(&self, space: MemSpace, end: u64) -> bool {
-        space == MemSpace::Dram && end > self.watch_from.load(Ordering::Relaxed)
-    }
-
-    /// The live trace whose bytes [addr, end) of a DRAM bank overlaps, if any: (id, its bytes).
-    fn live_trace_in(&self, addr: u64, end: u64) -> Option<(u32, u64, u64)> {
-        let live = self.live_traces.read();
-        live.iter().copied().find(|&(_, s, e)| addr < e && s < end)
-    }
-
-    /// An error if `len` bytes written at `addr` of a bank would land inside a live trace's
-    /// bytes: a replay would run them. One compare for any write below the TRACE region.
-    pub fn check_write(&self, space: MemSpace, bank: u32, addr: u64, len: u64) -> Result<()> {
-        let end = addr.saturating_add(len);
-        if !self.reaches_trace_region(space, end) {
-            return Ok(());
-        }
-        match self.live_trace_in(addr, end) {
-            None => Ok(()),
-            Some((trace, start, end)) => Err(ChipError::IntoLiveTrace(LiveTraceWrite {
-                by: "a write".into(),
-                chip: self.chip,
-                bank,
-                address: addr,
-                len,
-                trace,
-                trace_bytes: (start, end),
-            })),
-        }
-    }
-
-    /// What every write passes first: refused if it would land in a live trace's bytes
-    /// (unless `guarded` is false), counted in the watched epoch if it reaches the TRACE
-    /// region. One compare for the rest.
-    fn admit(&self, space: MemSpace, bank: u32, addr: u64, len: u64, guarded: bool) -> Result<()> {
-        if !self.reaches_trace_region(space, addr + len) {
-            return Ok(());
-        }
-        if guarded {
-            self.check_write(space, bank, addr, len)?;
-        }
-        self.watched_epoch.fetch_add(1, Ordering::AcqRel);
-        Ok(())
     }
 
     fn bank(&self, space: MemSpace, bank: u32, addr: u64, len: u64) -> Result<&RwLock<Bank>> {
