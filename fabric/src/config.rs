@@ -2,6 +2,7 @@
 //! destination addresses and the memory trait the mesh implements per chip.
 
 use crate::FabricError;
+use crate::NocAddr;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -511,53 +512,6 @@ impl FabricSpec {
             is_ring: ring,
         }];
         Self::new(n, links, axes, LinkParams::wormhole(), config)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum MemSpace {
-    Dram,
-    L1,
-}
-
-/// A destination on a chip: memory space, bank and byte address inside the bank.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct NocAddr {
-    pub space: MemSpace,
-    pub bank: u32,
-    pub addr: u64,
-}
-
-impl NocAddr {
-    pub fn dram(bank: u32, addr: u64) -> Self {
-        Self {
-            space: MemSpace::Dram,
-            bank,
-            addr,
-        }
-    }
-    pub fn l1(bank: u32, addr: u64) -> Self {
-        Self {
-            space: MemSpace::L1,
-            bank,
-            addr,
-        }
-    }
-    pub fn offset(self, by: u64) -> Self {
-        Self {
-            addr: self.addr + by,
-            ..self
-        }
-    }
-}
-
-impl fmt::Display for NocAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = match self.space {
-            MemSpace::Dram => "DRAM",
-            MemSpace::L1 => "L1",
-        };
-        write!(f, "{s} bank {} address {:#x}", self.bank, self.addr)
     }
 }
 

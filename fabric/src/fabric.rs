@@ -8,6 +8,7 @@ use crate::route::Routing;
 use crate::router::{Router, Turn};
 use crate::sender::FabricSender;
 use crate::FabricError;
+use crate::NocAddr;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 

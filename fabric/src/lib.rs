@@ -170,9 +170,11 @@ pub mod testing;
 
 pub use config::{
     copy_through_buffer, AxisLine, ChipMemory, ComputedFill, Dir, EthLink, FabricConfig,
-    FabricSpec, Fault, HeldMemory, LineDir, LinkDirection, LinkParams, LinkStats, MemSpace,
-    MeshGrid, NocAddr, RouteInfo,
+    FabricSpec, Fault, HeldMemory, LineDir, LinkDirection, LinkParams, LinkStats, MeshGrid,
+    RouteInfo,
 };
 pub use error::{FabricError, MemoryError};
 pub use fabric::Fabric;
 pub use sender::FabricSender;
+/// Addresses on a chip: the vocabulary the fabric shares with the chip (`ttmesh-noc`).
+pub use ttmesh_noc::{MemSpace, NocAddr};

@@ -4,10 +4,11 @@
 //! nothing itself: `sender` decides which path a message takes.
 
 use crate::channel::{Channel, Tracker};
-use crate::config::{ChipMemory, NocAddr};
+use crate::config::ChipMemory;
 use crate::inner::Inner;
 use crate::packet;
 use crate::FabricError;
+use crate::NocAddr;
 use std::sync::Arc;
 
 type Result<T> = std::result::Result<T, FabricError>;

@@ -3,12 +3,13 @@
 //! increment, so the increment lands after all the data on the same path.
 
 use crate::channel::{Channel, DoneBatch, ExtRef, Tracker};
-use crate::config::{ChipMemory, ComputedFill, Dir, FabricConfig, LineDir, NocAddr};
+use crate::config::{ChipMemory, ComputedFill, Dir, FabricConfig, LineDir};
 use crate::inner::{Ctx, Inner, LinkLoss};
 use crate::packet::{self, Header, Kind};
 use crate::payload::{Computed, Copied, Payload, RefGuard};
 use crate::route::Path;
 use crate::FabricError;
+use crate::NocAddr;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
 use std::thread;

@@ -135,13 +135,6 @@ impl ChipPort {
     }
 }
 
-fn chip_space(addr: &NocAddr) -> ttmesh_chip::allocator::MemSpace {
-    match addr.space {
-        ttmesh_fabric::MemSpace::Dram => ttmesh_chip::allocator::MemSpace::Dram,
-        ttmesh_fabric::MemSpace::L1 => ttmesh_chip::allocator::MemSpace::L1,
-    }
-}
-
 /// A chip bank held by a computed write, as the fabric's fills read it.
 struct HeldChipBank<'a, 'b>(&'a ttmesh_chip::memory::HeldBank<'b>);
 
@@ -152,7 +145,7 @@ impl HeldMemory for HeldChipBank<'_, '_> {
         len: usize,
         f: &mut dyn FnMut(usize, &[u8]),
     ) -> std::result::Result<bool, MemoryError> {
-        if chip_space(&at) != self.0.space() || at.bank != self.0.bank() {
+        if at.space != self.0.space() || at.bank != self.0.bank() {
             return Ok(false);
         }
         self.0
@@ -171,14 +164,14 @@ impl ChipMemory for ChipPort {
     fn write(&self, dest: NocAddr, data: &[u8]) -> std::result::Result<(), MemoryError> {
         self.chip()?
             .memory()
-            .write(chip_space(&dest), dest.bank, dest.addr, data)
+            .write(dest.space, dest.bank, dest.addr, data)
             .map_err(delivery_refused)
     }
 
     fn read(&self, src: NocAddr, out: &mut [u8]) -> std::result::Result<(), MemoryError> {
         self.chip()?
             .memory()
-            .read(chip_space(&src), src.bank, src.addr, out)
+            .read(src.space, src.bank, src.addr, out)
             .map_err(MemoryError::new)
     }
 
@@ -190,7 +183,7 @@ impl ChipMemory for ChipPort {
     ) -> std::result::Result<(), MemoryError> {
         self.chip()?
             .memory()
-            .read_in_place(chip_space(&src), src.bank, src.addr, len, f)
+            .read_in_place(src.space, src.bank, src.addr, len, f)
             .map_err(MemoryError::new)
     }
 
@@ -202,7 +195,7 @@ impl ChipMemory for ChipPort {
     ) -> std::result::Result<(), MemoryError> {
         self.chip()?
             .memory()
-            .write_with(chip_space(&dest), dest.bank, dest.addr, len, f)
+            .write_with(dest.space, dest.bank, dest.addr, len, f)
             .map_err(delivery_refused)
     }
 
@@ -214,7 +207,7 @@ impl ChipMemory for ChipPort {
     ) -> std::result::Result<bool, MemoryError> {
         self.chip()?
             .memory()
-            .try_read_in_place(chip_space(&src), src.bank, src.addr, len, f)
+            .try_read_in_place(src.space, src.bank, src.addr, len, f)
             .map_err(MemoryError::new)
     }
 
@@ -224,7 +217,7 @@ impl ChipMemory for ChipPort {
         len: usize,
         f: &mut ComputedFill,
     ) -> std::result::Result<(), MemoryError> {
-        let space = chip_space(&dest);
+        let space = dest.space;
         self.chip()?
             .memory()
             .write_trying(
@@ -253,9 +246,9 @@ impl ChipMemory for ChipPort {
         self.chip()?
             .memory()
             .copy_from(
-                (chip_space(&dest), dest.bank, dest.addr),
+                (dest.space, dest.bank, dest.addr),
                 source.chip()?.memory(),
-                (chip_space(&from), from.bank, from.addr),
+                (from.space, from.bank, from.addr),
                 len,
             )
             .map_err(delivery_refused)
@@ -267,8 +260,7 @@ impl ChipMemory for ChipPort {
 
     fn prefetch(&self, src: NocAddr, len: usize) {
         if let Ok(chip) = self.chip() {
-            chip.memory()
-                .prefetch(chip_space(&src), src.bank, src.addr, len);
+            chip.memory().prefetch(src.space, src.bank, src.addr, len);
         }
     }
 }
