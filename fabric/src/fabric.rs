@@ -4,6 +4,7 @@
 use crate::channel::{Channel, Wake};
 use crate::config::*;
 use crate::inner::{Hop, Inner, LineRt};
+use crate::memory::ChipMemory;
 use crate::route::Routing;
 use crate::router::{Router, Turn};
 use crate::sender::FabricSender;

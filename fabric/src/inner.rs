@@ -4,7 +4,8 @@
 
 mod losses;
 use crate::channel::{Channel, DoneBatch, Slot, SlotCount, Tracker, Wake, SPIN_TRIES, YIELD_TRIES};
-use crate::config::{ChipMemory, FabricSpec, Fault};
+use crate::config::{FabricSpec, Fault};
+use crate::memory::ChipMemory;
 use crate::packet::{self, Header, Kind, VOID_HEADER};
 use crate::route::{Path, Routing};
 use crate::FabricError;
