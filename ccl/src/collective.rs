@@ -140,6 +140,15 @@ fn check_inputs(
             ),
         ));
     }
+    if let Some(&chip) = line.chips.iter().find(|&&c| c >= crate::MAX_CHIP_ID) {
+        return Err(invalid(
+            op,
+            format!(
+                "chip {chip} is beyond the {} chips a collective's semaphores number; run it on a mesh of fewer chips",
+                crate::MAX_CHIP_ID
+            ),
+        ));
+    }
     let spec = inputs[0].spec().clone();
     for (t, &chip) in inputs.iter().zip(&line.chips) {
         if t.chip().id() != chip {
