@@ -29,7 +29,8 @@ pub struct CclArgs {
     pub cluster_axis: Option<usize>,
     /// Linear or Ring; None picks Ring where the line is a ring the fabric carries as one.
     pub topology: Option<Topology>,
-    /// Parallel links to spread each hop's slots over; 0 = one (TT-NN's default).
+    /// Parallel links to spread each hop's slots over; 0 = chosen for the mesh (one link, TT-NN's
+    /// old default; the newer TT-NN picks it, as here, when not given).
     pub num_links: usize,
     pub memory_config: Option<MemoryConfig>,
     pub output: Option<MeshTensor>,

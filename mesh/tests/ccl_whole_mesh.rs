@@ -161,7 +161,8 @@ fn galaxy_whole_mesh_in_every_format_untraced_and_traced() {
 }
 
 /// TT-NN's keywords: two links, Linear given, L1 outputs, a preallocated output; on a T3K
-/// (2x4) and a 4x8 torus.
+/// (2x4) and a 4x8 torus, where Ring runs on the rows and columns the wrap links close
+/// (chosen when no topology is given).
 #[test]
 fn whole_mesh_with_tt_nn_keywords() {
     for (topology, fabric) in [
@@ -176,6 +177,41 @@ fn whole_mesh_with_tt_nn_keywords() {
             ..Default::default()
         };
         untraced_and_traced(&mesh, DataType::BFloat16, &args);
+        if fabric == FabricConfig::Fabric2DTorusXY {
+            let f = mesh.fabric().unwrap();
+            for axis in [0, 1] {
+                for (line, _) in mesh.ccl_lines(Some(axis)).unwrap() {
+                    let auto = ttmesh_ccl::CclConfig::default();
+                    let t = ttmesh_ccl::resolve_topology("all_reduce", &line, f, &auto).unwrap();
+                    assert_eq!(t, Topology::Ring, "axis {axis} line {:?}", line.chips);
+                }
+            }
+            for ring in [None, Some(Topology::Ring)] {
+                let args = CclArgs {
+                    topology: ring,
+                    ..Default::default()
+                };
+                untraced_and_traced(&mesh, DataType::Float32, &args);
+            }
+        } else {
+            // A T3K's rows of 4 are not closed: Ring is refused naming what closes one.
+            let x = per_chip(
+                &mesh,
+                &(0..8)
+                    .map(|i| exact(&[1, 1, 32, 32], DataType::Float32, i))
+                    .collect::<Vec<_>>(),
+                Layout::Tile,
+            );
+            let ring = CclArgs {
+                topology: Some(Topology::Ring),
+                ..Default::default()
+            };
+            let e = ccl::all_reduce(&x, &ring).unwrap_err().to_string();
+            assert!(
+                e.contains("a 2D torus config wrapping the line's axis"),
+                "{e}"
+            );
+        }
         // A preallocated output is the result itself.
         let n = mesh.num_devices();
         let shape = shapes(n).reduce;
