@@ -11,7 +11,11 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ttmesh::{DataType, FabricConfig, MeshConfig, MeshDevice};
+use ttmesh::ccl::{self, CclArgs};
+use ttmesh::{
+    CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice, MeshTensor,
+    ReplicateTensorToMesh,
+};
 use ttmesh_models::synthetic::{write_synthetic_llama, SyntheticConfig};
 use ttmesh_models::{DeviceDecodeConfig, DeviceLlama, LlamaWeights, LoadOptions};
 
@@ -57,13 +61,17 @@ fn all_reduces(quick: bool, s: &mut String) -> Result<(), String> {
     };
     let rounds = if quick { 1 } else { 3 };
     let budget = Duration::from_millis(if quick { 40 } else { 400 });
-    // times[size][along][fabric]: one figure per round.
+    // times[size][along][fabric]: one figure per round; wire[size][along][fabric]: bytes.
     let mut times = vec![vec![[Vec::new(), Vec::new()]; ALONG.len()]; sizes.len()];
-    for _ in 0..rounds {
+    let mut wire = vec![vec![[0u64; 2]; ALONG.len()]; sizes.len()];
+    for round in 0..rounds {
         for (f, &fabric) in FABRICS.iter().enumerate() {
             let mesh = open("galaxy", fabric)?;
             for (i, (_, shape)) in sizes.iter().enumerate() {
                 for (j, &(_, axis)) in ALONG.iter().enumerate() {
+                    if round == 0 {
+                        wire[i][j][f] = wire_bytes_of_one(&mesh, shape, axis)?;
+                    }
                     let t = time_collective_along(
                         &mesh,
                         Op::AllReduce,
@@ -83,22 +91,57 @@ fn all_reduces(quick: bool, s: &mut String) -> Result<(), String> {
     );
     let _ = writeln!(
         s,
-        "  {:<7} {:<18} {:>14} {:>14} {:>9}",
-        "size", "along", "FABRIC_1D us", "FABRIC_2D us", "2D / 1D"
+        "  {:<7} {:<18} {:>14} {:>14} {:>9} {:>15} {:>15}",
+        "size", "along", "FABRIC_1D us", "FABRIC_2D us", "2D / 1D", "1D wire MiB", "2D wire MiB"
     );
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
     for (i, (label, _)) in sizes.iter().enumerate() {
         for (j, (along, _)) in ALONG.iter().enumerate() {
             let [one, two] = &times[i][j];
             let (one, two) = (median(one.clone()), median(two.clone()));
             let _ = writeln!(
                 s,
-                "  {label:<7} {along:<18} {one:>14.1} {two:>14.1} {:>8.2}x",
-                two / one
+                "  {label:<7} {along:<18} {one:>14.1} {two:>14.1} {:>8.2}x {:>15.2} {:>15.2}",
+                two / one,
+                mib(wire[i][j][0]),
+                mib(wire[i][j][1])
             );
         }
     }
-    s.push_str("  (whole mesh: FABRIC_1D runs one line threaded through all 32 chips; FABRIC_2D the columns, then the rows)\n");
+    s.push_str("  (whole mesh: FABRIC_1D runs one line threaded through all 32 chips; FABRIC_2D the columns, then the rows;\n   wire MiB: bytes one call puts on all links, headers included)\n");
     Ok(())
+}
+
+/// Bytes one all_reduce of a `shape` bf16 tensor along `cluster_axis` puts on every link.
+fn wire_bytes_of_one(
+    mesh: &MeshDevice,
+    shape: &[usize],
+    cluster_axis: Option<usize>,
+) -> Result<u64, String> {
+    let e = |e: ttmesh::MeshError| e.to_string();
+    let host = ttmesh::models::random_host(shape, DataType::BFloat16, 3, 0.5)
+        .map_err(|x| x.to_string())?;
+    let x = MeshTensor::from_host(
+        &host,
+        mesh,
+        &ReplicateTensorToMesh,
+        Layout::Tile,
+        MemoryConfig::DRAM,
+        CqId(0),
+    )
+    .map_err(e)?;
+    mesh.finish(CqId(0)).map_err(e)?;
+    let before = wire_bytes(mesh);
+    let args = CclArgs {
+        cluster_axis,
+        ..Default::default()
+    };
+    let y = ccl::all_reduce(&x, &args).map_err(e)?;
+    mesh.finish(CqId(0)).map_err(e)?;
+    let bytes = wire_bytes(mesh) - before;
+    y.deallocate(true).map_err(e)?;
+    x.deallocate(true).map_err(e)?;
+    Ok(bytes)
 }
 
 /// Figures of one decode layout.

@@ -52,15 +52,19 @@ struct Shapes {
     gather: Vec<usize>,
     scatter: Vec<usize>,
     reduce: Vec<usize>,
+    /// At least `SCATTERED_ALL_REDUCE_BYTES` per chip in bf16 and f32, rows splitting into
+    /// whole tiles over a row: scattered along the rows, reduced along the columns, gathered.
+    large_reduce: Vec<usize>,
 }
 
 /// Shapes for `n` chips: a gather of one tile per chip, a scatter of one tile per chip on the
-/// last dim, an all_reduce of chunks that do not divide over either axis.
+/// last dim, an all_reduce of chunks that do not divide over either axis, and a large one.
 fn shapes(n: usize) -> Shapes {
     Shapes {
         gather: vec![1, 1, 32, 64],
         scatter: vec![1, 1, 32, 32 * n],
         reduce: vec![1, 1, 64, 32 * 9],
+        large_reduce: vec![1, 1, 256, 1024],
     }
 }
 
@@ -92,6 +96,7 @@ fn untraced_and_traced(mesh: &MeshDevice, dtype: DataType, args: &CclArgs) {
         (Op::AllGather, s.gather.clone(), 2),
         (Op::ReduceScatter, s.scatter.clone(), 3),
         (Op::AllReduce, s.reduce.clone(), 3),
+        (Op::AllReduce, s.large_reduce.clone(), 3),
     ];
     let inputs = |shape: &[usize], round: u64| -> Vec<HostTensor> {
         (0..n)
@@ -104,6 +109,12 @@ fn untraced_and_traced(mesh: &MeshDevice, dtype: DataType, args: &CclArgs) {
         let what = format!("{name} untraced {op:?} dim {dim}");
         let parts = inputs(shape, 0);
         let x = per_chip(mesh, &parts, Layout::Tile);
+        if *op == Op::AllReduce {
+            // The large one (but in bfloat8_b, under the size) scatters along the rows.
+            let large = shape == &s.large_reduce && dtype != DataType::BFloat8B;
+            let scatters = ccl::scattered_all_reduce_dim(&x, args);
+            assert_eq!(scatters, large.then_some(2), "{what}: path");
+        }
         let first = run(*op, &x, *dim, args);
         mesh.synchronize_device().unwrap();
         let got = shards_f32(&first);
