@@ -476,6 +476,7 @@ impl Report<'_> {
                 "degree": p.degree, "cluster_axis": p.cluster_axis, "replicas": p.replicas,
                 "query_heads_per_chip": p.local_heads(), "kv_heads_per_chip": p.local_kv_heads(),
                 "lm_head": format!("{:?}", p.lm_head).to_lowercase(),
+                "both_axes": p.both_axes, "ffn_size": p.ffn_size, "ffn_padding": p.ffn_padding,
             },
             "dtype": self.args.dtype, "batch": self.args.batch, "traced": self.traced(),
             "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated.len(),
@@ -539,8 +540,13 @@ impl Report<'_> {
         }
         let (all_reduces, all_gathers) = self.model.collectives_per_step();
         if all_reduces + all_gathers > 0 {
+            let phases = if self.model.parallel().both_axes {
+                " (each over the whole mesh: along columns then rows, the gather rows then columns)"
+            } else {
+                ""
+            };
             println!(
-                "collectives per token: {all_reduces} all_reduce + {all_gathers} all_gather; fabric wire bytes per token {}",
+                "collectives per token: {all_reduces} all_reduce + {all_gathers} all_gather{phases}; fabric wire bytes per token {}",
                 self.wire_bytes_per_token
                     .map_or("n/a".into(), |b| format!("{:.2} MiB (measured on the links)", b / (1 << 20) as f64))
             );

@@ -256,7 +256,8 @@ impl MeshDevice {
     }
 
     /// The lines a collective runs on: every column (axis 0), every row (axis 1), or one line
-    /// through all chips (None).
+    /// through all chips (None). A whole-mesh collective on a 2D fabric runs on the lines of
+    /// one axis and then the other instead ([`crate::ccl::whole_mesh_axes`]).
     pub fn ccl_lines(&self, cluster_axis: Option<usize>) -> Result<Vec<(CclLine, Vec<usize>)>> {
         let s = self.inner.shape;
         let id_of = |i: usize| self.inner.chips[i].id();
@@ -271,9 +272,13 @@ impl MeshDevice {
             (CclLine { chips, is_ring }, idx)
         };
         match cluster_axis {
-            Some(0) => Ok((0..s.cols).map(|c| make((0..s.rows).map(|r| r * s.cols + c).collect())).collect()),
-            Some(1) => Ok((0..s.rows).map(|r| make((0..s.cols).map(|c| r * s.cols + c).collect())).collect()),
-            Some(a) => Err(invalid("ccl", format!("cluster_axis {a} does not exist; use 0 (columns), 1 (rows) or None (all chips)"))),
+            Some(0) => Ok((0..s.cols)
+                .map(|c| make((0..s.rows).map(|r| r * s.cols + c).collect()))
+                .collect()),
+            Some(1) => Ok((0..s.rows)
+                .map(|r| make((0..s.cols).map(|c| r * s.cols + c).collect()))
+                .collect()),
+            Some(a) => Err(crate::ccl::bad_axis(self, a)),
             None => {
                 if s.rows == 1 || s.cols == 1 {
                     return Ok(vec![make((0..self.num_devices()).collect())]);
@@ -284,7 +289,13 @@ impl MeshDevice {
                 let idx = line
                     .chips
                     .iter()
-                    .map(|id| self.inner.chips.iter().position(|c| c.id() == *id).expect("linearize lists mesh chips"))
+                    .map(|id| {
+                        self.inner
+                            .chips
+                            .iter()
+                            .position(|c| c.id() == *id)
+                            .expect("linearize lists mesh chips")
+                    })
                     .collect();
                 Ok(vec![make(idx)])
             }
