@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ccl;
+mod described;
 mod device;
 mod error;
 pub mod graph;
@@ -23,6 +24,7 @@ pub mod ops;
 mod tensor;
 mod trace;
 
+pub use described::implied_fabric_config;
 pub use device::{ChipReport, MeshConfig, MeshCoordinate, MeshDevice, MeshShape};
 pub use error::{MeshError, Result};
 pub use labels::{LabelledMemory, MemoryRole};
