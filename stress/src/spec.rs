@@ -504,3 +504,52 @@ impl StressSpec {
         crate::cases::min_tiles(t, op) * tile_bytes(d) <= self.max_size
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> (String, (usize, usize), FabricConfig) {
+        TopologyChoice::parse(s).unwrap().mesh_key()
+    }
+
+    #[test]
+    fn fabric_choices_open_with_their_config() {
+        use FabricConfig::*;
+        assert_eq!(key("galaxy@2d"), ("galaxy".into(), (4, 8), Fabric2D));
+        assert_eq!(key("mesh-2x4"), ("mesh-2x4".into(), (2, 4), Fabric2D));
+        assert_eq!(
+            key("torus-4x4"),
+            ("torus-4x4".into(), (4, 4), Fabric2DTorusXY)
+        );
+        assert_eq!(key("torus-2x4").2, Fabric2DTorusX);
+        assert_eq!(
+            key("torus-4x4@FABRIC_2D_TORUS_Y"),
+            ("torus-4x4".into(), (4, 4), Fabric2DTorusY)
+        );
+        let mgd = format!(
+            "{}/../topologies/tests/data/galaxy_torus_xy.textproto",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        assert_eq!(key(&mgd), (mgd.clone(), (8, 4), Fabric2DTorusXY));
+        // The name reparses to the same choice (a failure's rerun command uses it).
+        for s in ["galaxy@2d", "torus-4x4", mgd.as_str()] {
+            let t = TopologyChoice::parse(s).unwrap();
+            assert_eq!(TopologyChoice::parse(&t.name()).unwrap(), t);
+            assert_eq!(t.axis_choices().len(), 4);
+        }
+    }
+
+    #[test]
+    fn configs_a_topology_cannot_carry_are_refused() {
+        for (s, says) in [
+            ("galaxy@2d-torus-x", "every row closed"),
+            ("n300@2d", "2 or more rows and columns"),
+            ("galaxy@disabled", "need a fabric"),
+            ("galaxy@3d", "after @"),
+        ] {
+            let e = TopologyChoice::parse(s).unwrap_err().to_string();
+            assert!(e.contains(says), "{s}: {e}");
+        }
+    }
+}
