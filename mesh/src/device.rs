@@ -8,11 +8,11 @@ use parking_lot::Mutex;
 use ttmesh_ccl::CclLine;
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig, ChipError, CqId};
 use ttmesh_fabric::{
-    AxisLine, ChipMemory, ComputedFill, EthLink, Fabric, FabricConfig, FabricError, FabricSpec,
-    HeldMemory, LinkParams, MemoryError, MeshGrid, NocAddr,
+    AxisLine, EthLink, Fabric, FabricConfig, FabricError, FabricSpec, LinkParams, MeshGrid,
 };
 use ttmesh_topologies::{ArchName, ClusterGraph};
 
+use crate::chip_port::ChipPort;
 use crate::error::{invalid, on_chip, MeshError, Result};
 use crate::labels::{LabelledMemory, MemoryLabels, MemoryRole};
 use crate::monitor::MeshMonitor;
@@ -121,156 +121,6 @@ pub(crate) struct MeshInner {
 #[derive(Clone)]
 pub struct MeshDevice {
     pub(crate) inner: Arc<MeshInner>,
-}
-
-/// Fabric writes land in the destination chip's memory.
-struct ChipPort(Option<Arc<Chip>>, u32);
-
-impl ChipPort {
-    fn chip(&self) -> std::result::Result<&Arc<Chip>, MemoryError> {
-        Ok(self
-            .0
-            .as_ref()
-            .ok_or_else(|| format!("chip {} is not part of this mesh", self.1))?)
-    }
-}
-
-fn chip_space(addr: &NocAddr) -> ttmesh_chip::allocator::MemSpace {
-    match addr.space {
-        ttmesh_fabric::MemSpace::Dram => ttmesh_chip::allocator::MemSpace::Dram,
-        ttmesh_fabric::MemSpace::L1 => ttmesh_chip::allocator::MemSpace::L1,
-    }
-}
-
-/// A chip bank held by a computed write, as the fabric's fills read it.
-struct HeldChipBank<'a, 'b>(&'a ttmesh_chip::memory::HeldBank<'b>);
-
-impl HeldMemory for HeldChipBank<'_, '_> {
-    fn try_read_held(
-        &self,
-        at: NocAddr,
-        len: usize,
-        f: &mut dyn FnMut(usize, &[u8]),
-    ) -> std::result::Result<bool, MemoryError> {
-        if chip_space(&at) != self.0.space() || at.bank != self.0.bank() {
-            return Ok(false);
-        }
-        self.0
-            .read_in_place(at.addr, len, f)
-            .map_err(MemoryError::new)
-    }
-}
-
-/// A chip's refusal of a fabric delivery into its memory, naming the delivery as what wrote
-/// when it would have landed in a live trace.
-fn delivery_refused(e: ttmesh_chip::ChipError) -> MemoryError {
-    MemoryError::new(e.written_by(|| "a fabric delivery".into()))
-}
-
-impl ChipMemory for ChipPort {
-    fn write(&self, dest: NocAddr, data: &[u8]) -> std::result::Result<(), MemoryError> {
-        self.chip()?
-            .memory()
-            .write(chip_space(&dest), dest.bank, dest.addr, data)
-            .map_err(delivery_refused)
-    }
-
-    fn read(&self, src: NocAddr, out: &mut [u8]) -> std::result::Result<(), MemoryError> {
-        self.chip()?
-            .memory()
-            .read(chip_space(&src), src.bank, src.addr, out)
-            .map_err(MemoryError::new)
-    }
-
-    fn read_with(
-        &self,
-        src: NocAddr,
-        len: usize,
-        f: &mut dyn FnMut(usize, &[u8]),
-    ) -> std::result::Result<(), MemoryError> {
-        self.chip()?
-            .memory()
-            .read_in_place(chip_space(&src), src.bank, src.addr, len, f)
-            .map_err(MemoryError::new)
-    }
-
-    fn write_with(
-        &self,
-        dest: NocAddr,
-        len: usize,
-        f: &mut dyn FnMut(usize, &mut [u8]),
-    ) -> std::result::Result<(), MemoryError> {
-        self.chip()?
-            .memory()
-            .write_with(chip_space(&dest), dest.bank, dest.addr, len, f)
-            .map_err(delivery_refused)
-    }
-
-    fn try_read_with(
-        &self,
-        src: NocAddr,
-        len: usize,
-        f: &mut dyn FnMut(usize, &[u8]),
-    ) -> std::result::Result<bool, MemoryError> {
-        self.chip()?
-            .memory()
-            .try_read_in_place(chip_space(&src), src.bank, src.addr, len, f)
-            .map_err(MemoryError::new)
-    }
-
-    fn write_trying(
-        &self,
-        dest: NocAddr,
-        len: usize,
-        f: &mut ComputedFill,
-    ) -> std::result::Result<(), MemoryError> {
-        let space = chip_space(&dest);
-        self.chip()?
-            .memory()
-            .write_trying(
-                space,
-                dest.bank,
-                dest.addr,
-                len,
-                |o, out, held| match held {
-                    Some(held) => f(o, out, Some(&HeldChipBank(held))),
-                    None => f(o, out, None),
-                },
-            )
-            .map_err(delivery_refused)
-    }
-
-    fn copy_from(
-        &self,
-        dest: NocAddr,
-        src: &dyn ChipMemory,
-        from: NocAddr,
-        len: usize,
-    ) -> std::result::Result<(), MemoryError> {
-        let Some(source) = src.as_any().and_then(|a| a.downcast_ref::<ChipPort>()) else {
-            return ttmesh_fabric::copy_through_buffer(self, dest, src, from, len);
-        };
-        self.chip()?
-            .memory()
-            .copy_from(
-                (chip_space(&dest), dest.bank, dest.addr),
-                source.chip()?.memory(),
-                (chip_space(&from), from.bank, from.addr),
-                len,
-            )
-            .map_err(delivery_refused)
-    }
-
-    fn as_any(&self) -> Option<&dyn std::any::Any> {
-        Some(self)
-    }
-
-    fn prefetch(&self, src: NocAddr, len: usize) {
-        if let Ok(chip) = self.chip() {
-            chip.memory()
-                .prefetch(chip_space(&src), src.bank, src.addr, len);
-        }
-    }
 }
 
 impl MeshDevice {
@@ -750,11 +600,8 @@ fn build_fabric(
     spec.timeout = mesh
         .operation_timeout
         .unwrap_or_else(ttmesh_chip::device::default_operation_timeout);
-    let memories: Vec<Arc<dyn ChipMemory>> = (0..cluster.num_chips() as u32)
-        .map(|id| {
-            let chip = chips.iter().find(|c| c.id() == id).cloned();
-            Arc::new(ChipPort(chip, id)) as Arc<dyn ChipMemory>
-        })
-        .collect();
-    Ok(Fabric::new(spec, memories)?)
+    Ok(Fabric::new(
+        spec,
+        ChipPort::for_fabric(cluster.num_chips() as u32, chips),
+    )?)
 }

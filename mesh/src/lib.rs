@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ccl;
+mod chip_port;
 mod described;
 mod device;
 mod error;
