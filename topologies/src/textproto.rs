@@ -76,9 +76,24 @@ impl Parser<'_> {
     fn err(&self, line: usize, message: String) -> TopologyError {
         TopologyError::Syntax {
             source_name: self.source_name.to_string(),
-            line,
+            // At the end of the file the reader may stand on a line past the last one with
+            // anything on it; point at that one instead.
+            line: line.min(self.last_content_line()),
             message,
         }
+    }
+
+    /// The last line holding something other than blanks and comments (1 for none).
+    fn last_content_line(&self) -> usize {
+        String::from_utf8_lossy(self.src)
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| {
+                let t = l.trim();
+                !t.is_empty() && !t.starts_with('#')
+            })
+            .last()
+            .map_or(1, |(i, _)| i + 1)
     }
 
     /// Skips blanks, newlines and `#` comments.
@@ -432,7 +447,7 @@ mod tests {
     #[test]
     fn errors_name_the_line() {
         for (text, line, says) in [
-            ("a {\n b: 1\n", 3, "closing `}`"),
+            ("a {\n b: 1\n", 2, "closing `}`"),
             ("a: 1\n}\n", 2, "closes no open message"),
             ("a 1\n", 1, "expected `:` or `{`"),
             ("a: \"x\n", 1, "past the end of its line"),

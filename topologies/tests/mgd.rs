@@ -346,3 +346,9 @@ fn arbitrary_text_never_panics() {
         let _ = parse_mgd_str(&String::from_utf8_lossy(&bytes), "x");
     }
 }
+
+#[test]
+fn an_error_at_the_end_points_at_the_last_line() {
+    let e = parse_mgd_str("mesh_descriptors {\n  name: \"M0\"\n", "sys.textproto").unwrap_err();
+    check(&e, 2, &["ends inside the message opened at line 1"]);
+}
