@@ -471,7 +471,7 @@ impl Report<'_> {
             .collect();
         json!({
             "model": self.model_name, "mesh": self.args.on.mesh, "chips": self.mesh.num_devices(),
-            "fabric": self.args.on.fabric,
+            "fabric": self.args.on.fabric_name(),
             "parallel": {
                 "degree": p.degree, "cluster_axis": p.cluster_axis, "replicas": p.replicas,
                 "query_heads_per_chip": p.local_heads(), "kv_heads_per_chip": p.local_kv_heads(),
@@ -502,7 +502,7 @@ impl Report<'_> {
             self.model_name,
             a.on.mesh,
             self.mesh.num_devices(),
-            a.on.fabric,
+            a.on.fabric_name(),
             a.dtype,
             a.batch
         );

@@ -311,7 +311,7 @@ impl Report<'_> {
         let c = self.config;
         json!({
             "mesh": self.args.on.mesh,
-            "fabric": self.args.on.fabric,
+            "fabric": self.args.on.fabric_name(),
             "model": {
                 "source": self.source,
                 "hidden": c.hidden_size, "ffn": c.ffn_size, "layers": c.block_count,

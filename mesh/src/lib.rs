@@ -12,6 +12,7 @@
 
 pub mod ccl;
 mod chip_port;
+mod described;
 mod device;
 mod error;
 pub mod graph;
@@ -24,6 +25,7 @@ pub mod ops;
 mod tensor;
 mod trace;
 
+pub use described::implied_fabric_config;
 pub use device::{ChipReport, MeshConfig, MeshCoordinate, MeshDevice, MeshShape};
 pub use error::{MeshError, Result};
 pub use labels::{LabelledMemory, MemoryRole};
