@@ -16,7 +16,7 @@ use ttmesh::{
 };
 use ttmesh_models::{DeviceDecodeConfig, DeviceLlama, LlamaConfig, ModelError};
 use ttmesh_profile::recorder::{Command, HostEvent};
-use ttmesh_profile::{predict, Calibration, DeviceModel, Recorder, TokenPrediction};
+use ttmesh_profile::{predict, Calibration, DeviceModel, Recorder, Timeline, TokenPrediction};
 
 /// What placing and capturing a decode step found.
 pub struct CapturedDecode {
@@ -57,6 +57,10 @@ pub fn capture_decode(
 #[derive(Clone, Debug)]
 pub struct DecodePrediction {
     pub token: TokenPrediction,
+    /// The steady-state token modeled on every chip (what `--profile` would write for it).
+    pub timeline: Timeline,
+    /// The constants it was modeled with.
+    pub cal: Calibration,
     pub batch: usize,
     pub prompt_len: usize,
     pub ttft_ns: Option<f64>,
@@ -80,14 +84,30 @@ impl DecodePrediction {
         batch: usize,
         prompt_len: usize,
     ) -> Option<DecodePrediction> {
-        let model = DeviceModel::new(cal);
-        let token = predict::traced_token(&captured.events, &model)?;
+        let model = DeviceModel::new(cal.clone());
+        let (token, timeline) = predict::traced(&captured.events, &model)?;
         Some(DecodePrediction {
             token,
+            timeline,
+            cal,
             batch,
             prompt_len,
             ttft_ns: predict::prefill_ns(&captured.events, &model, prompt_len),
         })
+    }
+
+    /// Writes the predicted token as a profile folder (`ops_perf_results.csv` in tt-metal's
+    /// columns, the Perfetto trace, ...), as `run --profile` writes a run's; returns the files.
+    pub fn write_profile(
+        &self,
+        dir: &std::path::Path,
+        arch: &ttmesh::ArchSpec,
+    ) -> Result<Vec<std::path::PathBuf>, String> {
+        ttmesh_profile::check_dir(dir).map_err(|e| e.to_string())?;
+        let summary = ttmesh_profile::Summary::of(&self.timeline, 0);
+        let model = DeviceModel::new(self.cal.clone());
+        ttmesh_profile::write_reports(dir, &self.timeline, &summary, &model, arch)
+            .map_err(|e| e.to_string())
     }
 
     pub fn tokens_per_s(&self) -> f64 {

@@ -73,6 +73,10 @@ pub struct DecodePlanArgs {
     /// length when shorter).
     #[arg(long)]
     pub prompt_len: Option<usize>,
+    /// With --predict: write the predicted token's modeled device profile here, the files
+    /// `run --profile` writes (ops_perf_results.csv for tt-perf-report, trace.json, ...).
+    #[arg(long, value_name = "DIR", requires = "predict")]
+    pub profile: Option<PathBuf>,
 }
 
 /// Ops listed in the predicted breakdown.
@@ -163,6 +167,9 @@ struct Placed {
 
 pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
     let dtype = plan_dtype(&args.dtype)?;
+    if let Some(dir) = &args.profile {
+        ttmesh_profile::check_dir(dir).map_err(|e| format!("--profile: {e}"))?;
+    }
     if args.batch == 0 || args.batch > MAX_BATCH {
         return Err(format!(
             "--batch {}: decode 1 to {MAX_BATCH} users per step",
@@ -193,6 +200,7 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
     let mut placed = None;
     let mut failure = None;
     let mut predicted = None;
+    let mut arch = None;
     let plan = graph::plan(&mesh_config, |mesh| {
         let shape = mesh.shape();
         // As `ttmesh decode` does: the step once untraced (compiles), captured, replayed.
@@ -201,6 +209,7 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
                 if args.predict {
                     predicted =
                         DecodePrediction::of(&captured, mesh.arch(), args.batch, prompt_len);
+                    arch = Some(mesh.arch().clone());
                 }
                 placed = Some(Placed {
                     shape,
@@ -230,6 +239,12 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
         }
     })
     .map_err(|e| format!("--mesh {}: {e}", args.on.mesh))?;
+    let mut profile_files = Vec::new();
+    if let (Some(dir), Some(p), Some(arch)) = (&args.profile, &predicted, &arch) {
+        profile_files = p
+            .write_profile(dir, arch)
+            .map_err(|e| format!("--profile: {e}"))?;
+    }
     let mut report = Report {
         args,
         config: &config,
@@ -239,6 +254,7 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
         placed,
         does_not_fit: None,
         predicted,
+        profile_files,
     };
     if let Some(ModelError::DoesNotFit { tensor, .. }) = &failure {
         report.mark_dram_short(tensor);
@@ -274,6 +290,8 @@ struct Report<'a> {
     does_not_fit: Option<String>,
     /// With --predict, once the step was captured.
     predicted: Option<DecodePrediction>,
+    /// With --profile: the predicted profile's files.
+    profile_files: Vec<PathBuf>,
 }
 
 impl Report<'_> {
@@ -329,6 +347,7 @@ impl Report<'_> {
             "does_not_fit": self.does_not_fit,
             "error": self.plan.error,
             "predict": self.predicted.as_ref().map(|p| p.to_json(TOP_OPS)),
+            "profile_files": self.profile_files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
         })
     }
 
@@ -361,6 +380,9 @@ impl Report<'_> {
         }
         if let Some(p) = &self.predicted {
             print!("{}", p.describe(TOP_OPS));
+        }
+        for f in &self.profile_files {
+            println!("  wrote {}", f.display());
         }
     }
 }

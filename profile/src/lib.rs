@@ -112,39 +112,47 @@ impl Profiler {
         Recorder::detach(&self.chips);
         let timeline = timeline::build(&self.recorder.events(), &self.model, self.host_model);
         let summary = Summary::of(&timeline, untraced_iterations);
-        let workers = self.arch.num_compute_cores();
-        let json = report::chrome::trace(&timeline);
-        let files = [
-            (
-                OPS_REPORT,
-                report::csv::ops_report(
-                    &timeline,
-                    self.arch.name,
-                    self.model.cal.clock_hz,
-                    workers,
-                ),
-            ),
-            (TRACE_JSON, json.to_string()),
-            (TIMELINE_SVG, report::svg::picture(&timeline)),
-            (CALIBRATION_TOML, self.model.cal.to_toml()),
-            (
-                SUMMARY_JSON,
-                serde_json::to_string_pretty(&summary.to_json()).unwrap_or_default(),
-            ),
-        ];
-        let mut written = Vec::new();
-        for (name, text) in files {
-            let path = self.dir.join(name);
-            std::fs::write(&path, text).map_err(|source| ProfileError::Write {
-                path: path.clone(),
-                source,
-            })?;
-            written.push(path);
-        }
+        let files = write_reports(&self.dir, &timeline, &summary, &self.model, &self.arch)?;
         Ok(ProfileOutput {
             timeline,
             summary,
-            files: written,
+            files,
         })
     }
+}
+
+/// Writes a modeled timeline's reports into `dir` (which [`check_dir`] accepted): the ops
+/// report, the Perfetto trace, the SVG, the calibration and the summary. A profile and a
+/// prediction write the same files, so TT-NN's tools read either.
+pub fn write_reports(
+    dir: &Path,
+    timeline: &Timeline,
+    summary: &Summary,
+    model: &DeviceModel,
+    arch: &ArchSpec,
+) -> Result<Vec<PathBuf>> {
+    let workers = arch.num_compute_cores();
+    let files = [
+        (
+            OPS_REPORT,
+            report::csv::ops_report(timeline, arch.name, model.cal.clock_hz, workers),
+        ),
+        (TRACE_JSON, report::chrome::trace(timeline).to_string()),
+        (TIMELINE_SVG, report::svg::picture(timeline)),
+        (CALIBRATION_TOML, model.cal.to_toml()),
+        (
+            SUMMARY_JSON,
+            serde_json::to_string_pretty(&summary.to_json()).unwrap_or_default(),
+        ),
+    ];
+    let mut written = Vec::new();
+    for (name, text) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|source| ProfileError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        written.push(path);
+    }
+    Ok(written)
 }

@@ -192,6 +192,32 @@ fn replay_end(t: &Timeline, per_queue: usize, replay: usize) -> HashMap<(u32, u8
 
 /// Models `events`' captured trace replayed back to back; `None` when nothing was captured.
 pub fn traced_token(events: &[HostEvent], model: &DeviceModel) -> Option<TokenPrediction> {
+    traced(events, model).map(|(token, _)| token)
+}
+
+/// The steady-state token of a replayed timeline: its ops and device spans (EXEC_BUF) on every
+/// chip after `warm`, host spans dropped (a prediction models no host).
+fn steady_token(t: Timeline, per_queue: usize, warm: f64) -> Timeline {
+    Timeline {
+        ops: t
+            .ops
+            .into_iter()
+            .filter(|o| o.call_count as usize > per_queue)
+            .collect(),
+        device: t
+            .device
+            .into_iter()
+            .filter(|d| d.start_ns >= warm)
+            .collect(),
+        host: Vec::new(),
+        queues: t.queues,
+        host_model: None,
+    }
+}
+
+/// [`traced_token`] with the modeled timeline of the steady-state token on every chip: what
+/// `--profile` writes for a run, so a prediction gives the same ops report and trace.
+pub fn traced(events: &[HostEvent], model: &DeviceModel) -> Option<(TokenPrediction, Timeline)> {
     let model = &predicting(model);
     let trace: Vec<QueueTrace> = captured_programs(events)
         .into_iter()
@@ -279,7 +305,7 @@ pub fn traced_token(events: &[HostEvent], model: &DeviceModel) -> Option<TokenPr
                 .sum::<f64>()
         })
         .fold(0.0, f64::max);
-    Some(TokenPrediction {
+    let token = TokenPrediction {
         token_ns,
         chips: trace.len(),
         ops_per_chip: per_queue,
@@ -291,7 +317,8 @@ pub fn traced_token(events: &[HostEvent], model: &DeviceModel) -> Option<TokenPr
         collective_ns,
         dram_ns_per_chip,
         ops: shares,
-    })
+    };
+    Some((token, steady_token(t, per_queue, warm)))
 }
 
 /// Time to first token for a prompt of `prompt_len` tokens, estimated from the decode step's
@@ -535,6 +562,38 @@ mod tests {
         let p4k = prefill_ns(&ev, &m, 4096).unwrap();
         assert!((p32 - token).abs() < 1e-6 * token, "{p32} vs {token}");
         assert!(p32 <= p128 && p128 < p4k, "{p32} {p128} {p4k}");
+    }
+
+    #[test]
+    fn the_predicted_timeline_is_one_token_on_every_chip_in_the_profile_columns() {
+        let m = model();
+        let step = [
+            matmul(4096, 512, DataType::BFloat8B),
+            all_gather(8, 458_752.0),
+        ];
+        let (token, t) = traced(&captured(8, &step), &m).unwrap();
+        assert_eq!(t.ops.len(), 8 * step.len());
+        assert_eq!(t.device.iter().filter(|d| d.name == "EXEC_BUF").count(), 8);
+        // The critical chip's ops end where the token does, after the warm-up replay.
+        let last = t.ops.iter().map(|o| o.end_ns).fold(0.0, f64::max);
+        let first = t
+            .ops
+            .iter()
+            .map(|o| o.start_ns)
+            .fold(f64::INFINITY, f64::min);
+        assert!(
+            last - first <= token.token_ns,
+            "{} > {}",
+            last - first,
+            token.token_ns
+        );
+        let csv = crate::report::csv::ops_report(&t, "wormhole_b0", 1e9, 64);
+        assert_eq!(csv.lines().count(), 1 + 8 * step.len());
+        assert!(csv
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("Matmul,tt_dnn_device,3,"));
     }
 
     #[test]
