@@ -449,6 +449,7 @@ mod tests {
                     chips,
                     steps: chips - 1,
                     links: 1,
+                    phases: 1,
                 }),
                 ..Default::default()
             },
