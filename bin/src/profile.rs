@@ -9,7 +9,9 @@ use ttmesh_profile::{HostModel, ProfileOutput, Profiler};
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ProfileArgs {
     /// Write a modeled device profile here: ops_perf_results.csv (tt-metal's columns, for
-    /// tt-perf-report), trace.json (Perfetto), timeline.svg, calibration.toml, summary.json.
+    /// tt-perf-report) and profile_log_device.csv (with it, a performance report
+    /// ttnn-visualizer opens), trace.json (Perfetto), timeline.svg, calibration.toml,
+    /// summary.json.
     #[arg(long, value_name = "DIR")]
     pub profile: Option<PathBuf>,
     /// The device-time model's constants (TOML; a profile folder's calibration.toml is a template).

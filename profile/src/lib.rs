@@ -32,6 +32,7 @@ use ttmesh_chip::{ArchSpec, Chip};
 
 /// The files a profile folder receives.
 pub const OPS_REPORT: &str = "ops_perf_results.csv";
+pub const DEVICE_LOG: &str = "profile_log_device.csv";
 pub const TRACE_JSON: &str = "trace.json";
 pub const TIMELINE_SVG: &str = "timeline.svg";
 pub const CALIBRATION_TOML: &str = "calibration.toml";
@@ -122,7 +123,8 @@ impl Profiler {
 }
 
 /// Writes a modeled timeline's reports into `dir` (which [`check_dir`] accepted): the ops
-/// report, the Perfetto trace, the SVG, the calibration and the summary. A profile and a
+/// report and the device log (together, a performance report ttnn-visualizer opens), the
+/// Perfetto trace, the SVG, the calibration and the summary. A profile and a
 /// prediction write the same files, so TT-NN's tools read either.
 pub fn write_reports(
     dir: &Path,
@@ -136,6 +138,10 @@ pub fn write_reports(
         (
             OPS_REPORT,
             report::csv::ops_report(timeline, arch.name, model.cal.clock_hz, workers),
+        ),
+        (
+            DEVICE_LOG,
+            report::device_log::device_log(timeline, arch.name, model.cal.clock_hz, workers),
         ),
         (TRACE_JSON, report::chrome::trace(timeline).to_string()),
         (TIMELINE_SVG, report::svg::picture(timeline)),
