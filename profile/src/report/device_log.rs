@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use crate::timeline::{OpSpan, Timeline};
 
 /// The columns after the metadata line, in tt-metal's order; every name after the first
-/// carries a leading space, as tt-metal writes them (readers strip it).
+/// carries a leading space, as tt-metal writes them (readers strip it). Rows have none.
 const COLUMNS: &[&str] = &[
     "PCIe slot",
     "core_x",
@@ -38,7 +38,7 @@ const KERNEL_ZONE: (u32, &str) = (2, "BRISC-KERNEL");
 fn zone(out: &mut String, op: &OpSpan, (timer, name): (u32, &str), kind: &str, cycle: u64) {
     let _ = writeln!(
         out,
-        "{}, {}, {}, BRISC, {timer}, {cycle}, 0, {}, {name}, {kind}, 0, ttmesh-profile, ",
+        "{},{},{},BRISC,{timer},{cycle},0,{},{name},{kind},0,ttmesh-profile,",
         op.chip, CORE.0, CORE.1, op.call_count
     );
 }
@@ -128,14 +128,14 @@ mod tests {
         assert_eq!(header.len(), COLUMNS.len());
         assert_eq!(lines.len(), 2 + 8);
         // Chip 0 first; its firmware zone opens at 1000 ns = 1350 cycles.
-        let first: Vec<&str> = lines[2].split(", ").collect();
+        let first: Vec<&str> = lines[2].split(',').collect();
         assert_eq!(first.len(), COLUMNS.len());
         assert_eq!((first[0], first[5], first[7]), ("0", "1350", "7"));
         assert_eq!((first[8], first[9]), ("BRISC-FW", "ZONE_START"));
         // Chip 1's kernel: 600 ns centred in 1000 ns, from 2200 to 2800 ns.
         let kernel: Vec<Vec<&str>> = lines[6..10]
             .iter()
-            .map(|l| l.split(", ").collect())
+            .map(|l| l.split(',').collect())
             .filter(|f: &Vec<&str>| f[8] == "BRISC-KERNEL")
             .collect();
         assert_eq!(kernel[0][5], "2970");
