@@ -106,8 +106,15 @@ impl DecodePrediction {
         ttmesh_profile::check_dir(dir).map_err(|e| e.to_string())?;
         let summary = ttmesh_profile::Summary::of(&self.timeline, 0);
         let model = DeviceModel::new(self.cal.clone());
-        ttmesh_profile::write_reports(dir, &self.timeline, &summary, &model, arch)
-            .map_err(|e| e.to_string())
+        ttmesh_profile::write_reports(
+            dir,
+            &self.timeline,
+            &summary,
+            Some(&self.token),
+            &model,
+            arch,
+        )
+        .map_err(|e| e.to_string())
     }
 
     pub fn tokens_per_s(&self) -> f64 {
@@ -321,6 +328,11 @@ pub const QWEN_2_5_7B: Shapes = Shapes {
 pub const MODELS_README: &str = "models/README.md (LLMs table, Nov 3 2025)";
 pub const TT_TRANSFORMERS_PERF: &str = "models/tt_transformers/PERF.md (performance config)";
 pub const CCL_SUMMARY: &str = "tech_reports/CCLs/results/SUMMARY_wormhole_b0_bfloat16_6144.md";
+
+/// The weight formats of the published figures: tt_transformers' "performance" configuration,
+/// the MLP weights in bfp4_b and the attention weights in bfp8_b (`DeviceDecodeConfig`'s
+/// BFLOAT4_B).
+pub const PUBLISHED_DTYPE: DataType = DataType::BFloat4B;
 
 /// One published decode figure.
 #[derive(Clone, Copy, Debug)]
@@ -613,7 +625,7 @@ pub fn run(quick: bool) -> String {
             let decode = DeviceDecodeConfig {
                 batch: row.batch,
                 max_positions: 128 + 1,
-                dtype: DataType::BFloat8B,
+                dtype: PUBLISHED_DTYPE,
             };
             capture_on(row.mesh, &row.model.config(131072), decode)
         })
@@ -630,7 +642,7 @@ pub fn run(quick: bool) -> String {
     let default_extra = Calibration::for_arch(&ttmesh::ArchSpec::wormhole_b0()).predict_op_extra_ns;
     let _ = writeln!(
         s,
-        "LLM decode, tokens/s/user: published (tt-metal) vs predicted (bfp8_b weights, traced device time, prompt 128)"
+        "LLM decode, tokens/s/user: published (tt-metal) vs predicted (bfp4_b MLP and bfp8_b attention weights, traced device time, prompt 128)"
     );
     let _ = writeln!(
         s,

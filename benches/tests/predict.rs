@@ -2,10 +2,10 @@
 //! shipped constant is the fitted one; a held-out row and a calibration CCL row stay within
 //! their published figures' margins; the table prints every published row.
 
-use ttmesh::{ArchSpec, DataType};
+use ttmesh::ArchSpec;
 use ttmesh_benches::predict::{
     capture_on, fit_op_extra, predict_ccl, published, published_ccl, CclRow, DecodePrediction,
-    CALIBRATION_ROW, LLAMA_3_2_1B,
+    CALIBRATION_ROW, LLAMA_3_2_1B, PUBLISHED_DTYPE,
 };
 use ttmesh_models::DeviceDecodeConfig;
 use ttmesh_profile::Calibration;
@@ -14,7 +14,7 @@ fn decode(batch: usize) -> DeviceDecodeConfig {
     DeviceDecodeConfig {
         batch,
         max_positions: 129,
-        dtype: DataType::BFloat8B,
+        dtype: PUBLISHED_DTYPE,
     }
 }
 

@@ -63,6 +63,8 @@ pub struct DecodePlanArgs {
     pub context: Option<usize>,
     /// bf16 or f32: weights, KV cache and activations on the device. bfp8_b: the projection
     /// weights and LM head in bfp8_b, the rest (embedding, norms, KV cache, activations) in bf16.
+    /// bfp4_b: tt-metal's performance configuration, the MLP weights in bfp4_b, attention
+    /// weights and LM head in bfp8_b, the rest in bf16.
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
     /// Also predict the hardware's speed: modeled device time per traced token, tokens/s/user
@@ -81,16 +83,6 @@ pub struct DecodePlanArgs {
 
 /// Ops listed in the predicted breakdown.
 const TOP_OPS: usize = 12;
-
-/// The dtype, refusing block-float formats the emulated chip lacks by name.
-fn plan_dtype(s: &str) -> Result<ttmesh::DataType, String> {
-    match s {
-        "bfp4_b" | "bfloat4_b" => Err(format!(
-            "--dtype {s}: ttmesh's chips have no bfp4_b data type (Wormhole and Blackhole hardware do, and tt-metal's published LLM figures use it for the MLP weights); plan and predict with bfp8_b, the nearest format ttmesh has"
-        )),
-        other => crate::decode::parse_dtype(other),
-    }
-}
 
 /// The model to plan and where its shapes came from.
 fn model_config(args: &DecodePlanArgs) -> Result<(LlamaConfig, String), String> {
@@ -166,7 +158,7 @@ struct Placed {
 }
 
 pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
-    let dtype = plan_dtype(&args.dtype)?;
+    let dtype = crate::decode::parse_dtype(&args.dtype)?;
     if let Some(dir) = &args.profile {
         ttmesh_profile::check_dir(dir).map_err(|e| format!("--profile: {e}"))?;
     }

@@ -15,6 +15,9 @@ use crate::model::DeviceModel;
 use crate::recorder::{Command, HostEvent, ProgramInfo};
 use crate::timeline::{self, HostModel, Timeline};
 
+/// Op kinds a summary lists by default.
+pub const TOP_OPS: usize = 12;
+
 /// One kind of op in the token (an op name with its input shapes).
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpShare {
@@ -60,6 +63,35 @@ pub struct TokenPrediction {
 impl TokenPrediction {
     pub fn tokens_per_s_per_user(&self) -> f64 {
         1e9 / self.token_ns.max(1e-9)
+    }
+
+    /// The figures for a person: the token, its rate and the `top` op kinds by share.
+    pub fn describe(&self, top: usize) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "predicted on the hardware (the captured trace replayed back to back, modeled): {:.1} us per replay = {:.1} replays/s, {} ops per chip on {} chips; kernels {:.1} us, dispatch and firmware {:.1} us, waiting at collectives {:.1} us",
+            self.token_ns / 1e3,
+            self.tokens_per_s_per_user(),
+            self.ops_per_chip,
+            self.chips,
+            self.kernel_ns / 1e3,
+            self.overhead_ns / 1e3,
+            self.collective_wait_ns / 1e3,
+        );
+        for o in self.ops.iter().take(top) {
+            let _ = writeln!(
+                s,
+                "  {:>6.1}% {:>9.1} us  x{:<4} {}{}",
+                o.share * 100.0,
+                o.ns / 1e3,
+                o.count,
+                o.op,
+                if o.collective { "  (collective)" } else { "" }
+            );
+        }
+        s
     }
 
     pub fn to_json(&self, top: usize) -> serde_json::Value {
@@ -490,9 +522,9 @@ mod tests {
             |k: usize, n: usize| (k * n) as f64 * 1088.0 / 1024.0 + (32 * (k + n) * 2) as f64;
         let dram = |b: f64| b / (288e9 * 0.87) * 1e9;
         let launch = 512.0 / 20e9 * 1e9 + 512.0 / 10e9 * 1e9 + 300.0;
-        // Predictions add predict_op_extra_ns (14,797 ns) to each op's 600 ns fixed cost.
+        // Predictions add predict_op_extra_ns (19,524 ns) to each op's 600 ns fixed cost.
         let expect = 1000.0
-            + 2.0 * (launch + 600.0 + 14_797.0)
+            + 2.0 * (launch + 600.0 + 19_524.0)
             + dram(bytes(4096, 4096))
             + dram(bytes(4096, 1024));
         assert!(
