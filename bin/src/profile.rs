@@ -65,6 +65,9 @@ pub fn finish(
 /// The summary and the files written, as JSON.
 pub fn to_json(out: &ProfileOutput) -> serde_json::Value {
     let mut v = out.summary.to_json();
+    if let Some(p) = &out.predicted {
+        v["predicted"] = p.to_json(ttmesh_profile::predict::TOP_OPS);
+    }
     v["files"] = out
         .files
         .iter()
@@ -77,6 +80,9 @@ pub fn to_json(out: &ProfileOutput) -> serde_json::Value {
 /// The summary and the files written, for a person.
 pub fn print(out: &ProfileOutput) {
     print!("{}", out.summary);
+    if let Some(p) = &out.predicted {
+        print!("{}", p.describe(5));
+    }
     for f in &out.files {
         println!("  wrote {}", f.display());
     }

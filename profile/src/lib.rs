@@ -73,6 +73,10 @@ impl Drop for Profiler {
 pub struct ProfileOutput {
     pub timeline: Timeline,
     pub summary: Summary,
+    /// When the program captured a trace: the programs it captured (per chip and queue, in
+    /// order) replayed back to back as the hardware would, the same prediction `plan decode
+    /// --predict` makes of a decode step.
+    pub predicted: Option<TokenPrediction>,
     pub files: Vec<PathBuf>,
 }
 
@@ -111,12 +115,22 @@ impl Profiler {
     /// iteration per replay, and `untraced_iterations` when nothing was traced.
     pub fn finish(self, untraced_iterations: usize) -> Result<ProfileOutput> {
         Recorder::detach(&self.chips);
-        let timeline = timeline::build(&self.recorder.events(), &self.model, self.host_model);
+        let events = self.recorder.events();
+        let timeline = timeline::build(&events, &self.model, self.host_model);
         let summary = Summary::of(&timeline, untraced_iterations);
-        let files = write_reports(&self.dir, &timeline, &summary, &self.model, &self.arch)?;
+        let predicted = predict::traced_token(&events, &self.model);
+        let files = write_reports(
+            &self.dir,
+            &timeline,
+            &summary,
+            predicted.as_ref(),
+            &self.model,
+            &self.arch,
+        )?;
         Ok(ProfileOutput {
             timeline,
             summary,
+            predicted,
             files,
         })
     }
@@ -124,15 +138,21 @@ impl Profiler {
 
 /// Writes a modeled timeline's reports into `dir` (which [`check_dir`] accepted): the ops
 /// report and the device log (together, a performance report ttnn-visualizer opens), the
-/// Perfetto trace, the SVG, the calibration and the summary. A profile and a
+/// Perfetto trace, the SVG, the calibration and the summary (with the predicted traced token,
+/// when there is one). A profile and a
 /// prediction write the same files, so TT-NN's tools read either.
 pub fn write_reports(
     dir: &Path,
     timeline: &Timeline,
     summary: &Summary,
+    predicted: Option<&TokenPrediction>,
     model: &DeviceModel,
     arch: &ArchSpec,
 ) -> Result<Vec<PathBuf>> {
+    let mut summary_json = summary.to_json();
+    if let Some(p) = predicted {
+        summary_json["predicted"] = p.to_json(predict::TOP_OPS);
+    }
     let workers = arch.num_compute_cores();
     let files = [
         (
@@ -148,7 +168,7 @@ pub fn write_reports(
         (CALIBRATION_TOML, model.cal.to_toml()),
         (
             SUMMARY_JSON,
-            serde_json::to_string_pretty(&summary.to_json()).unwrap_or_default(),
+            serde_json::to_string_pretty(&summary_json).unwrap_or_default(),
         ),
     ];
     let mut written = Vec::new();
