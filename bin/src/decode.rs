@@ -46,6 +46,7 @@ pub struct DecodeArgs {
     pub batch: usize,
     /// bf16 or f32: weights, KV cache and activations on the device. bfp8_b: the projection
     /// weights and LM head in bfp8_b, the rest (embedding, norms, KV cache, activations) in bf16.
+    /// bfp4_b: the MLP weights in bfp4_b, attention weights and LM head in bfp8_b.
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
     /// Enqueue the decode step's ops one by one instead of replaying a captured trace.
@@ -76,7 +77,8 @@ pub(crate) fn parse_dtype(s: &str) -> Result<DataType, String> {
         "bf16" => Ok(DataType::BFloat16),
         "f32" => Ok(DataType::Float32),
         "bfp8_b" => Ok(DataType::BFloat8B),
-        other => Err(format!("--dtype {other}: use bf16, f32 or bfp8_b")),
+        "bfp4_b" => Ok(DataType::BFloat4B),
+        other => Err(format!("--dtype {other}: use bf16, f32, bfp8_b or bfp4_b")),
     }
 }
 

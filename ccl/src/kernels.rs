@@ -395,19 +395,30 @@ impl CollectiveKernel {
 
     fn model_cost(&self) -> KernelCost {
         let n = self.line.chips.len() as f64;
-        let bytes = match self.kind {
-            CollectiveKind::AllGather { .. } => {
-                self.output.volume() as f64 * wire_bytes(self.input.dtype) as f64 * (n - 1.0) / n
-            }
-            CollectiveKind::ReduceScatter { .. } => {
-                self.input.volume() as f64 * wire_bytes(self.input.dtype) as f64 * (n - 1.0) / n
-            }
-            CollectiveKind::AllReduce => {
+        let share = (n - 1.0) / n;
+        let (bytes, phases) = match self.kind {
+            CollectiveKind::AllGather { .. } => (
+                self.output.volume() as f64 * wire_bytes(self.input.dtype) as f64 * share,
+                1,
+            ),
+            CollectiveKind::ReduceScatter { .. } => (
+                self.input.volume() as f64 * wire_bytes(self.input.dtype) as f64 * share,
+                1,
+            ),
+            // A reduce_scatter of the input, then an all_gather of the reduced parts.
+            CollectiveKind::AllReduce => (
                 self.input.volume() as f64
                     * (wire_bytes(self.input.dtype) + wire_bytes(self.output.dtype)) as f64
-                    * (n - 1.0)
-                    / n
-            }
+                    * share,
+                2,
+            ),
+        };
+        // On a ring the hardware sends both ways around, each half of the data: the busiest
+        // link direction carries half of a line's bytes.
+        let directions = if self.topology == Topology::Ring {
+            2.0
+        } else {
+            1.0
         };
         let participants = self
             .line
@@ -416,13 +427,14 @@ impl CollectiveKernel {
             .filter(|&&c| c < 64)
             .fold(0u64, |m, &c| m | 1 << c);
         KernelCost {
-            fabric_bytes: bytes,
+            fabric_bytes: bytes / directions,
             dram_bytes: (self.input.buffer_size() + self.output.buffer_size()) as f64,
             collective: Some(CollectiveCost {
                 participants,
                 chips: n as u32,
-                steps: (n as u32).saturating_sub(1),
+                steps: phases * (n as u32).saturating_sub(1),
                 links: self.num_links.max(1) as u32,
+                phases,
             }),
             ..Default::default()
         }

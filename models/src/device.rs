@@ -39,12 +39,23 @@ pub struct DeviceDecodeConfig {
     pub max_positions: usize,
     /// FLOAT32 or BFLOAT16: everything on the device. BFLOAT8_B: the projection weights and
     /// the LM head; the rest in BFLOAT16 (see [`DeviceDecodeConfig::activation_dtype`]).
+    /// BFLOAT4_B: tt-metal's "performance" LLM configuration, the MLP weights in BFLOAT4_B,
+    /// attention weights and the LM head in BFLOAT8_B, the rest in BFLOAT16.
     pub dtype: DataType,
 }
 
 impl DeviceDecodeConfig {
-    /// The projection weights' and the LM head's format: `dtype`.
+    /// The attention projections' and the LM head's format: `dtype` (BFLOAT8_B for
+    /// BFLOAT4_B, whose precision tt-metal keeps for the MLP only).
     pub fn matrix_dtype(&self) -> DataType {
+        match self.dtype {
+            DataType::BFloat4B => DataType::BFloat8B,
+            d => d,
+        }
+    }
+
+    /// The MLP weights' format (gate, up, down): `dtype`.
+    pub fn mlp_dtype(&self) -> DataType {
         self.dtype
     }
 
@@ -55,7 +66,7 @@ impl DeviceDecodeConfig {
     /// run bfp8 weights with bf16 activations.
     pub fn activation_dtype(&self) -> DataType {
         match self.dtype {
-            DataType::BFloat8B => DataType::BFloat16,
+            d if d.is_block_float() => DataType::BFloat16,
             d => d,
         }
     }
@@ -339,19 +350,31 @@ impl DeviceLlama {
             parallel.heads.padded_head_count() * hd,
             parallel.heads.padded_kv_head_count() * hd,
         );
-        let (matrix, other) = (decode.matrix_dtype(), decode.activation_dtype());
+        let (matrix, mlp, other) = (
+            decode.matrix_dtype(),
+            decode.mlp_dtype(),
+            decode.activation_dtype(),
+        );
         // `[out, in]` weights go to the device as `[in, out]`: a column-parallel one is split
         // by output columns (dim 1), a row-parallel one by input rows (dim 0).
-        let column =
-            |name: &str, w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>, out: usize, inp: usize| {
-                place(name, vec![inp, out], Placement::Sharded(1), matrix, &|m| {
-                    transpose(&w(m), out, inp)
-                })
-            };
-        let row = |name: &str, w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>, out: usize, inp: usize| {
-            place(name, vec![inp, out], Placement::Sharded(0), matrix, &|m| {
-                transpose(&w(m), out, inp)
-            })
+        let weight = |name: &str,
+                      w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>,
+                      (out, inp): (usize, usize),
+                      split: usize,
+                      dtype: DataType| {
+            place(
+                name,
+                vec![inp, out],
+                Placement::Sharded(split),
+                dtype,
+                &|m| transpose(&w(m), out, inp),
+            )
+        };
+        let column = |name: &str, w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>, out, inp| {
+            weight(name, w, (out, inp), 1, matrix)
+        };
+        let row = |name: &str, w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>, out, inp| {
+            weight(name, w, (out, inp), 0, matrix)
         };
         let vector = |name: &str, v: &dyn Fn(&LlamaWeights) -> &[f32]| {
             place(name, vec![1, h], Placement::Replicated, other, &|m| {
@@ -396,23 +419,26 @@ impl DeviceLlama {
                     q_dim,
                 )?,
                 ffn_norm: vector(&n("ffn_norm"), &|m| &m.blocks[i].ffn_norm)?,
-                w_gate: column(
+                w_gate: weight(
                     &n("ffn_gate"),
                     &|m| zero_rows_to(&m.blocks[i].w_gate, f * h),
-                    f,
-                    h,
+                    (f, h),
+                    1,
+                    mlp,
                 )?,
-                w_up: column(
+                w_up: weight(
                     &n("ffn_up"),
                     &|m| zero_rows_to(&m.blocks[i].w_up, f * h),
-                    f,
-                    h,
+                    (f, h),
+                    1,
+                    mlp,
                 )?,
-                w_down: row(
+                w_down: weight(
                     &n("ffn_down"),
                     &|m| zero_cols_to(&m.blocks[i].w_down, h, c.ffn_size, f),
-                    h,
-                    f,
+                    (h, f),
+                    0,
+                    mlp,
                 )?,
                 k_cache: cache(&n("k_cache"))?,
                 v_cache: cache(&n("v_cache"))?,
@@ -562,6 +588,7 @@ impl DeviceLlama {
         };
         let size = |shape, placement| size_in(decode.activation_dtype(), shape, placement);
         let matrix = |shape, placement| size_in(decode.matrix_dtype(), shape, placement);
+        let mlp = |shape, placement| size_in(decode.mlp_dtype(), shape, placement);
         let (rep, col, row) = (
             Placement::Replicated,
             Placement::Sharded(1),
@@ -571,8 +598,8 @@ impl DeviceLlama {
             + matrix(vec![h, q_dim], col)?
             + 2 * matrix(vec![h, kv_dim], col)?
             + matrix(vec![q_dim, h], row)?
-            + 2 * matrix(vec![h, f], col)?
-            + matrix(vec![f, h], row)?;
+            + 2 * mlp(vec![h, f], col)?
+            + mlp(vec![f, h], row)?;
         let lm_head = match p.lm_head {
             LmHead::Sharded => col,
             LmHead::Replicated => rep,
