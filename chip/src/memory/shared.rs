@@ -3,16 +3,19 @@
 //! A replicated tensor (the embedding, norms and RoPE tables on every chip of a Galaxy) and
 //! the weights of a data-parallel mesh's replicas are the same bytes on many chips; a KV cache
 //! written with zeros is bytes nobody needs. After a host write (`WriteLinear`, `WritePaged`)
-//! every chunk it covered entirely is looked up by contents in one process-wide table: an
-//! all-zero chunk is dropped (unwritten memory reads as zero), a chunk equal to one already
-//! stored takes that one's buffer, and any other becomes the stored one for the chunks after
-//! it. The first write to a shared chunk gives the writer its own copy (`Chunk::all_mut`).
+//! of at least a chunk's bytes, every chunk it touched is looked up by contents in one
+//! process-wide table: an all-zero chunk is dropped (unwritten memory reads as zero), a chunk
+//! equal to one already stored takes that one's buffer, and any other becomes the stored one
+//! for the chunks after it. The first write to a shared chunk gives the writer its own copy
+//! (`Chunk::all_mut`), or takes it back uncopied when no other chunk holds it. Chunks only
+//! partly written are looked up too: a weight spread over 12 DRAM banks fills less than a
+//! chunk of each, and the chunk is equal on every replica once its neighbours are written.
 //!
 //! Granularity is the bank's chunk (64 KiB in DRAM, 16 KiB in L1: `chunk_size`), the unit the
 //! sparse store already allocates, locks and frees, so sharing adds no second map and a write
 //! copies at most one chunk. Only host writes are looked up: a kernel's output is rarely equal
 //! to another chip's, and hashing it would cost every op; the small per-token host writes
-//! (token ids, positions) cover no whole chunk and cost one compare.
+//! (token ids, positions) are below a chunk and cost one compare.
 //!
 //! Addresses, allocation, statistics and every rule are those of the chip's own memory: only
 //! where the bytes live on the host changes. A chunk is compared byte for byte before it
@@ -89,16 +92,10 @@ impl Table {
     }
 }
 
-/// What a looked-up chunk became.
-enum Found {
-    Zero,
-    Equal(Arc<SharedBytes>),
-    New,
-}
-
 impl DeviceMemory {
-    /// Looks up by contents every chunk lying entirely inside the pages just written (`pages`:
-    /// (bank, address) of `page_size` bytes each, in any order): see the module docs.
+    /// Looks up by contents every chunk the pages just written touched (`pages`: (bank,
+    /// address) of `page_size` bytes each, in any order), when they are at least a chunk's
+    /// bytes: see the module docs.
     pub fn share_written(
         &self,
         space: MemSpace,
@@ -112,87 +109,105 @@ impl DeviceMemory {
             return;
         }
         pages.sort_unstable();
-        // Runs of pages back to back in one bank (an interleaved buffer's pages in a bank).
-        let mut runs: Vec<(u32, u64, u64)> = Vec::new();
+        // Chunks touched, bank by bank, each once: a weight spread over 12 DRAM banks covers
+        // less than a chunk in each, beside its neighbours, which are the same on every
+        // replica too once they are written (and looked up again then).
+        let mut last = None;
         for (bank, addr) in pages {
-            match runs.last_mut() {
-                Some((b, _, end)) if *b == bank && *end == addr => *end += page,
-                _ => runs.push((bank, addr, addr + page)),
-            }
-        }
-        for (bank, start, end) in runs {
-            for index in start.div_ceil(chunk)..end / chunk {
-                self.share_chunk(space, bank, index);
+            let end = addr + page.max(1) - 1;
+            for index in addr / chunk..=end / chunk {
+                if last != Some((bank, index)) {
+                    self.share_chunk(space, bank, index);
+                    last = Some((bank, index));
+                }
             }
         }
     }
 
     /// Looks one chunk up by contents (see the module docs). The bank's lock is never held
-    /// while the table's is waited for: the chunk is hashed under the read lock, the table
-    /// asked with no bank lock held, and the answer checked byte for byte under the write
-    /// lock, where a write in between simply makes it not match.
+    /// while the table's is waited for: the chunk is hashed under the bank's lock, the table
+    /// asked with no bank lock held, and the answer checked byte for byte under the bank's
+    /// lock again, where a write in between simply makes it not match.
     fn share_chunk(&self, space: MemSpace, bank: u32, index: u64) {
         let Ok(lock) = self.bank(space, bank, 0, 0) else {
             return;
         };
         let len = chunk_size(space) as usize;
         let hash = {
-            let b = super::read_soon(lock);
-            match b.chunks.get(&index) {
-                Some(
-                    c @ Chunk {
-                        data: ChunkData::Own(_),
-                        ..
-                    },
-                ) if c.valid == len => hash_of(c.all()),
-                _ => return,
+            let mut b = write_soon(lock);
+            let Some(c) = b.chunks.get_mut(&index) else {
+                return;
+            };
+            if !matches!(c.data, ChunkData::Own(_)) {
+                return;
             }
+            // Zeros past the valid bytes, so equal contents are equal buffers.
+            c.fill(len, 0);
+            hash_of(c.all())
         };
         let candidates = match hash == zero_hash(len) {
             true => Vec::new(),
             false => TABLE.lock().candidates(hash, len),
         };
-        let mut b = write_soon(lock);
-        let Some(c) = b.chunks.get_mut(&index) else {
+        let Some(new) = self.take_equal(lock, space, (bank, index), candidates) else {
             return;
         };
-        if !matches!(c.data, ChunkData::Own(_)) || c.valid != len {
-            return;
-        }
-        let found = if c.all().iter().all(|&x| x == 0) {
-            Found::Zero
-        } else {
-            candidates
+        // Stored unless an equal chunk was stored meanwhile (two chips writing the same
+        // weight at once): then that one is taken, as if it had been there first.
+        let earlier = {
+            let mut table = TABLE.lock();
+            let found = table
+                .candidates(hash, len)
                 .into_iter()
-                .find(|s| s.bytes() == c.all())
-                .map_or(Found::New, Found::Equal)
+                .find(|s| s.bytes() == new.bytes());
+            if found.is_none() {
+                table.insert(hash, &new);
+            }
+            found
         };
-        let stored = match found {
-            Found::Zero => {
-                b.chunks.remove(&index);
-                self.resident.add(space, bank, index, -1);
-                None
+        if let Some(earlier) = earlier {
+            let mut b = write_soon(lock);
+            if let Some(c) = b.chunks.get_mut(&index) {
+                if matches!(&c.data, ChunkData::Shared(s) if Arc::ptr_eq(s, &new)) {
+                    c.data = ChunkData::Shared(earlier);
+                }
             }
-            Found::Equal(shared) => {
-                // Not pooled: after a replicated write every chip would fill its pool.
-                c.data = ChunkData::Shared(shared);
-                None
-            }
-            Found::New => {
-                let ChunkData::Own(bytes) =
-                    std::mem::replace(&mut c.data, ChunkData::Own(Box::new([])))
-                else {
-                    unreachable!("checked just above")
-                };
-                let shared = Arc::new(SharedBytes { bytes });
-                c.data = ChunkData::Shared(shared.clone());
-                Some(shared)
-            }
-        };
-        drop(b);
-        if let Some(shared) = stored {
-            TABLE.lock().insert(hash, &shared);
         }
+    }
+
+    /// Under the bank's write lock: drops the chunk if it is all zeros, else gives it the
+    /// buffer of an equal candidate, else makes its own buffer shareable and returns it (to
+    /// be stored). Nothing when the chunk was written or dropped since it was hashed.
+    fn take_equal(
+        &self,
+        lock: &parking_lot::RwLock<super::Bank>,
+        space: MemSpace,
+        (bank, index): (u32, u64),
+        candidates: Vec<Arc<SharedBytes>>,
+    ) -> Option<Arc<SharedBytes>> {
+        let len = chunk_size(space) as usize;
+        let mut b = write_soon(lock);
+        let c = b.chunks.get_mut(&index)?;
+        if !matches!(c.data, ChunkData::Own(_)) || c.valid != len {
+            return None;
+        }
+        if c.all().iter().all(|&x| x == 0) {
+            b.chunks.remove(&index);
+            self.resident.add(space, bank, index, -1);
+            return None;
+        }
+        if let Some(equal) = candidates.into_iter().find(|s| s.bytes() == c.all()) {
+            // Not pooled: after a replicated write every chip would fill its pool.
+            c.data = ChunkData::Shared(equal);
+            return None;
+        }
+        let ChunkData::Own(bytes) = std::mem::replace(&mut c.data, ChunkData::Own(Box::new([])))
+        else {
+            return None;
+        };
+        let shared = Arc::new(SharedBytes { bytes });
+        c.data = ChunkData::Shared(shared.clone());
+        Some(shared)
     }
 
     /// Host bytes this chip's memory uses: its own chunks, and an equal share of each chunk

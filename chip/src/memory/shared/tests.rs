@@ -92,24 +92,28 @@ fn a_replicated_write_is_one_host_copy_and_a_later_write_differs_only_there() {
 }
 
 #[test]
-fn zero_chunks_take_no_host_memory_and_partly_written_chunks_are_not_shared() {
+fn zero_chunks_take_no_host_memory_and_equal_chunks_are_shared_however_filled() {
     let chunk = chunk_size(DRAM) as usize;
     let m = memory(0);
     host_write(&m, 0, &vec![0; 2 * chunk]);
     assert_eq!(m.resident_bytes(), 0, "zeros written read as zero unheld");
     assert!(!m.holds_any(DRAM));
     assert_eq!(read(&m, 0, 0, 2 * chunk), vec![0; 2 * chunk]);
-    // Half a chunk either side of a whole one: only the whole one is looked up.
-    let data = pattern(2, 2 * chunk);
+    // Two tensors sharing chunks (half a chunk each side of the first), written one after
+    // the other on two replicas: every chunk ends shared.
+    let first = pattern(2, 2 * chunk);
+    let second = pattern(4, chunk);
     let (a, b) = (memory(1), memory(2));
-    host_write(&a, chunk as u64 / 2, &data);
-    host_write(&b, chunk as u64 / 2, &data);
-    let host = a.host_bytes() + b.host_bytes();
-    assert_eq!(host, 5 * chunk as u64, "2 own half-chunks each, 1 shared");
-    assert_eq!(read(&a, 0, chunk as u64 / 2, data.len()), data);
+    for m in [&a, &b] {
+        host_write(m, chunk as u64 / 2, &first);
+        host_write(m, 5 * chunk as u64 / 2, &second);
+    }
+    assert_eq!(a.host_bytes() + b.host_bytes(), 4 * chunk as u64);
+    assert_eq!(read(&a, 0, chunk as u64 / 2, first.len()), first);
+    assert_eq!(read(&b, 0, 5 * chunk as u64 / 2, second.len()), second);
     // The same bytes at another chunk offset are other chunks: not shared.
     let c = memory(3);
-    host_write(&c, 0, &data);
+    host_write(&c, 0, &first);
     assert_eq!(c.host_bytes(), 2 * chunk as u64);
 }
 
