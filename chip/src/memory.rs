@@ -23,6 +23,7 @@ pub use held_bank::HeldBank;
 pub(crate) use held_reads::prefetch_lines;
 pub use held_reads::HeldReads;
 use resident::Resident;
+pub use shared::cap_malloc_arenas;
 use shared::SharedBytes;
 
 /// Chunk granularity of the sparse store in `space`: large enough that a page copy rarely
