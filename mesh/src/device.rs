@@ -98,6 +98,10 @@ pub struct ChipReport {
     pub trace_region_size: u64,
     pub live_traces: u64,
     pub trace_replays: u64,
+    /// Host bytes behind this chip's memory: what it alone holds, plus an equal share of the
+    /// chunks it holds with other chips (equal contents are stored once), so the sum over
+    /// the chips is their host memory. Device figures above are unchanged by sharing.
+    pub host_bytes: u64,
 }
 
 pub(crate) struct MeshInner {
@@ -440,6 +444,7 @@ impl MeshDevice {
                     trace_region_size: c.config().trace_region_size,
                     live_traces: ts.live_traces,
                     trace_replays: ts.replays,
+                    host_bytes: c.memory().host_bytes(),
                 }
             })
             .collect()

@@ -43,6 +43,7 @@ pub use ttmesh_chip::inspect::{
     get_max_worker_l1_unreserved_size, get_memory_view, get_region_base_address, CoreCoord,
     InspectMemory, MemoryBlock, MemoryView,
 };
+pub use ttmesh_chip::memory::cap_malloc_arenas;
 pub use ttmesh_chip::tensor::{
     create_sharded_memory_config, CoreGrid, CoreRange, HostData, PendingTensorRead, ShardCores,
     ShardOrientation, ShardSpec, ShardStrategy, TensorMemoryLayout,
