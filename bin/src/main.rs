@@ -79,6 +79,12 @@ fn exit_quietly_on_closed_stdout() {
 fn main() -> ExitCode {
     exit_quietly_on_closed_stdout();
     let cli = Cli::parse();
+    // Under `mpirun` a build without MPI would open the whole mesh once per rank, each
+    // believing it alone: refuse before any chip opens.
+    if let Err(e) = ttmesh::ranks::check_launch() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Run(args) => run::run(&args),
         Command::Plan(args) => plan::run(&args),
