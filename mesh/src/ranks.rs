@@ -1,6 +1,9 @@
 //! A big mesh over MPI ranks: which chips each rank opens (the rank bindings) and whether this
 //! process may run as one rank at all.
 
+mod bindings;
+
+pub use bindings::{BindingsError, RankBindings};
 use ttmesh_settings::{settings, MpiLaunch};
 
 /// True when this build carries the MPI transport (cargo feature `mpi`).
