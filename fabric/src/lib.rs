@@ -163,6 +163,7 @@ mod fabric;
 mod inner;
 pub mod packet;
 mod payload;
+mod remote;
 pub(crate) mod route;
 mod router;
 mod sender;
@@ -175,4 +176,5 @@ pub use config::{
 };
 pub use error::{FabricError, MemoryError};
 pub use fabric::Fabric;
+pub use remote::RemoteChips;
 pub use sender::FabricSender;
