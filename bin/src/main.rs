@@ -102,12 +102,14 @@ fn main() -> ExitCode {
     if let Some(warning) = ttmesh::graph::capture_left_open_warning() {
         eprintln!("{warning}");
     }
+    if let Err(e) = &result {
+        eprintln!("error: {e}");
+    }
+    // Under mpirun: finalise MPI after every rank got here, or end the whole job now.
+    ttmesh::ranks::end_of_job(&result);
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
+        Err(_) => ExitCode::FAILURE,
     }
 }
 

@@ -243,12 +243,18 @@ impl MeshDevice {
         // Checked before anything is queued, so no chip starts a replay the others cannot
         // join. A trace no chip holds passes; the first chip's enqueue names it.
         lockstep::check(&"execute_trace", &self.trace_places(tid))?;
-        let barrier = Arc::new(StartBarrier::new(chips.len()));
+        // On a mesh over MPI ranks each rank replays its own chips; the others' replays start
+        // behind their own barriers, and the fabric's semaphores keep the collectives in step.
+        let held = chips.iter().filter(|c| !c.held_elsewhere()).count();
+        let barrier = Arc::new(StartBarrier::new(held));
         let times = Arc::new(ReplayTimes {
             start: Mutex::new(None),
             finish: Mutex::new(vec![None; chips.len()]),
         });
         for (i, c) in chips.iter().enumerate() {
+            if c.held_elsewhere() {
+                continue;
+            }
             let (b, t) = (barrier.clone(), times.clone());
             let id = c.id();
             let timeout = c.operation_timeout();

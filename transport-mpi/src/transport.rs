@@ -99,6 +99,22 @@ impl Transport {
         (links, MeshLinks { incoming })
     }
 
+    /// The receiving side of `mesh` again, now with this rank's chips' `memories` (the mesh
+    /// opens its links before its chips, to check the bindings first).
+    pub fn reopen_incoming(
+        &self,
+        mesh: &MeshLinks,
+        memories: Vec<Option<Arc<dyn ChipMemory>>>,
+    ) -> MeshLinks {
+        MeshLinks {
+            incoming: Arc::new(Incoming {
+                generation: mesh.incoming.generation,
+                memories,
+                fabric: OnceLock::new(),
+            }),
+        }
+    }
+
     /// Starts delivering what other ranks send into this mesh's chips through `fabric`.
     pub fn attach_fabric(&self, mesh: &MeshLinks, fabric: &Arc<Fabric>) {
         let _ = mesh.incoming.fabric.set(Arc::downgrade(fabric));
