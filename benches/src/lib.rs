@@ -20,5 +20,6 @@ pub mod fabric;
 pub mod monitor;
 pub mod predict;
 pub mod profile;
+pub mod ranks;
 pub mod replay;
 pub mod ring_floor;

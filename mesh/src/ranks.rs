@@ -198,3 +198,45 @@ mod shard_tests {
         assert!(decode_shards(&[0xff; 8], DataType::BFloat16).is_none());
     }
 }
+
+/// Every rank's `value`, by rank (one value when the mesh is wholly in this process): a
+/// host-side exchange between the ranks of `mesh`, bounded by `timeout`.
+pub fn exchange_f64(
+    mesh: &crate::MeshDevice,
+    value: f64,
+    timeout: std::time::Duration,
+) -> Result<Vec<f64>, String> {
+    let Some(r) = mesh.ranks() else {
+        return Ok(vec![value]);
+    };
+    let all = r
+        .exchange("exchanging a figure", value.to_le_bytes().to_vec(), timeout)
+        .map_err(|e| e.to_string())?;
+    all.iter()
+        .map(|b| {
+            b.as_slice()
+                .try_into()
+                .map(f64::from_le_bytes)
+                .map_err(|_| "exchanging a figure: a rank sent a malformed value".to_string())
+        })
+        .collect()
+}
+
+/// A digest of tensors' bits (FNV-1a over each element's f32 or u32 bits, in order): two runs
+/// (one process, or the mesh split over MPI ranks) computed the same values exactly if their
+/// digests are equal. A comparison of runs, not a checksum against tampering.
+pub fn bits_digest<'a>(parts: impl IntoIterator<Item = &'a HostTensor>) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for t in parts {
+        let mut add = |bits: u32| {
+            for b in bits.to_le_bytes() {
+                h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        match &t.data {
+            HostData::F32(v) => v.iter().for_each(|x| add(x.to_bits())),
+            HostData::U32(v) => v.iter().for_each(|&x| add(x)),
+        }
+    }
+    h
+}
