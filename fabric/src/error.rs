@@ -144,7 +144,7 @@ pub enum FabricError {
         cause: Box<FabricError>,
     },
 
-    #[error("rank {rank} (which holds chip {chip}) reports: {reason}")]
+    #[error("rank {rank} (which holds chip {chip}): {reason}")]
     OtherRank {
         rank: u32,
         chip: u32,

@@ -198,7 +198,10 @@ impl MeshDevice {
             self.release_partial(tid);
             return Err(e);
         }
-        lockstep::check(&"end_trace_capture", &self.trace_places(tid))
+        let places = self.trace_places(tid);
+        lockstep::check(&"end_trace_capture", &places)?;
+        // On a mesh over MPI ranks: the same address on every rank's chips too.
+        lockstep::check_across_ranks(self, &"end_trace_capture", &places)
     }
 
     /// Each chip's view of trace `tid` (its address, size, replays), in mesh order; `None` on

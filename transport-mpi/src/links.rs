@@ -113,12 +113,52 @@ impl ChipMemory for RemoteMemory {
 /// The receiving side: this rank's chips of one mesh, and its fabric.
 pub(crate) struct Incoming {
     pub generation: u32,
+    /// Rank of each chip.
+    pub owner: Vec<u32>,
+    pub me: u32,
     /// Per chip: its memory if this rank holds it.
     pub memories: Vec<Option<Arc<dyn ChipMemory>>>,
     pub fabric: OnceLock<Weak<Fabric>>,
 }
 
 impl Incoming {
+    /// Rank `rank` has sent nothing for `silent`: stops this mesh's fabric naming the rank,
+    /// a chip it holds and the links that reach it, so every wait here ends now rather than
+    /// at its timeout.
+    pub fn rank_silent(&self, rank: u32, silent: std::time::Duration) {
+        let Some(fabric) = self.fabric.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        let owner = |c: u32| self.owner.get(c as usize).copied();
+        let Some(chip) = (0..self.owner.len() as u32).find(|&c| owner(c) == Some(rank)) else {
+            return;
+        };
+        let links: Vec<String> = fabric
+            .spec()
+            .links
+            .iter()
+            .filter(|l| {
+                let (a, b) = (owner(l.a.0), owner(l.b.0));
+                (a == Some(rank) && b == Some(self.me)) || (b == Some(rank) && a == Some(self.me))
+            })
+            .map(|l| l.to_string())
+            .collect();
+        let shown = links.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
+        let more = match links.len() {
+            n if n > 3 => format!(" and {} more", n - 3),
+            _ => String::new(),
+        };
+        let reason =
+            format!(
+            "has sent nothing for {:.1} s (killed, stopped or hung); links to it from rank {}: \
+             {}{more}",
+            silent.as_secs_f64(),
+            self.me,
+            if shown.is_empty() { "none".to_string() } else { shown }
+        );
+        fabric.abort_from_elsewhere(chip, FabricError::OtherRank { rank, chip, reason });
+    }
+
     /// Performs what rank `from` sent (a message of this generation).
     pub fn deliver(&self, from: u32, bytes: &[u8]) {
         let Some(fabric) = self.fabric.get().and_then(Weak::upgrade) else {
@@ -149,7 +189,7 @@ impl Incoming {
                 let cause = FabricError::OtherRank {
                     rank: from,
                     chip,
-                    reason: reason.to_string(),
+                    reason: format!("its collective failed: {reason}"),
                 };
                 fabric.abort_from_elsewhere(chip, cause);
             }

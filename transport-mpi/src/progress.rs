@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::links::Incoming;
-use crate::wire::{Message, TAG_FABRIC, TAG_HOST};
+use crate::wire::{Message, TAG_FABRIC, TAG_HEARTBEAT, TAG_HOST};
 
 /// What the rest of the process asks of the progress thread.
 pub(crate) enum Cmd {
@@ -32,7 +32,7 @@ pub(crate) enum Cmd {
     /// This rank's part of a host exchange; every rank's comes back on `reply`.
     Exchange {
         data: Vec<u8>,
-        reply: Sender<Vec<Vec<u8>>>,
+        reply: Sender<Result<Vec<Vec<u8>>, String>>,
         arrived: Arc<parking_lot::Mutex<Vec<bool>>>,
     },
     /// Complete every send (up to the deadline), then finalise MPI and end the thread.
@@ -79,13 +79,16 @@ impl InFlight {
 /// A host exchange under way.
 struct Exchange {
     parts: Vec<Option<Vec<u8>>>,
-    reply: Sender<Vec<Vec<u8>>>,
+    reply: Sender<Result<Vec<Vec<u8>>, String>>,
     arrived: Arc<parking_lot::Mutex<Vec<bool>>>,
 }
 
 /// Started by `Transport::init`: reports (rank, size), or None if MPI would not start, on
 /// `ready`, then serves `cmds` until finalised.
-pub(crate) fn run(cmds: Receiver<Cmd>, ready: Sender<Option<(u32, u32)>>) {
+/// How often a rank tells each other rank it is alive, when it sent it nothing else.
+const HEARTBEAT: Duration = Duration::from_millis(100);
+
+pub(crate) fn run(cmds: Receiver<Cmd>, ready: Sender<Option<(u32, u32)>>, silence: Duration) {
     let Some((universe, _level)) = mpi::initialize_with_threading(mpi::Threading::Funneled) else {
         let _ = ready.send(None);
         return;
@@ -101,6 +104,11 @@ pub(crate) fn run(cmds: Receiver<Cmd>, ready: Sender<Option<(u32, u32)>>) {
     let mut exchange: Option<Exchange> = None;
     let mut next_seq = 0u32;
     let mut idle_since = Instant::now();
+    let start = Instant::now();
+    let mut last_heard = vec![start; size as usize];
+    let mut last_sent = vec![start; size as usize];
+    // The mesh generation a silent rank was last reported to, per rank (once per mesh).
+    let mut reported: Vec<Option<u32>> = vec![None; size as usize];
     loop {
         let mut busy = false;
         // Commands first: a burst of deliveries goes out before we look for replies.
@@ -121,6 +129,7 @@ pub(crate) fn run(cmds: Receiver<Cmd>, ready: Sender<Option<(u32, u32)>>) {
             busy = true;
             match cmd {
                 Cmd::Fabric { to, bytes } => {
+                    last_sent[to as usize] = Instant::now();
                     sends.push(InFlight::start(&world, to, TAG_FABRIC, bytes))
                 }
                 Cmd::Attach(inc) => {
@@ -187,7 +196,9 @@ pub(crate) fn run(cmds: Receiver<Cmd>, ready: Sender<Option<(u32, u32)>>) {
             busy = true;
             let (bytes, status) = probed.matched_receive_vec::<u8>();
             let from = status.source_rank() as u32;
+            last_heard[from as usize] = Instant::now();
             match status.tag() {
+                TAG_HEARTBEAT => {}
                 TAG_HOST => host_inbox[from as usize].push_back(bytes),
                 _ => match (&attached, Message::decode(&bytes)) {
                     (Some(inc), Some(m)) if generation_of(&m) == Some(inc.generation) => {
@@ -216,7 +227,29 @@ pub(crate) fn run(cmds: Receiver<Cmd>, ready: Sender<Option<(u32, u32)>>) {
                 let x = exchange.take().unwrap();
                 let _ = x
                     .reply
-                    .send(x.parts.into_iter().map(Option::unwrap).collect());
+                    .send(Ok(x.parts.into_iter().map(Option::unwrap).collect()));
+            }
+        }
+        let now = Instant::now();
+        for r in (0..size).filter(|&r| r != me) {
+            let i = r as usize;
+            if now - last_sent[i] >= HEARTBEAT {
+                last_sent[i] = now;
+                sends.push(InFlight::start(&world, r, TAG_HEARTBEAT, Vec::new()));
+            }
+            let quiet = now - last_heard[i];
+            // An exchange waiting for a rank that went silent ends now, naming it.
+            if let Some(x) = exchange.take_if(|x| quiet >= silence && x.parts[i].is_none()) {
+                let _ = x.reply.send(Err(format!(
+                    "rank {r} has sent nothing for {:.1} s (killed, stopped or hung)",
+                    quiet.as_secs_f64()
+                )));
+            }
+            if let Some(inc) = attached.as_ref().filter(|_| quiet >= silence) {
+                if reported[i] != Some(inc.generation) {
+                    reported[i] = Some(inc.generation);
+                    inc.rank_silent(r, quiet);
+                }
             }
         }
         if !sends.is_empty() {

@@ -43,9 +43,12 @@ impl Transport {
     fn start() -> Result<Transport, TransportError> {
         let (cmds, rx) = unbounded();
         let (ready_tx, ready) = crossbeam_channel::bounded(1);
+        // A rank silent this long is taken for gone: half the operation timeout, so the
+        // waits it would end at their timeouts end first, naming it.
+        let silence = ttmesh_settings::settings().operation_timeout() / 2;
         let thread = std::thread::Builder::new()
             .name("mpi-progress".into())
-            .spawn(move || progress::run(rx, ready_tx))
+            .spawn(move || progress::run(rx, ready_tx, silence))
             .map_err(|e| TransportError(format!("cannot start the MPI progress thread: {e}")))?;
         let (rank, size) = ready
             .recv_timeout(Duration::from_secs(60))
@@ -93,6 +96,8 @@ impl Transport {
         });
         let incoming = Arc::new(Incoming {
             generation,
+            owner: links.owner.clone(),
+            me: self.rank,
             memories,
             fabric: OnceLock::new(),
         });
@@ -109,6 +114,8 @@ impl Transport {
         MeshLinks {
             incoming: Arc::new(Incoming {
                 generation: mesh.incoming.generation,
+                owner: mesh.incoming.owner.clone(),
+                me: self.rank,
                 memories,
                 fabric: OnceLock::new(),
             }),
@@ -144,7 +151,14 @@ impl Transport {
                 arrived: arrived.clone(),
             })
             .map_err(|_| TransportError("the MPI progress thread has ended".into()))?;
-        got.recv_timeout(timeout).map_err(|_| {
+        let got = got.recv_timeout(timeout);
+        if let Ok(Err(silent)) = &got {
+            return Err(TransportError(format!(
+                "rank {}: {silent}; the job cannot go on",
+                self.rank
+            )));
+        }
+        got.ok().and_then(Result::ok).ok_or_else(|| {
             let missing: Vec<String> = arrived
                 .lock()
                 .iter()

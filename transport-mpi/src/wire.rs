@@ -11,6 +11,9 @@ pub const HEADER: usize = 32;
 pub const TAG_FABRIC: i32 = 1;
 /// MPI tag of host exchanges (each rank's part of an all-gather on the host side).
 pub const TAG_HOST: i32 = 2;
+/// MPI tag of heartbeats (empty): a rank that sends nothing at all, not even these, is
+/// stopped, killed or hung.
+pub const TAG_HEARTBEAT: i32 = 3;
 
 /// One message, decoded.
 #[derive(Clone, Debug, PartialEq)]
