@@ -21,5 +21,6 @@ pub mod fabric2d;
 pub mod monitor;
 pub mod predict;
 pub mod profile;
+pub mod ranks;
 pub mod replay;
 pub mod ring_floor;

@@ -2,7 +2,7 @@
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// Which benchmark: chip, trace, fabric, ccl, fabric2d, monitor, decode, profile, predict, mesh-monitor, or all.
+    /// Which benchmark: chip, trace, fabric, ccl, fabric2d, monitor, decode, profile, predict, mesh-monitor, or all; and ranks (not in all: run it under mpirun).
     #[arg(default_value = "all")]
     pub which: String,
     /// Short runs (CI smoke test).
@@ -11,6 +11,13 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: &BenchArgs) -> Result<(), String> {
+    if args.which == "ranks" {
+        let r = ttmesh_benches::ranks::run(args.quick)?;
+        if r.speaks {
+            println!("== bench ranks ==\n{}", r.text);
+        }
+        return Ok(());
+    }
     let all = args.which == "all";
     let mut ran = false;
     let mut section = |name: &str, f: &dyn Fn() -> String| {
@@ -34,7 +41,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     });
     if !ran {
         return Err(format!(
-            "unknown benchmark '{}': use chip, trace, fabric, ccl, fabric2d, monitor, decode, profile, predict, mesh-monitor or all",
+            "unknown benchmark '{}': use chip, trace, fabric, ccl, fabric2d, monitor, decode, profile, predict, mesh-monitor, all or ranks",
             args.which
         ));
     }

@@ -17,6 +17,10 @@ pub struct MeshArgs {
     /// Print one JSON object instead of text and tables.
     #[arg(long)]
     pub json: bool,
+    /// Under mpirun: a TOML file saying which chips each rank opens (rank -> mesh rows and
+    /// columns, or whole boards); without it the mesh's rows are split evenly over the ranks.
+    #[arg(long, value_name = "FILE")]
+    pub rank_bindings: Option<std::path::PathBuf>,
 }
 
 impl MeshArgs {
@@ -49,6 +53,7 @@ impl MeshArgs {
         Ok(MeshConfig {
             topology: self.mesh.clone(),
             fabric_config: self.fabric_config()?,
+            rank_bindings: self.rank_bindings.clone(),
             ..Default::default()
         })
     }

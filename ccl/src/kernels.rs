@@ -96,6 +96,8 @@ pub(crate) struct CollectiveKernel {
     /// Every chip's input sits at one address, so a bf16 reduction's last hop may be added
     /// at delivery (`into`), reading the receiver's input from the sender's thread.
     pub(crate) adds_at_delivery: bool,
+    /// Every chip of the line is held by this process (see `new`).
+    pub(crate) line_is_local: bool,
 }
 
 impl CollectiveKernel {
@@ -122,12 +124,18 @@ impl CollectiveKernel {
             CollectiveKind::ReduceScatter { dim } => crate::reduce_scatter::defers(&input, dim, n),
             CollectiveKind::AllGather { dim } => crate::all_gather::defers(&input, dim),
         };
+        // A line with chips another process holds (a big mesh over MPI ranks) runs on its
+        // chips' own threads, packets only: a runner that takes a whole line, or a last add
+        // made on the sender's thread, reads other chips' memory, which is not here.
+        let line_is_local = line.chips.iter().all(|&c| !fabric.is_remote(c));
         let adds_at_delivery = inputs_share_address
+            && line_is_local
             && input.dtype == DataType::BFloat16
             && output.dtype == DataType::BFloat16
             && input.page_size() == output.page_size();
         CollectiveKernel {
             adds_at_delivery,
+            line_is_local,
             meet_key,
             defers,
             kind,
@@ -244,7 +252,8 @@ impl<'a> Run<'a> {
         complete: bool,
     ) -> Result<Launched, ChipError> {
         let input_bytes = self.k.input.buffer_size() as usize;
-        let runner = schedule::runner(input_bytes, self.k.line.chips.len(), self.k.defers);
+        let n = self.k.line.chips.len();
+        let runner = schedule::runner(input_bytes, n, self.k.defers, self.k.line_is_local);
         if runner == Runner::OwnThreads {
             return own_thread::run(self, work, steps, writes_left);
         }
@@ -355,6 +364,7 @@ impl Kernel for CollectiveKernel {
                 self.input.buffer_size() as usize,
                 self.line.chips.len(),
                 true,
+                self.line_is_local,
             )
     }
 

@@ -64,6 +64,9 @@ pub struct MeshConfig {
     /// Check each chip's trace bytes against their capture's digest at replay (on by
     /// default; see `ChipConfig::trace_digest`).
     pub trace_digest: bool,
+    /// Under `mpirun`: the rank-bindings file saying which chips each rank opens
+    /// (`ttmesh::ranks::RankBindings`); None splits the mesh's rows evenly over the ranks.
+    pub rank_bindings: Option<std::path::PathBuf>,
 }
 
 impl Default for MeshConfig {
@@ -79,6 +82,7 @@ impl Default for MeshConfig {
             operation_timeout: None,
             replay_sanitizer: true,
             trace_digest: true,
+            rank_bindings: None,
         }
     }
 }
@@ -119,6 +123,8 @@ pub(crate) struct MeshInner {
     pub(crate) monitor: Mutex<Option<MeshMonitor>>,
     /// What the program labelled (weights, KV cache), published by the monitor.
     pub(crate) labels: Arc<MemoryLabels>,
+    /// This rank's part of a mesh over MPI ranks; None when the mesh is wholly here.
+    pub(crate) ranks: Option<crate::ranks::MeshRanks>,
 }
 
 /// A mesh of chips. Cloning shares the mesh.
@@ -129,7 +135,11 @@ pub struct MeshDevice {
 
 impl MeshDevice {
     pub fn open(config: MeshConfig) -> Result<MeshDevice> {
+        crate::ranks::check_launch().map_err(MeshError::Config)?;
         let cluster = ttmesh_topologies::load(&config.topology)?;
+        // Under mpirun: which chips this rank holds, checked before any chip opens.
+        let mut ranks =
+            crate::ranks::MeshRanks::for_open(config.rank_bindings.as_deref(), &cluster)?;
         let arch = match cluster.arch() {
             ArchName::WormholeB0 => ArchSpec::wormhole_b0(),
             ArchName::Blackhole => ArchSpec::blackhole(),
@@ -146,6 +156,7 @@ impl MeshDevice {
             cc.num_command_queues = config.num_command_queues;
             cc.replay_sanitizer = config.replay_sanitizer;
             cc.trace_digest = config.trace_digest;
+            cc.elsewhere = ranks.as_ref().is_some_and(|r| !r.is_local(id));
             if let Some(t) = config.operation_timeout {
                 cc.operation_timeout = t;
             }
@@ -154,9 +165,18 @@ impl MeshDevice {
         let fabric = match config.fabric_config {
             FabricConfig::Disabled => None,
             fc => Some(Arc::new(build_fabric(
-                &cluster, shape, &ids, &chips, &arch, fc, &config,
+                &cluster,
+                shape,
+                &ids,
+                &chips,
+                fc,
+                &config,
+                ranks.as_mut(),
             )?)),
         };
+        if let (Some(r), Some(f)) = (&ranks, &fabric) {
+            r.attach(f);
+        }
         if let Some(f) = &fabric {
             stop_fabric_on_refusal(&chips, f);
         }
@@ -181,6 +201,7 @@ impl MeshDevice {
                 waker: crate::trace::LockstepWaker::default(),
                 monitor: Mutex::new(monitor),
                 labels,
+                ranks,
             }),
         })
     }
@@ -217,6 +238,17 @@ impl MeshDevice {
     }
     pub fn chips(&self) -> &[Arc<Chip>] {
         &self.inner.chips
+    }
+    /// This process's MPI rank when the mesh spans ranks (`mpirun`), else None.
+    pub fn rank(&self) -> Option<u32> {
+        self.inner.ranks.as_ref().map(|r| r.rank())
+    }
+    /// True if this process holds `chip` (always, unless the mesh spans MPI ranks).
+    pub fn holds_chip(&self, chip: u32) -> bool {
+        self.inner.ranks.as_ref().is_none_or(|r| r.is_local(chip))
+    }
+    pub(crate) fn ranks(&self) -> Option<&crate::ranks::MeshRanks> {
+        self.inner.ranks.as_ref()
     }
     pub fn chip(&self, coord: MeshCoordinate) -> Result<&Arc<Chip>> {
         let s = self.inner.shape;
@@ -474,6 +506,9 @@ impl MeshDevice {
         if let Some(f) = &self.inner.fabric {
             f.shutdown()?;
         }
+        if let Some(r) = &self.inner.ranks {
+            r.close();
+        }
         for c in &self.inner.chips {
             c.close().map_err(on_chip(c.id()))?;
         }
@@ -570,10 +605,12 @@ fn build_fabric(
     shape: MeshShape,
     ids: &[u32],
     chips: &[Arc<Chip>],
-    arch: &ArchSpec,
     config: FabricConfig,
     mesh: &MeshConfig,
+    ranks: Option<&mut crate::ranks::MeshRanks>,
 ) -> Result<Fabric> {
+    // Every chip of a mesh has one arch (the cluster's).
+    let arch = chips[0].arch();
     let in_mesh = |id: u32| ids.contains(&id);
     let links: Vec<EthLink> = cluster
         .links()
@@ -616,8 +653,9 @@ fn build_fabric(
     spec.timeout = mesh
         .operation_timeout
         .unwrap_or_else(ttmesh_chip::device::default_operation_timeout);
-    Ok(Fabric::new(
-        spec,
-        ChipPort::for_fabric(cluster.num_chips() as u32, chips),
-    )?)
+    let memories = ChipPort::for_fabric(cluster.num_chips() as u32, chips);
+    Ok(match ranks {
+        Some(r) => r.fabric(spec, memories)?,
+        None => Fabric::new(spec, memories)?,
+    })
 }

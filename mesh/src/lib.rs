@@ -22,6 +22,7 @@ mod lockstep;
 pub mod models;
 mod monitor;
 pub mod ops;
+pub mod ranks;
 mod tensor;
 mod trace;
 
