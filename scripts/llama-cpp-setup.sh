@@ -26,9 +26,10 @@ from llama_cpp import Llama
 model, out = sys.argv[1:]
 prompt, new_tokens, threads = "Once upon a time", 32, 2
 llm = Llama(model_path=model, n_ctx=256, n_threads=threads, n_threads_batch=threads,
-            n_batch=64, seed=0, verbose=False)
+            n_batch=64, seed=0, verbose=False, logits_all=True)
 tokens = llm.tokenize(prompt.encode(), add_bos=True)
-# Warm-up: the first eval maps the weights and builds the graph.
+# Warm-up: the first eval maps the weights and builds the graph. logits_all keeps each
+# evaluated position's logits in `scores` (without it they stay inside the sampler).
 llm.eval(tokens)
 llm.reset()
 llm.eval(tokens)
