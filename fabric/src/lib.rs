@@ -168,6 +168,7 @@ mod inner;
 mod memory;
 pub mod packet;
 mod payload;
+mod remote;
 pub(crate) mod route;
 mod router;
 mod sender;
@@ -180,6 +181,7 @@ pub use config::{
 pub use error::{FabricError, MemoryError};
 pub use fabric::Fabric;
 pub use memory::{ChipMemory, ComputedFill, HeldMemory};
+pub use remote::RemoteChips;
 pub use sender::FabricSender;
 /// Addresses on a chip: the vocabulary the fabric shares with the chip (`ttmesh-noc`).
 pub use ttmesh_noc::{MemSpace, NocAddr};

@@ -65,6 +65,9 @@ pub struct MeshConfig {
     /// Check each chip's trace bytes against their capture's digest at replay (on by
     /// default; see `ChipConfig::trace_digest`).
     pub trace_digest: bool,
+    /// Under `mpirun`: the rank-bindings file saying which chips each rank opens
+    /// (`ttmesh::ranks::RankBindings`); None splits the mesh's rows evenly over the ranks.
+    pub rank_bindings: Option<std::path::PathBuf>,
 }
 
 impl Default for MeshConfig {
@@ -80,6 +83,7 @@ impl Default for MeshConfig {
             operation_timeout: None,
             replay_sanitizer: true,
             trace_digest: true,
+            rank_bindings: None,
         }
     }
 }
@@ -99,6 +103,10 @@ pub struct ChipReport {
     pub trace_region_size: u64,
     pub live_traces: u64,
     pub trace_replays: u64,
+    /// Host bytes behind this chip's memory: what it alone holds, plus an equal share of the
+    /// chunks it holds with other chips (equal contents are stored once), so the sum over
+    /// the chips is their host memory. Device figures above are unchanged by sharing.
+    pub host_bytes: u64,
 }
 
 pub(crate) struct MeshInner {
@@ -116,6 +124,8 @@ pub(crate) struct MeshInner {
     pub(crate) monitor: Mutex<Option<MeshMonitor>>,
     /// What the program labelled (weights, KV cache), published by the monitor.
     pub(crate) labels: Arc<MemoryLabels>,
+    /// This rank's part of a mesh over MPI ranks; None when the mesh is wholly here.
+    pub(crate) ranks: Option<crate::ranks::MeshRanks>,
 }
 
 /// A mesh of chips. Cloning shares the mesh.
@@ -126,7 +136,11 @@ pub struct MeshDevice {
 
 impl MeshDevice {
     pub fn open(config: MeshConfig) -> Result<MeshDevice> {
+        crate::ranks::check_launch().map_err(MeshError::Config)?;
         let cluster = ttmesh_topologies::load(&config.topology)?;
+        // Under mpirun: which chips this rank holds, checked before any chip opens.
+        let mut ranks =
+            crate::ranks::MeshRanks::for_open(config.rank_bindings.as_deref(), &cluster)?;
         let arch = match cluster.arch() {
             ArchName::WormholeB0 => ArchSpec::wormhole_b0(),
             ArchName::Blackhole => ArchSpec::blackhole(),
@@ -143,6 +157,7 @@ impl MeshDevice {
             cc.num_command_queues = config.num_command_queues;
             cc.replay_sanitizer = config.replay_sanitizer;
             cc.trace_digest = config.trace_digest;
+            cc.elsewhere = ranks.as_ref().is_some_and(|r| !r.is_local(id));
             if let Some(t) = config.operation_timeout {
                 cc.operation_timeout = t;
             }
@@ -151,9 +166,18 @@ impl MeshDevice {
         let fabric = match config.fabric_config {
             FabricConfig::Disabled => None,
             fc => Some(Arc::new(build_fabric(
-                &cluster, shape, &ids, &chips, &arch, fc, &config,
+                &cluster,
+                shape,
+                &ids,
+                &chips,
+                fc,
+                &config,
+                ranks.as_mut(),
             )?)),
         };
+        if let (Some(r), Some(f)) = (&ranks, &fabric) {
+            r.attach(f);
+        }
         if let Some(f) = &fabric {
             stop_fabric_on_refusal(&chips, f);
         }
@@ -178,6 +202,7 @@ impl MeshDevice {
                 waker: crate::trace::LockstepWaker::default(),
                 monitor: Mutex::new(monitor),
                 labels,
+                ranks,
             }),
         })
     }
@@ -214,6 +239,17 @@ impl MeshDevice {
     }
     pub fn chips(&self) -> &[Arc<Chip>] {
         &self.inner.chips
+    }
+    /// This process's MPI rank when the mesh spans ranks (`mpirun`), else None.
+    pub fn rank(&self) -> Option<u32> {
+        self.inner.ranks.as_ref().map(|r| r.rank())
+    }
+    /// True if this process holds `chip` (always, unless the mesh spans MPI ranks).
+    pub fn holds_chip(&self, chip: u32) -> bool {
+        self.inner.ranks.as_ref().is_none_or(|r| r.is_local(chip))
+    }
+    pub(crate) fn ranks(&self) -> Option<&crate::ranks::MeshRanks> {
+        self.inner.ranks.as_ref()
     }
     pub fn chip(&self, coord: MeshCoordinate) -> Result<&Arc<Chip>> {
         let s = self.inner.shape;
@@ -257,7 +293,8 @@ impl MeshDevice {
     }
 
     /// The lines a collective runs on: every column (axis 0), every row (axis 1), or one line
-    /// through all chips (None).
+    /// through all chips (None). A whole-mesh collective on a 2D fabric runs on the lines of
+    /// one axis and then the other instead ([`crate::ccl::whole_mesh_axes`]).
     pub fn ccl_lines(&self, cluster_axis: Option<usize>) -> Result<Vec<(CclLine, Vec<usize>)>> {
         let s = self.inner.shape;
         let id_of = |i: usize| self.inner.chips[i].id();
@@ -272,9 +309,13 @@ impl MeshDevice {
             (CclLine { chips, is_ring }, idx)
         };
         match cluster_axis {
-            Some(0) => Ok((0..s.cols).map(|c| make((0..s.rows).map(|r| r * s.cols + c).collect())).collect()),
-            Some(1) => Ok((0..s.rows).map(|r| make((0..s.cols).map(|c| r * s.cols + c).collect())).collect()),
-            Some(a) => Err(invalid("ccl", format!("cluster_axis {a} does not exist; use 0 (columns), 1 (rows) or None (all chips)"))),
+            Some(0) => Ok((0..s.cols)
+                .map(|c| make((0..s.rows).map(|r| r * s.cols + c).collect()))
+                .collect()),
+            Some(1) => Ok((0..s.rows)
+                .map(|r| make((0..s.cols).map(|c| r * s.cols + c).collect()))
+                .collect()),
+            Some(a) => Err(crate::ccl::bad_axis(self, a)),
             None => {
                 if s.rows == 1 || s.cols == 1 {
                     return Ok(vec![make((0..self.num_devices()).collect())]);
@@ -285,7 +326,13 @@ impl MeshDevice {
                 let idx = line
                     .chips
                     .iter()
-                    .map(|id| self.inner.chips.iter().position(|c| c.id() == *id).expect("linearize lists mesh chips"))
+                    .map(|id| {
+                        self.inner
+                            .chips
+                            .iter()
+                            .position(|c| c.id() == *id)
+                            .expect("linearize lists mesh chips")
+                    })
                     .collect();
                 Ok(vec![make(idx)])
             }
@@ -430,6 +477,7 @@ impl MeshDevice {
                     trace_region_size: c.config().trace_region_size,
                     live_traces: ts.live_traces,
                     trace_replays: ts.replays,
+                    host_bytes: c.memory().host_bytes(),
                 }
             })
             .collect()
@@ -458,6 +506,9 @@ impl MeshDevice {
         self.inner.waker.stop();
         if let Some(f) = &self.inner.fabric {
             f.shutdown()?;
+        }
+        if let Some(r) = &self.inner.ranks {
+            r.close();
         }
         for c in &self.inner.chips {
             c.close().map_err(on_chip(c.id()))?;
@@ -562,10 +613,12 @@ fn build_fabric(
     shape: MeshShape,
     ids: &[u32],
     chips: &[Arc<Chip>],
-    arch: &ArchSpec,
     config: FabricConfig,
     mesh: &MeshConfig,
+    ranks: Option<&mut crate::ranks::MeshRanks>,
 ) -> Result<Fabric> {
+    // Every chip of a mesh has one arch (the cluster's).
+    let arch = chips[0].arch();
     let in_mesh = |id: u32| ids.contains(&id);
     let links: Vec<EthLink> = cluster
         .links()
@@ -608,8 +661,9 @@ fn build_fabric(
     spec.timeout = mesh
         .operation_timeout
         .unwrap_or_else(ttmesh_chip::device::default_operation_timeout);
-    Ok(Fabric::new(
-        spec,
-        ChipPort::for_fabric(cluster.num_chips() as u32, chips),
-    )?)
+    let memories = ChipPort::for_fabric(cluster.num_chips() as u32, chips);
+    Ok(match ranks {
+        Some(r) => r.fabric(spec, memories)?,
+        None => Fabric::new(spec, memories)?,
+    })
 }
