@@ -39,7 +39,7 @@ pub fn capture_decode(
     let recorder = Recorder::new();
     recorder.attach(mesh.chips());
     let captured = model.capture_decode_trace();
-    Recorder::detach(mesh.chips());
+    recorder.detach(mesh.chips());
     let id = captured?;
     mesh.execute_trace(id, CqId(0), false)
         .map_err(|e| ModelError::Device {
@@ -526,7 +526,7 @@ pub fn predict_ccl(row: &CclRow) -> Result<f64, String> {
         let tid = mesh.begin_trace_capture(CqId(0))?;
         let ran = run();
         let ended = mesh.end_trace_capture(tid, CqId(0));
-        Recorder::detach(mesh.chips());
+        recorder.detach(mesh.chips());
         ran?;
         ended?;
         events = recorder.events();

@@ -11,7 +11,8 @@ use ttmesh_chip::ChipError;
 use ttmesh_fabric::{Fabric, FabricError};
 
 use chip_io::{Local, StepError};
-use execute::{Endpoint, Step, Work};
+use execute::{Endpoint, Step};
+use work::Work;
 
 use crate::schedule::{self, meeting, own_thread, Runner};
 use crate::{CclLine, Topology};
@@ -22,7 +23,9 @@ pub(crate) mod execute;
 mod into;
 mod onward;
 pub(crate) mod pages;
+mod slots;
 pub(crate) mod step;
+pub(crate) mod work;
 
 /// Semaphore ids the collectives use on every chip (fabric semaphore tables are per chip).
 ///

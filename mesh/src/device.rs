@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use ttmesh_ccl::CclLine;
+use ttmesh_chip::observe::ChipObserver;
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig, ChipError, CqId};
 use ttmesh_fabric::{
     AxisLine, EthLink, Fabric, FabricConfig, FabricError, FabricSpec, LinkParams, MeshGrid,
@@ -533,19 +534,26 @@ impl Drop for MeshInner {
 /// of waiting for it until the operation timeout. The next synchronize resets the fabric, as
 /// after any failed collective. Weak, so the chips do not keep the fabric alive.
 fn stop_fabric_on_refusal(chips: &[Arc<Chip>], fabric: &Arc<Fabric>) {
+    let stop: Arc<dyn ChipObserver> = Arc::new(StopFabricOnRefusal(Arc::downgrade(fabric)));
     for c in chips {
-        let (id, fabric) = (c.id(), Arc::downgrade(fabric));
-        c.on_refused_record(Arc::new(move |e: &ChipError| {
-            if let Some(f) = fabric.upgrade() {
-                f.abort(
-                    id,
-                    FabricError::ChipStopped {
-                        chip: id,
-                        reason: e.to_string(),
-                    },
-                );
-            }
-        }));
+        c.add_observer(stop.clone());
+    }
+}
+
+/// The chips' observer that stops the fabric when one of them refuses a record.
+struct StopFabricOnRefusal(std::sync::Weak<Fabric>);
+
+impl ChipObserver for StopFabricOnRefusal {
+    fn record_refused(&self, chip: u32, e: &ChipError) {
+        if let Some(f) = self.0.upgrade() {
+            f.abort(
+                chip,
+                FabricError::ChipStopped {
+                    chip,
+                    reason: e.to_string(),
+                },
+            );
+        }
     }
 }
 

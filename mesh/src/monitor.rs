@@ -24,10 +24,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ttmesh_chip::allocator::{
-    AllocationRequest, AllocatorEvent, AllocatorEventKind, AllocatorListener, Placement,
-};
+use ttmesh_chip::allocator::{AllocationRequest, AllocatorEvent, AllocatorEventKind, Placement};
 use ttmesh_chip::inspect::MemoryView;
+use ttmesh_chip::observe::ChipObserver;
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig};
 use ttmesh_fabric::Fabric;
 
@@ -90,9 +89,9 @@ struct SlotListener<W> {
     banks: [u64; 5],
 }
 
-impl<W: SlotWrite> AllocatorListener for SlotListener<W> {
+impl<W: SlotWrite> ChipObserver for SlotListener<W> {
     #[inline]
-    fn on_event(&self, e: &AllocatorEvent) {
+    fn allocator_event(&self, e: &AllocatorEvent) {
         let Some(kind) = kind_of(e.buffer_type) else {
             return;
         };
@@ -134,7 +133,7 @@ fn attach_chip<W: SlotWrite>(
         }
     });
     let listener = Arc::new(SlotListener { slot, banks });
-    chip.add_allocator_listener(listener.clone());
+    chip.add_observer(listener.clone());
     listener
 }
 

@@ -8,7 +8,7 @@
 //! step alone ([`predict`]: what `ttmesh plan decode --predict` prints).
 //!
 //! Must not touch: how chips run commands. It only observes (through the chip's
-//! `CommandObserver`) and reads what kernels declare (`Kernel::cost`); it knows no mesh.
+//! `ChipObserver`) and reads what kernels declare (`Kernel::cost`); it knows no mesh.
 
 pub mod calibration;
 pub mod error;
@@ -65,7 +65,7 @@ pub struct Profiler {
 impl Drop for Profiler {
     /// A run that fails before `finish` leaves no recorder on the chips.
     fn drop(&mut self) {
-        Recorder::detach(&self.chips);
+        self.recorder.detach(&self.chips);
     }
 }
 
@@ -114,7 +114,7 @@ impl Profiler {
     /// Stops recording, models the timeline and writes the reports. The summary counts one
     /// iteration per replay, and `untraced_iterations` when nothing was traced.
     pub fn finish(self, untraced_iterations: usize) -> Result<ProfileOutput> {
-        Recorder::detach(&self.chips);
+        self.recorder.detach(&self.chips);
         let events = self.recorder.events();
         let timeline = timeline::build(&events, &self.model, self.host_model);
         let summary = Summary::of(&timeline, untraced_iterations);
