@@ -232,7 +232,15 @@ pub fn generate(spec: &StressSpec, seed: u64, index: u64) -> Case {
     } else {
         topology.axes()
     };
-    let max_tiles = (spec.max_size / tile_bytes(dtype)).max(1);
+    let mut max_tiles = (spec.max_size / tile_bytes(dtype)).max(1);
+    // A 2D fabric's gather over both axes or the whole mesh leaves every chip with all chips'
+    // inputs (32x on a Galaxy): its output is held to 4x --max-size, so one case stays well
+    // inside the operation timeout on a loaded 2-core host (a 3.7 MB-per-chip Galaxy gather
+    // took 1.5 to 5.6 s there). galaxy-2d keeps drawing the large ones.
+    if choices.len() > 1 && op == OpKind::AllGather {
+        let ways: u64 = axes.iter().map(|&(_, n)| n as u64).product();
+        max_tiles = max_tiles.min((4 * spec.max_size / ways.max(1) / tile_bytes(dtype)).max(1));
+    }
 
     // Units per dim of the [b, c, h, w] input: b and c count rows of tiles' batches, h and w
     // tiles. Each reduction step needs its dim to split over its line.

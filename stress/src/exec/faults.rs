@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use ttmesh::{CqId, FabricConfig, MeshDevice, MeshError};
+use ttmesh::{CqId, MeshDevice, MeshError};
 use ttmesh_fabric::{Fabric, Fault};
 
 use super::{Errors, Verdict};
@@ -30,8 +30,11 @@ pub(super) enum Expect {
 
 /// The chip-id pairs the op's packets cross, each once: a send's route as the fabric takes it
 /// (`Fabric::route_chips`: along a line in 1D; the source's column, then the destination's row
-/// in 2D), and for collectives the route between each pair of neighbours on their lines (one
-/// link; a ring's closing pair only when the collective runs as a ring).
+/// in 2D), and for collectives the route between each pair of neighbours on the lines they run
+/// on (one link), as the collectives choose them: a whole-mesh collective on a 2D fabric runs
+/// along both axes (`ttmesh::ccl::whole_mesh_axes`), and a ring's closing pair is crossed only
+/// when the line runs as a ring (`ttmesh_ccl::resolve_topology`: a 1D ring fabric, or a torus
+/// closing that axis).
 fn path_pairs(mesh: &MeshDevice, case: &Case) -> Vec<(u32, u32)> {
     let fabric = mesh.fabric().expect("stress meshes have a fabric");
     let mut hops: Vec<(u32, u32)> = Vec::new();
@@ -46,13 +49,22 @@ fn path_pairs(mesh: &MeshDevice, case: &Case) -> Vec<(u32, u32)> {
         walk(mesh.chips()[a].id(), mesh.chips()[b].id());
         return hops;
     }
+    let auto = ttmesh_ccl::CclConfig::default();
     for step in &case.steps {
-        for (line, _) in mesh.ccl_lines(step.axis).unwrap_or_default() {
-            let n = line.chips.len();
-            let ring = line.is_ring && n > 2 && fabric.config() == FabricConfig::Fabric1DRing;
-            for p in 0..n {
-                if p + 1 < n || ring {
-                    walk(line.chips[p], line.chips[(p + 1) % n]);
+        let axes: Vec<Option<usize>> =
+            match ttmesh::ccl::whole_mesh_axes(mesh, step.axis, ttmesh::ccl::REDUCE_AXES) {
+                Some(both) => both.into_iter().map(Some).collect(),
+                None => vec![step.axis],
+            };
+        for axis in axes {
+            for (line, _) in mesh.ccl_lines(axis).unwrap_or_default() {
+                let n = line.chips.len();
+                let ring = ttmesh_ccl::resolve_topology("stress", &line, fabric, &auto)
+                    .is_ok_and(|t| t == ttmesh::Topology::Ring);
+                for p in 0..n {
+                    if p + 1 < n || ring {
+                        walk(line.chips[p], line.chips[(p + 1) % n]);
+                    }
                 }
             }
         }
