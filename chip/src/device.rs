@@ -148,7 +148,10 @@ pub(crate) struct ChipShared {
 impl ChipShared {
     /// Tells the observers that a dispatcher refused a record (its error names it).
     pub(crate) fn refused(&self, e: &ChipError) {
-        self.observers.each(|o| o.record_refused(self.id, e));
+        self.observers
+            .each(crate::observe::Interests::REFUSALS, |o| {
+                o.record_refused(self.id, e)
+            });
     }
 
     pub(crate) fn record_launch(&self, elapsed: Duration) {
@@ -601,7 +604,9 @@ impl Chip {
         let q = self.queue(cq)?;
         self.shared
             .observers
-            .each(|o| o.host_waits(self.shared.id, cq));
+            .each(crate::observe::Interests::HOST_WAITS, |o| {
+                o.host_waits(self.shared.id, cq)
+            });
         let state = &self.shared.cq_states[cq.0 as usize];
         // An idle queue has run everything: no event round trip (two thread wake-ups, which
         // a mesh would pay chip after chip). Frees queued on a sleeping dispatcher (they never

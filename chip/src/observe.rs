@@ -14,9 +14,10 @@
 //! - every record a dispatcher refuses (`record_refused`: a damaged trace, a kernel's panic),
 //!   on the dispatcher thread, as it happens rather than at the next finish.
 //!
-//! Every method has an empty default, so an observer implements what it needs. Observers
-//! must be short, must not block, and must never call back into a chip (some calls hold the
-//! chip's locks).
+//! Every method has an empty default, so an observer implements what it needs, and says
+//! which events it wants (`interests`): a chip skips the work of a hook no attached observer
+//! wants. Observers must be short, must not block, and must never call back into a chip
+//! (some calls hold the chip's locks).
 //!
 //! Where an observer is attached: on one chip ([`Chip::add_observer`], any number: the
 //! profiler, the monitor, the mesh), or process-wide ([`set_observer`], one at a time: graph
@@ -27,7 +28,7 @@
 //! encoded (so memory figures and trace sizes are exact), but nothing reaches a dispatcher,
 //! no data is written, and reads are refused (nothing ran, so there is nothing to read).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -110,8 +111,39 @@ impl<'a> Iterator for Commands<'a> {
     }
 }
 
+/// What an observer wants to be told of (`ChipObserver::interests`): a chip does the work of a
+/// hook (building a launch's event, a submission's view) only if an observer wants it, so a
+/// mesh's always-attached observers (the monitor's statistics, stop-the-fabric-on-refusal)
+/// cost nothing on the dispatch path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interests(u8);
+
+impl Interests {
+    pub const NONE: Interests = Interests(0);
+    pub const ALLOCATOR: Interests = Interests(1);
+    pub const LAUNCHES: Interests = Interests(2);
+    pub const SUBMISSIONS: Interests = Interests(4);
+    pub const HOST_WAITS: Interests = Interests(8);
+    pub const REFUSALS: Interests = Interests(16);
+    pub const ALL: Interests = Interests(31);
+
+    /// Both sets.
+    pub const fn and(self, other: Interests) -> Interests {
+        Interests(self.0 | other.0)
+    }
+
+    /// True if any of `other` is in this set.
+    pub const fn has(self, other: Interests) -> bool {
+        self.0 & other.0 != 0
+    }
+}
+
 /// Whatever watches a chip (see the module docs for threads and rules).
 pub trait ChipObserver: Send + Sync {
+    /// The events this observer is told of (all by default); asked once, when attached.
+    fn interests(&self) -> Interests {
+        Interests::ALL
+    }
     fn allocator_event(&self, _event: &AllocatorEvent) {}
     fn program_launched(&self, _launch: &LaunchEvent<'_>) {}
     fn submitted(&self, _submission: &Submission<'_>) {}
@@ -120,43 +152,52 @@ pub trait ChipObserver: Send + Sync {
     fn record_refused(&self, _chip: u32, _error: &ChipError) {}
 }
 
-/// The observers attached to one chip (or its allocator).
+/// The observers attached to one chip, each with its interests.
 #[derive(Default)]
 pub(crate) struct Observers {
-    any: AtomicBool,
-    list: RwLock<Vec<Arc<dyn ChipObserver>>>,
+    /// The union of the attached observers' interests.
+    wanted: AtomicU8,
+    list: RwLock<Vec<(Interests, Arc<dyn ChipObserver>)>>,
 }
 
 impl Observers {
     pub(crate) fn add(&self, observer: Arc<dyn ChipObserver>) {
         let mut list = self.list.write();
-        list.push(observer);
-        self.any.store(true, Ordering::Release);
+        list.push((observer.interests(), observer));
+        self.refresh(&list);
     }
 
     /// Detaches `observer` (the same `Arc`); true if it was attached.
     pub(crate) fn remove(&self, observer: &Arc<dyn ChipObserver>) -> bool {
         let mut list = self.list.write();
         let before = list.len();
-        list.retain(|o| !Arc::ptr_eq(o, observer));
-        self.any.store(!list.is_empty(), Ordering::Release);
+        list.retain(|(_, o)| !Arc::ptr_eq(o, observer));
+        self.refresh(&list);
         list.len() != before
     }
 
-    #[inline]
-    pub(crate) fn any(&self) -> bool {
-        self.any.load(Ordering::Relaxed)
+    fn refresh(&self, list: &[(Interests, Arc<dyn ChipObserver>)]) {
+        let wanted = list.iter().fold(Interests::NONE, |w, (i, _)| w.and(*i));
+        self.wanted.store(wanted.0, Ordering::Release);
     }
 
-    /// Calls `f` with each observer (under a read lock: no reference counting on the
-    /// dispatch path).
+    /// True if an attached observer wants `what`.
     #[inline]
-    pub(crate) fn each(&self, mut f: impl FnMut(&dyn ChipObserver)) {
-        if !self.any() {
+    pub(crate) fn want(&self, what: Interests) -> bool {
+        Interests(self.wanted.load(Ordering::Relaxed)).has(what)
+    }
+
+    /// Calls `f` with each observer that wants `what` (under a read lock: no reference
+    /// counting on the dispatch path).
+    #[inline]
+    pub(crate) fn each(&self, what: Interests, mut f: impl FnMut(&dyn ChipObserver)) {
+        if !self.want(what) {
             return;
         }
-        for o in self.list.read().iter() {
-            f(&**o);
+        for (i, o) in self.list.read().iter() {
+            if i.has(what) {
+                f(&**o);
+            }
         }
     }
 }
@@ -165,7 +206,7 @@ impl Chip {
     /// Hands `bytes`, just submitted to `cq` (or captured on it), to the chip's observers.
     #[inline]
     pub(crate) fn observe_submission(&self, cq: CqId, bytes: &[u8], captured: bool) {
-        if !self.shared.observers.any() {
+        if !self.shared.observers.want(Interests::SUBMISSIONS) {
             return;
         }
         let submission = Submission {
@@ -174,23 +215,29 @@ impl Chip {
             captured,
             bytes,
         };
-        self.shared.observers.each(|o| o.submitted(&submission));
+        self.shared
+            .observers
+            .each(Interests::SUBMISSIONS, |o| o.submitted(&submission));
     }
 
     /// Tells the chip's observers and the process's of a launch just enqueued.
     pub(crate) fn observe_launch(&self, launch: &LaunchEvent<'_>) {
-        self.shared.observers.each(|o| o.program_launched(launch));
+        self.shared
+            .observers
+            .each(Interests::LAUNCHES, |o| o.program_launched(launch));
         process_wide(|o| o.program_launched(launch));
     }
 
-    /// True if an observer watches this chip, on it or process-wide.
-    pub(crate) fn observed(&self) -> bool {
-        self.shared.observers.any() || active()
+    /// True if an observer wants this chip's launches, on it or process-wide.
+    pub(crate) fn launches_observed(&self) -> bool {
+        self.shared.observers.want(Interests::LAUNCHES) || active()
     }
 
     /// Attaches `observer` to this chip (and its allocator) until `remove_observer`.
     pub fn add_observer(&self, observer: Arc<dyn ChipObserver>) {
-        self.shared.allocator.lock().add_observer(observer.clone());
+        if observer.interests().has(Interests::ALLOCATOR) {
+            self.shared.allocator.lock().add_observer(observer.clone());
+        }
         self.shared.observers.add(observer);
     }
 

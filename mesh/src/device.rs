@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use ttmesh_ccl::CclLine;
-use ttmesh_chip::observe::ChipObserver;
+use ttmesh_chip::observe::{ChipObserver, Interests};
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig, ChipError, CqId};
 use ttmesh_fabric::{
     AxisLine, EthLink, Fabric, FabricConfig, FabricError, FabricSpec, LinkParams, MeshGrid,
@@ -544,6 +544,9 @@ fn stop_fabric_on_refusal(chips: &[Arc<Chip>], fabric: &Arc<Fabric>) {
 struct StopFabricOnRefusal(std::sync::Weak<Fabric>);
 
 impl ChipObserver for StopFabricOnRefusal {
+    fn interests(&self) -> Interests {
+        Interests::REFUSALS
+    }
     fn record_refused(&self, chip: u32, e: &ChipError) {
         if let Some(f) = self.0.upgrade() {
             f.abort(

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use ttmesh_chip::allocator::{AllocationRequest, AllocatorEvent, AllocatorEventKind, Placement};
 use ttmesh_chip::inspect::MemoryView;
-use ttmesh_chip::observe::ChipObserver;
+use ttmesh_chip::observe::{ChipObserver, Interests};
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig};
 use ttmesh_fabric::Fabric;
 
@@ -90,6 +90,9 @@ struct SlotListener<W> {
 }
 
 impl<W: SlotWrite> ChipObserver for SlotListener<W> {
+    fn interests(&self) -> Interests {
+        Interests::ALLOCATOR
+    }
     #[inline]
     fn allocator_event(&self, e: &AllocatorEvent) {
         let Some(kind) = kind_of(e.buffer_type) else {

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 use ttmesh_chip::command::Record;
-use ttmesh_chip::observe::{ChipObserver, Commands, Submission};
+use ttmesh_chip::observe::{ChipObserver, Commands, Interests, Submission};
 use ttmesh_chip::program::KernelCost;
 use ttmesh_chip::{Chip, CqId, TensorSpec, TraceId};
 
@@ -343,6 +343,9 @@ impl Recorder {
 }
 
 impl ChipObserver for Recorder {
+    fn interests(&self) -> Interests {
+        Interests::SUBMISSIONS.and(Interests::HOST_WAITS)
+    }
     fn submitted(&self, s: &Submission<'_>) {
         let (chip, cq, captured) = (s.chip, s.cq, s.captured);
         let host_ns = self.now();

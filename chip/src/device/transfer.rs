@@ -86,7 +86,9 @@ impl PendingRead {
     pub fn wait(self) -> Result<Vec<u8>> {
         self.shared
             .observers
-            .each(|o| o.host_waits(self.shared.id, self.cq));
+            .each(crate::observe::Interests::HOST_WAITS, |o| {
+                o.host_waits(self.shared.id, self.cq)
+            });
         let timeout = self.shared.config.operation_timeout;
         let deadline = Instant::now() + timeout;
         let mut g = self.slot.data.lock();

@@ -78,7 +78,7 @@ pub fn launch(
         ids.push(id);
     }
     let misses_before = chip
-        .observed()
+        .launches_observed()
         .then(|| chip.program_cache().counters().misses);
     let program =
         chip.program_cache()
