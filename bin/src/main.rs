@@ -78,7 +78,15 @@ fn exit_quietly_on_closed_stdout() {
 
 fn main() -> ExitCode {
     exit_quietly_on_closed_stdout();
+    // Before any thread starts (see the function's docs).
+    ttmesh::cap_malloc_arenas();
     let cli = Cli::parse();
+    // Under `mpirun` a build without MPI would open the whole mesh once per rank, each
+    // believing it alone: refuse before any chip opens.
+    if let Err(e) = ttmesh::ranks::check_launch() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Run(args) => run::run(&args),
         Command::Plan(args) => plan::run(&args),
@@ -96,12 +104,14 @@ fn main() -> ExitCode {
     if let Some(warning) = ttmesh::graph::capture_left_open_warning() {
         eprintln!("{warning}");
     }
+    if let Err(e) = &result {
+        eprintln!("error: {e}");
+    }
+    // Under mpirun: finalise MPI after every rank got here, or end the whole job now.
+    ttmesh::ranks::end_of_job(&result);
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
+        Err(_) => ExitCode::FAILURE,
     }
 }
 

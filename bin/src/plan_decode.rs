@@ -212,9 +212,10 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
             }
             Err(e) => {
                 let detail = e.to_string();
+                let fabric = mesh.fabric_config();
                 let needed =
-                    DeviceLlama::dram_bytes_needed(&config, decode, shape.rows, shape.cols);
-                let split = TensorParallel::plan(&config, shape.rows, shape.cols);
+                    DeviceLlama::dram_bytes_needed(&config, decode, shape.rows, shape.cols, fabric);
+                let split = TensorParallel::plan_for(&config, shape.rows, shape.cols, fabric);
                 if let (ModelError::DoesNotFit { .. }, Ok(dram), Ok(split)) = (&e, needed, split) {
                     placed = Some(Placed {
                         shape,
@@ -320,7 +321,7 @@ impl Report<'_> {
         let c = self.config;
         json!({
             "mesh": self.args.on.mesh,
-            "fabric": self.args.on.fabric,
+            "fabric": self.args.on.fabric_name(),
             "model": {
                 "source": self.source,
                 "hidden": c.hidden_size, "ffn": c.ffn_size, "layers": c.block_count,

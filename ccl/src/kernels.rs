@@ -25,8 +25,23 @@ pub(crate) mod pages;
 pub(crate) mod step;
 
 /// Semaphore ids the collectives use on every chip (fabric semaphore tables are per chip).
-pub const SEM_READY_FROM_LEFT: u32 = 0x1000;
-pub const SEM_READY_FROM_RIGHT: u32 = 0x1001;
+///
+/// "Ready" increments are kept apart per neighbour chip and side: `SEM_READY_BASE + 2 *
+/// neighbour + side` (side 0: the neighbour is on the left, 1: on the right). A chip sits on a
+/// row and a column at once, and a neighbour on one axis may already have entered the next
+/// collective of its own line; sharing one "ready from the right" count between lines let a
+/// column neighbour's early increment pass for the row neighbour's, so a chip wrote into a
+/// row neighbour still reading its previous collective (a whole-mesh collective's phases,
+/// traced, lost blocks this way).
+pub const SEM_READY_BASE: u32 = 0x1000;
+/// Chip ids below this keep their ready semaphores below `SEM_SLOT_BASE`.
+pub const MAX_CHIP_ID: u32 = (SEM_SLOT_BASE - SEM_READY_BASE) / 2;
+
+/// The semaphore `neighbour` raises on a chip when it enters a collective, `neighbour_on_right`
+/// saying which side of that chip it is on.
+pub fn ready_semaphore(neighbour: u32, neighbour_on_right: bool) -> u32 {
+    SEM_READY_BASE + 2 * neighbour + u32::from(neighbour_on_right)
+}
 /// Slot `s` of the scratch buffer is guarded by semaphore `SEM_SLOT_BASE + s`.
 pub const SEM_SLOT_BASE: u32 = 0x2000;
 /// When a large ring's slots share memory on the chips' own threads, semaphore
@@ -81,6 +96,8 @@ pub(crate) struct CollectiveKernel {
     /// Every chip's input sits at one address, so a bf16 reduction's last hop may be added
     /// at delivery (`into`), reading the receiver's input from the sender's thread.
     pub(crate) adds_at_delivery: bool,
+    /// Every chip of the line is held by this process (see `new`).
+    pub(crate) line_is_local: bool,
 }
 
 impl CollectiveKernel {
@@ -107,12 +124,18 @@ impl CollectiveKernel {
             CollectiveKind::ReduceScatter { dim } => crate::reduce_scatter::defers(&input, dim, n),
             CollectiveKind::AllGather { dim } => crate::all_gather::defers(&input, dim),
         };
+        // A line with chips another process holds (a big mesh over MPI ranks) runs on its
+        // chips' own threads, packets only: a runner that takes a whole line, or a last add
+        // made on the sender's thread, reads other chips' memory, which is not here.
+        let line_is_local = line.chips.iter().all(|&c| !fabric.is_remote(c));
         let adds_at_delivery = inputs_share_address
+            && line_is_local
             && input.dtype == DataType::BFloat16
             && output.dtype == DataType::BFloat16
             && input.page_size() == output.page_size();
         CollectiveKernel {
             adds_at_delivery,
+            line_is_local,
             meet_key,
             defers,
             kind,
@@ -229,7 +252,8 @@ impl<'a> Run<'a> {
         complete: bool,
     ) -> Result<Launched, ChipError> {
         let input_bytes = self.k.input.buffer_size() as usize;
-        let runner = schedule::runner(input_bytes, self.k.line.chips.len(), self.k.defers);
+        let n = self.k.line.chips.len();
+        let runner = schedule::runner(input_bytes, n, self.k.defers, self.k.line_is_local);
         if runner == Runner::OwnThreads {
             return own_thread::run(self, work, steps, writes_left);
         }
@@ -288,22 +312,24 @@ impl<'a> Run<'a> {
         };
         // Who writes into me: the left neighbour if it writes right, the right one if it writes left.
         let ring = self.k.topology == Topology::Ring;
+        let me = self.ep.me;
         if let Some(l) = self.ep.left {
-            inc(l, SEM_READY_FROM_RIGHT)?;
+            // I am on my left neighbour's right.
+            inc(l, ready_semaphore(me, true))?;
         }
         if let (Some(r), false) = (self.ep.right, ring) {
-            inc(r, SEM_READY_FROM_LEFT)?;
+            inc(r, ready_semaphore(me, false))?;
         }
         let wait = |sem: u32| {
             self.fabric
-                .wait_semaphore_spinning(self.ep.me, sem, 1, self.timeout, self.ep.spins)
+                .wait_semaphore_spinning(me, sem, 1, self.timeout, self.ep.spins)
                 .map_err(|e| self.fail(e))
         };
-        if writes_right && self.ep.right.is_some() {
-            wait(SEM_READY_FROM_RIGHT)?;
+        if let (true, Some(r)) = (writes_right, self.ep.right) {
+            wait(ready_semaphore(r, true))?;
         }
-        if writes_left && self.ep.left.is_some() {
-            wait(SEM_READY_FROM_LEFT)?;
+        if let (true, Some(l)) = (writes_left, self.ep.left) {
+            wait(ready_semaphore(l, false))?;
         }
         Ok(())
     }
@@ -338,6 +364,7 @@ impl Kernel for CollectiveKernel {
                 self.input.buffer_size() as usize,
                 self.line.chips.len(),
                 true,
+                self.line_is_local,
             )
     }
 

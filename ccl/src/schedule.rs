@@ -112,18 +112,22 @@ const SPINS_WHEN_CORES_SUFFICE: u32 = 4096;
 // ---------------------------------------------------------------------------------------
 
 /// The runner for a collective with `input_bytes` per chip on a line of `n`; `defers`: its
-/// steps write the whole output, so its launch may hand its part over and return.
+/// steps write the whole output, so its launch may hand its part over and return;
+/// `line_is_local`: this process holds every chip of the line (on a big mesh over MPI ranks
+/// a line with chips elsewhere runs on own threads, whose steps touch only their own chip's
+/// memory and the fabric).
 ///
 /// | collective | line | runs together (one or two threads) up to | on two threads from |
 /// |---|---|---|---|
 /// | launch waits for the line | any n | `n x WAITING_BYTES_PER_CHIP` | `PAIR_MIN_INPUT` |
 /// | launch may defer | by n | `TOGETHER_UP_TO` (alone / paired) | `PAIR_MIN_INPUT` |
+/// | line with chips held elsewhere | any | never | never |
 ///
 /// and on each chip's own thread above. Two threads need a second core and the helper thread
 /// running. The override (`set_step_runner`, `TTMESH_CCL_RUNNER`) forces together or own
 /// threads at every size; together, the size still picks one thread or two.
-pub(crate) fn runner(input_bytes: usize, n: usize, defers: bool) -> Runner {
-    if !runs_together(input_bytes, n, defers) {
+pub(crate) fn runner(input_bytes: usize, n: usize, defers: bool, line_is_local: bool) -> Runner {
+    if !runs_together(input_bytes, n, defers, line_is_local) {
         return Runner::OwnThreads;
     }
     match pairs(input_bytes, n) {
@@ -133,7 +137,15 @@ pub(crate) fn runner(input_bytes: usize, n: usize, defers: bool) -> Runner {
 }
 
 /// True if the line runs together (`runner` is not `OwnThreads`), asked on the dispatch path.
-pub(crate) fn runs_together(input_bytes: usize, n: usize, defers: bool) -> bool {
+pub(crate) fn runs_together(
+    input_bytes: usize,
+    n: usize,
+    defers: bool,
+    line_is_local: bool,
+) -> bool {
+    if !line_is_local {
+        return false;
+    }
     match step_runner() {
         StepRunner::BySize => input_bytes <= together_limit(n, defers, pairs(PAIR_MIN_INPUT, n)),
         StepRunner::Together => true,

@@ -15,6 +15,8 @@ pub use events::{
 
 use std::fmt;
 use std::sync::Arc;
+/// Physical memory of a chip (or its host): the one vocabulary the chip and the fabric share.
+pub use ttmesh_noc::MemSpace;
 
 use crate::arch::{
     ArchSpec, BANK_SHARE_ALIGNMENT, L1_SMALL_GRANULARITY, TRACE_REGION_BANK_GRANULARITY,
@@ -70,14 +72,6 @@ impl fmt::Display for BufferType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// Physical memory of a chip (or its host).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MemSpace {
-    Dram,
-    L1,
-    Host,
 }
 
 /// Sizes a user chooses when opening a device (tt-metal's device parameters).

@@ -73,6 +73,11 @@ pub struct ChipConfig {
     /// reads them from DRAM, so damage is an error naming the first damaged byte rather than
     /// a wrong result (on by default; `Chip::set_trace_digest` changes it).
     pub trace_digest: bool,
+    /// Another process runs this chip (a big mesh over MPI ranks, where another rank holds
+    /// it). The chip keeps its allocator, so a mesh buffer or trace still sits at one address
+    /// on every chip of the mesh, but does nothing else, as under NO_DISPATCH: submissions and
+    /// writes are dropped, reads refused, and its memory is never touched.
+    pub elsewhere: bool,
 }
 
 impl ChipConfig {
@@ -87,6 +92,7 @@ impl ChipConfig {
             operation_timeout: default_operation_timeout(),
             replay_sanitizer: true,
             trace_digest: true,
+            elsewhere: false,
         }
     }
 }
@@ -292,6 +298,17 @@ impl Chip {
     pub fn arch(&self) -> &ArchSpec {
         &self.shared.config.arch
     }
+    /// True if another process runs this chip (`ChipConfig::elsewhere`).
+    pub fn held_elsewhere(&self) -> bool {
+        self.shared.config.elsewhere
+    }
+
+    /// True if submissions go nowhere: under a NO_DISPATCH graph capture, or on a chip
+    /// another process runs.
+    pub(crate) fn sends_nothing(&self) -> bool {
+        crate::observe::no_dispatch() || self.shared.config.elsewhere
+    }
+
     pub fn config(&self) -> &ChipConfig {
         &self.shared.config
     }
@@ -475,7 +492,7 @@ impl Chip {
                 return Ok(());
             }
         }
-        if crate::observe::no_dispatch() {
+        if self.sends_nothing() {
             return Ok(());
         }
         self.shared
@@ -584,7 +601,7 @@ impl Chip {
         f: impl FnOnce() -> Result<()> + Send + 'static,
     ) -> Result<()> {
         self.forbid_capture(cq, "Events")?;
-        if crate::observe::no_dispatch() {
+        if self.sends_nothing() {
             // Nothing queued before it will run either: its turn is now.
             return f();
         }

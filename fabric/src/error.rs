@@ -144,6 +144,13 @@ pub enum FabricError {
         cause: Box<FabricError>,
     },
 
+    #[error("rank {rank} (which holds chip {chip}): {reason}")]
+    OtherRank {
+        rank: u32,
+        chip: u32,
+        reason: String,
+    },
+
     #[error("chip {chip}'s part of a collective failed: {reason}")]
     KernelFailed { chip: u32, reason: String },
 

@@ -4,10 +4,12 @@
 use crate::channel::{Channel, Wake};
 use crate::config::*;
 use crate::inner::{Hop, Inner, LineRt};
+use crate::memory::ChipMemory;
 use crate::route::Routing;
 use crate::router::{Router, Turn};
 use crate::sender::FabricSender;
 use crate::FabricError;
+use crate::NocAddr;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 
@@ -194,6 +196,24 @@ fn build_hop(
 impl Fabric {
     /// Builds the fabric and starts one router thread per chip, line and direction.
     pub fn new(spec: FabricSpec, memories: Vec<Arc<dyn ChipMemory>>) -> Result<Fabric> {
+        Self::build(spec, memories, None)
+    }
+
+    /// A fabric some of whose chips another process holds (`remote`; see [`RemoteChips`]):
+    /// their `memories` are the transport's, which forward writes to that process.
+    pub fn with_remote(
+        spec: FabricSpec,
+        memories: Vec<Arc<dyn ChipMemory>>,
+        remote: Arc<dyn crate::RemoteChips>,
+    ) -> Result<Fabric> {
+        Self::build(spec, memories, Some(remote))
+    }
+
+    fn build(
+        spec: FabricSpec,
+        memories: Vec<Arc<dyn ChipMemory>>,
+        remote: Option<Arc<dyn crate::RemoteChips>>,
+    ) -> Result<Fabric> {
         validate(&spec, memories.len())?;
         let (plans, routing) = Routing::plan(&spec)?;
         let mut channels = Vec::new();
@@ -263,7 +283,7 @@ impl Fabric {
                 }
             }
         }
-        let inner = Arc::new(Inner::new(spec, memories, lines, routing, channels));
+        let inner = Arc::new(Inner::new(spec, memories, lines, routing, channels, remote));
         let fabric = Fabric {
             inner: inner.clone(),
             threads: Mutex::new(Vec::new()),
@@ -575,15 +595,43 @@ impl Fabric {
     /// runs on semaphores and slots the failed collective left half used. Packets already in
     /// flight are still delivered or lost as usual. [`Fabric::recover`] ends the state.
     pub fn abort(&self, chip: u32, cause: FabricError) {
+        if let (true, Some(r)) = (self.stop(chip, cause.clone()), &self.inner.remote) {
+            r.aborted(chip, &cause);
+        }
+    }
+
+    /// [`Fabric::abort`] at another process's word (a rank whose collective failed): stops
+    /// this fabric the same way without telling the others again.
+    pub fn abort_from_elsewhere(&self, chip: u32, cause: FabricError) {
+        self.stop(chip, cause);
+    }
+
+    /// True if `chip` is held by another process (see [`crate::RemoteChips`]).
+    pub fn is_remote(&self, chip: u32) -> bool {
+        self.inner.held_elsewhere.get(chip as usize).copied() == Some(true)
+    }
+
+    /// Adds `by` to semaphore `sem` of `chip`, as a delivered increment does: what the
+    /// transport calls for an increment another process sent to a chip held here.
+    pub fn add_semaphore(&self, chip: u32, sem: u32, by: u64) -> Result<()> {
+        self.check_chip(chip)?;
+        self.inner.sem_add(chip, sem, by);
+        Ok(())
+    }
+
+    /// Sets the failure if none is set; true if this call set it.
+    fn stop(&self, chip: u32, cause: FabricError) -> bool {
         let inner = &self.inner;
+        let mut first = false;
         {
             let mut f = inner.failure.lock();
             if f.is_none() {
                 let cause = match cause {
-                    FabricError::Aborted { .. } => return,
+                    FabricError::Aborted { .. } => return false,
                     c => Box::new(c),
                 };
                 *f = Some(FabricError::Aborted { chip, cause });
+                first = true;
             }
             inner.aborted.store(true, SeqCst);
         }
@@ -591,6 +639,7 @@ impl Fabric {
             let _g = s.vals.lock();
             s.cv.notify_all();
         }
+        first
     }
 
     /// The error the fabric answers with while aborted (see [`Fabric::abort`]).

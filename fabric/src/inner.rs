@@ -4,10 +4,12 @@
 
 mod losses;
 use crate::channel::{Channel, DoneBatch, Slot, SlotCount, Tracker, Wake, SPIN_TRIES, YIELD_TRIES};
-use crate::config::{ChipMemory, FabricSpec, Fault, NocAddr};
+use crate::config::{FabricSpec, Fault};
+use crate::memory::ChipMemory;
 use crate::packet::{self, Header, Kind, VOID_HEADER};
 use crate::route::{Path, Routing};
 use crate::FabricError;
+use crate::NocAddr;
 pub(crate) use losses::LinkLoss;
 use losses::{LossKey, Losses};
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -221,6 +223,11 @@ pub(crate) struct Inner {
     /// Every (src, dst) route, found once (`Inner::path`): a small collective's steps
     /// each send, and searching the lines per send was ~2% of one on 32 chips.
     pub routes: Vec<Option<Path>>,
+    /// Chips another process holds (a big mesh over MPI ranks): their semaphore increments
+    /// go there (`remote.rs`). None in a fabric wholly in this process.
+    pub remote: Option<std::sync::Arc<dyn crate::RemoteChips>>,
+    /// Per chip: held by another process.
+    pub held_elsewhere: Vec<bool>,
 }
 
 /// Meshes up to this many chips keep a table of their routes (n x n entries).
@@ -241,8 +248,12 @@ impl Inner {
         lines: Vec<LineRt>,
         routing: Routing,
         channels: Vec<Arc<Channel>>,
+        remote: Option<Arc<dyn crate::RemoteChips>>,
     ) -> Self {
         let n = spec.num_chips as usize;
+        let held_elsewhere = (0..n as u32)
+            .map(|c| remote.as_ref().is_some_and(|r| r.is_remote(c)))
+            .collect();
         let mut chip_lines = vec![Vec::new(); n];
         for (li, l) in lines.iter().enumerate() {
             for (p, &c) in l.chips.iter().enumerate() {
@@ -256,6 +267,8 @@ impl Inner {
         }
         let mut inner = Self {
             routes: Vec::new(),
+            remote,
+            held_elsewhere,
             routing,
             link_chans,
             counters: (0..spec.links.len()).map(|_| Default::default()).collect(),
@@ -406,6 +419,10 @@ impl Inner {
     }
 
     pub fn sem_add(&self, chip: u32, sem: u32, by: u64) {
+        if let (Some(r), true) = (&self.remote, self.held_elsewhere[chip as usize]) {
+            r.add_semaphore(chip, sem, by);
+            return;
+        }
         let t = &self.sems[chip as usize];
         let mut g = t.vals.lock();
         let v = g.entry(sem).or_insert(0);

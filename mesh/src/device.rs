@@ -8,11 +8,11 @@ use parking_lot::Mutex;
 use ttmesh_ccl::CclLine;
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig, ChipError, CqId};
 use ttmesh_fabric::{
-    AxisLine, ChipMemory, ComputedFill, EthLink, Fabric, FabricConfig, FabricError, FabricSpec,
-    HeldMemory, LinkParams, MemoryError, MeshGrid, NocAddr,
+    AxisLine, EthLink, Fabric, FabricConfig, FabricError, FabricSpec, LinkParams, MeshGrid,
 };
 use ttmesh_topologies::{ArchName, ClusterGraph};
 
+use crate::chip_port::ChipPort;
 use crate::error::{invalid, on_chip, MeshError, Result};
 use crate::labels::{LabelledMemory, MemoryLabels, MemoryRole};
 use crate::monitor::MeshMonitor;
@@ -64,6 +64,9 @@ pub struct MeshConfig {
     /// Check each chip's trace bytes against their capture's digest at replay (on by
     /// default; see `ChipConfig::trace_digest`).
     pub trace_digest: bool,
+    /// Under `mpirun`: the rank-bindings file saying which chips each rank opens
+    /// (`ttmesh::ranks::RankBindings`); None splits the mesh's rows evenly over the ranks.
+    pub rank_bindings: Option<std::path::PathBuf>,
 }
 
 impl Default for MeshConfig {
@@ -79,6 +82,7 @@ impl Default for MeshConfig {
             operation_timeout: None,
             replay_sanitizer: true,
             trace_digest: true,
+            rank_bindings: None,
         }
     }
 }
@@ -98,6 +102,10 @@ pub struct ChipReport {
     pub trace_region_size: u64,
     pub live_traces: u64,
     pub trace_replays: u64,
+    /// Host bytes behind this chip's memory: what it alone holds, plus an equal share of the
+    /// chunks it holds with other chips (equal contents are stored once), so the sum over
+    /// the chips is their host memory. Device figures above are unchanged by sharing.
+    pub host_bytes: u64,
 }
 
 pub(crate) struct MeshInner {
@@ -115,6 +123,8 @@ pub(crate) struct MeshInner {
     pub(crate) monitor: Mutex<Option<MeshMonitor>>,
     /// What the program labelled (weights, KV cache), published by the monitor.
     pub(crate) labels: Arc<MemoryLabels>,
+    /// This rank's part of a mesh over MPI ranks; None when the mesh is wholly here.
+    pub(crate) ranks: Option<crate::ranks::MeshRanks>,
 }
 
 /// A mesh of chips. Cloning shares the mesh.
@@ -123,159 +133,13 @@ pub struct MeshDevice {
     pub(crate) inner: Arc<MeshInner>,
 }
 
-/// Fabric writes land in the destination chip's memory.
-struct ChipPort(Option<Arc<Chip>>, u32);
-
-impl ChipPort {
-    fn chip(&self) -> std::result::Result<&Arc<Chip>, MemoryError> {
-        Ok(self
-            .0
-            .as_ref()
-            .ok_or_else(|| format!("chip {} is not part of this mesh", self.1))?)
-    }
-}
-
-fn chip_space(addr: &NocAddr) -> ttmesh_chip::allocator::MemSpace {
-    match addr.space {
-        ttmesh_fabric::MemSpace::Dram => ttmesh_chip::allocator::MemSpace::Dram,
-        ttmesh_fabric::MemSpace::L1 => ttmesh_chip::allocator::MemSpace::L1,
-    }
-}
-
-/// A chip bank held by a computed write, as the fabric's fills read it.
-struct HeldChipBank<'a, 'b>(&'a ttmesh_chip::memory::HeldBank<'b>);
-
-impl HeldMemory for HeldChipBank<'_, '_> {
-    fn try_read_held(
-        &self,
-        at: NocAddr,
-        len: usize,
-        f: &mut dyn FnMut(usize, &[u8]),
-    ) -> std::result::Result<bool, MemoryError> {
-        if chip_space(&at) != self.0.space() || at.bank != self.0.bank() {
-            return Ok(false);
-        }
-        self.0
-            .read_in_place(at.addr, len, f)
-            .map_err(MemoryError::new)
-    }
-}
-
-/// A chip's refusal of a fabric delivery into its memory, naming the delivery as what wrote
-/// when it would have landed in a live trace.
-fn delivery_refused(e: ttmesh_chip::ChipError) -> MemoryError {
-    MemoryError::new(e.written_by(|| "a fabric delivery".into()))
-}
-
-impl ChipMemory for ChipPort {
-    fn write(&self, dest: NocAddr, data: &[u8]) -> std::result::Result<(), MemoryError> {
-        self.chip()?
-            .memory()
-            .write(chip_space(&dest), dest.bank, dest.addr, data)
-            .map_err(delivery_refused)
-    }
-
-    fn read(&self, src: NocAddr, out: &mut [u8]) -> std::result::Result<(), MemoryError> {
-        self.chip()?
-            .memory()
-            .read(chip_space(&src), src.bank, src.addr, out)
-            .map_err(MemoryError::new)
-    }
-
-    fn read_with(
-        &self,
-        src: NocAddr,
-        len: usize,
-        f: &mut dyn FnMut(usize, &[u8]),
-    ) -> std::result::Result<(), MemoryError> {
-        self.chip()?
-            .memory()
-            .read_in_place(chip_space(&src), src.bank, src.addr, len, f)
-            .map_err(MemoryError::new)
-    }
-
-    fn write_with(
-        &self,
-        dest: NocAddr,
-        len: usize,
-        f: &mut dyn FnMut(usize, &mut [u8]),
-    ) -> std::result::Result<(), MemoryError> {
-        self.chip()?
-            .memory()
-            .write_with(chip_space(&dest), dest.bank, dest.addr, len, f)
-            .map_err(delivery_refused)
-    }
-
-    fn try_read_with(
-        &self,
-        src: NocAddr,
-        len: usize,
-        f: &mut dyn FnMut(usize, &[u8]),
-    ) -> std::result::Result<bool, MemoryError> {
-        self.chip()?
-            .memory()
-            .try_read_in_place(chip_space(&src), src.bank, src.addr, len, f)
-            .map_err(MemoryError::new)
-    }
-
-    fn write_trying(
-        &self,
-        dest: NocAddr,
-        len: usize,
-        f: &mut ComputedFill,
-    ) -> std::result::Result<(), MemoryError> {
-        let space = chip_space(&dest);
-        self.chip()?
-            .memory()
-            .write_trying(
-                space,
-                dest.bank,
-                dest.addr,
-                len,
-                |o, out, held| match held {
-                    Some(held) => f(o, out, Some(&HeldChipBank(held))),
-                    None => f(o, out, None),
-                },
-            )
-            .map_err(delivery_refused)
-    }
-
-    fn copy_from(
-        &self,
-        dest: NocAddr,
-        src: &dyn ChipMemory,
-        from: NocAddr,
-        len: usize,
-    ) -> std::result::Result<(), MemoryError> {
-        let Some(source) = src.as_any().and_then(|a| a.downcast_ref::<ChipPort>()) else {
-            return ttmesh_fabric::copy_through_buffer(self, dest, src, from, len);
-        };
-        self.chip()?
-            .memory()
-            .copy_from(
-                (chip_space(&dest), dest.bank, dest.addr),
-                source.chip()?.memory(),
-                (chip_space(&from), from.bank, from.addr),
-                len,
-            )
-            .map_err(delivery_refused)
-    }
-
-    fn as_any(&self) -> Option<&dyn std::any::Any> {
-        Some(self)
-    }
-
-    fn prefetch(&self, src: NocAddr, len: usize) {
-        if let Ok(chip) = self.chip() {
-            chip.memory()
-                .prefetch(chip_space(&src), src.bank, src.addr, len);
-        }
-    }
-}
-
 impl MeshDevice {
     pub fn open(config: MeshConfig) -> Result<MeshDevice> {
+        crate::ranks::check_launch().map_err(MeshError::Config)?;
         let cluster = ttmesh_topologies::load(&config.topology)?;
+        // Under mpirun: which chips this rank holds, checked before any chip opens.
+        let mut ranks =
+            crate::ranks::MeshRanks::for_open(config.rank_bindings.as_deref(), &cluster)?;
         let arch = match cluster.arch() {
             ArchName::WormholeB0 => ArchSpec::wormhole_b0(),
             ArchName::Blackhole => ArchSpec::blackhole(),
@@ -292,6 +156,7 @@ impl MeshDevice {
             cc.num_command_queues = config.num_command_queues;
             cc.replay_sanitizer = config.replay_sanitizer;
             cc.trace_digest = config.trace_digest;
+            cc.elsewhere = ranks.as_ref().is_some_and(|r| !r.is_local(id));
             if let Some(t) = config.operation_timeout {
                 cc.operation_timeout = t;
             }
@@ -300,9 +165,18 @@ impl MeshDevice {
         let fabric = match config.fabric_config {
             FabricConfig::Disabled => None,
             fc => Some(Arc::new(build_fabric(
-                &cluster, shape, &ids, &chips, &arch, fc, &config,
+                &cluster,
+                shape,
+                &ids,
+                &chips,
+                fc,
+                &config,
+                ranks.as_mut(),
             )?)),
         };
+        if let (Some(r), Some(f)) = (&ranks, &fabric) {
+            r.attach(f);
+        }
         if let Some(f) = &fabric {
             stop_fabric_on_refusal(&chips, f);
         }
@@ -327,6 +201,7 @@ impl MeshDevice {
                 waker: crate::trace::LockstepWaker::default(),
                 monitor: Mutex::new(monitor),
                 labels,
+                ranks,
             }),
         })
     }
@@ -363,6 +238,17 @@ impl MeshDevice {
     }
     pub fn chips(&self) -> &[Arc<Chip>] {
         &self.inner.chips
+    }
+    /// This process's MPI rank when the mesh spans ranks (`mpirun`), else None.
+    pub fn rank(&self) -> Option<u32> {
+        self.inner.ranks.as_ref().map(|r| r.rank())
+    }
+    /// True if this process holds `chip` (always, unless the mesh spans MPI ranks).
+    pub fn holds_chip(&self, chip: u32) -> bool {
+        self.inner.ranks.as_ref().is_none_or(|r| r.is_local(chip))
+    }
+    pub(crate) fn ranks(&self) -> Option<&crate::ranks::MeshRanks> {
+        self.inner.ranks.as_ref()
     }
     pub fn chip(&self, coord: MeshCoordinate) -> Result<&Arc<Chip>> {
         let s = self.inner.shape;
@@ -406,7 +292,8 @@ impl MeshDevice {
     }
 
     /// The lines a collective runs on: every column (axis 0), every row (axis 1), or one line
-    /// through all chips (None).
+    /// through all chips (None). A whole-mesh collective on a 2D fabric runs on the lines of
+    /// one axis and then the other instead ([`crate::ccl::whole_mesh_axes`]).
     pub fn ccl_lines(&self, cluster_axis: Option<usize>) -> Result<Vec<(CclLine, Vec<usize>)>> {
         let s = self.inner.shape;
         let id_of = |i: usize| self.inner.chips[i].id();
@@ -421,9 +308,13 @@ impl MeshDevice {
             (CclLine { chips, is_ring }, idx)
         };
         match cluster_axis {
-            Some(0) => Ok((0..s.cols).map(|c| make((0..s.rows).map(|r| r * s.cols + c).collect())).collect()),
-            Some(1) => Ok((0..s.rows).map(|r| make((0..s.cols).map(|c| r * s.cols + c).collect())).collect()),
-            Some(a) => Err(invalid("ccl", format!("cluster_axis {a} does not exist; use 0 (columns), 1 (rows) or None (all chips)"))),
+            Some(0) => Ok((0..s.cols)
+                .map(|c| make((0..s.rows).map(|r| r * s.cols + c).collect()))
+                .collect()),
+            Some(1) => Ok((0..s.rows)
+                .map(|r| make((0..s.cols).map(|c| r * s.cols + c).collect()))
+                .collect()),
+            Some(a) => Err(crate::ccl::bad_axis(self, a)),
             None => {
                 if s.rows == 1 || s.cols == 1 {
                     return Ok(vec![make((0..self.num_devices()).collect())]);
@@ -434,7 +325,13 @@ impl MeshDevice {
                 let idx = line
                     .chips
                     .iter()
-                    .map(|id| self.inner.chips.iter().position(|c| c.id() == *id).expect("linearize lists mesh chips"))
+                    .map(|id| {
+                        self.inner
+                            .chips
+                            .iter()
+                            .position(|c| c.id() == *id)
+                            .expect("linearize lists mesh chips")
+                    })
                     .collect();
                 Ok(vec![make(idx)])
             }
@@ -579,6 +476,7 @@ impl MeshDevice {
                     trace_region_size: c.config().trace_region_size,
                     live_traces: ts.live_traces,
                     trace_replays: ts.replays,
+                    host_bytes: c.memory().host_bytes(),
                 }
             })
             .collect()
@@ -607,6 +505,9 @@ impl MeshDevice {
         self.inner.waker.stop();
         if let Some(f) = &self.inner.fabric {
             f.shutdown()?;
+        }
+        if let Some(r) = &self.inner.ranks {
+            r.close();
         }
         for c in &self.inner.chips {
             c.close().map_err(on_chip(c.id()))?;
@@ -704,10 +605,12 @@ fn build_fabric(
     shape: MeshShape,
     ids: &[u32],
     chips: &[Arc<Chip>],
-    arch: &ArchSpec,
     config: FabricConfig,
     mesh: &MeshConfig,
+    ranks: Option<&mut crate::ranks::MeshRanks>,
 ) -> Result<Fabric> {
+    // Every chip of a mesh has one arch (the cluster's).
+    let arch = chips[0].arch();
     let in_mesh = |id: u32| ids.contains(&id);
     let links: Vec<EthLink> = cluster
         .links()
@@ -750,11 +653,9 @@ fn build_fabric(
     spec.timeout = mesh
         .operation_timeout
         .unwrap_or_else(ttmesh_chip::device::default_operation_timeout);
-    let memories: Vec<Arc<dyn ChipMemory>> = (0..cluster.num_chips() as u32)
-        .map(|id| {
-            let chip = chips.iter().find(|c| c.id() == id).cloned();
-            Arc::new(ChipPort(chip, id)) as Arc<dyn ChipMemory>
-        })
-        .collect();
-    Ok(Fabric::new(spec, memories)?)
+    let memories = ChipPort::for_fabric(cluster.num_chips() as u32, chips);
+    Ok(match ranks {
+        Some(r) => r.fabric(spec, memories)?,
+        None => Fabric::new(spec, memories)?,
+    })
 }

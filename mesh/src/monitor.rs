@@ -144,6 +144,7 @@ struct ChipSeen {
     generation: Option<u64>,
     traces: Option<(u64, u64, u64)>,
     labels: Option<(u64, u64)>,
+    host_bytes: Option<u64>,
 }
 
 /// The slow path, once per period: reads the chips and the fabric, writes what changed.
@@ -166,6 +167,7 @@ impl Refresher {
                 self.labels.get(MemoryRole::Weights),
                 self.labels.get(MemoryRole::KvCache),
             );
+            let host_bytes = chip.memory().host_bytes();
             let slot = &listener.slot;
             // Under the allocator's lock, so these writes never overlap the listener's.
             chip.with_allocator(|a| {
@@ -194,6 +196,10 @@ impl Refresher {
                         c.weights_bytes = labels.0;
                         c.kv_cache_bytes = labels.1;
                     });
+                }
+                if seen.host_bytes != Some(host_bytes) {
+                    seen.host_bytes = Some(host_bytes);
+                    slot.update(|c| c.host_bytes = host_bytes);
                 }
             });
         }

@@ -375,16 +375,12 @@ impl MeshTensor {
 
     /// Reads every chip's tensor and composes them.
     pub fn to_host(&self, composer: &dyn MeshComposer, cq: CqId) -> Result<HostTensor> {
-        let pending = self.to_host_async(cq)?;
-        let parts = pending
-            .into_iter()
-            .zip(&self.shards)
-            .map(|(p, s)| p.wait().map_err(on_chip(s.chip().id())))
-            .collect::<Result<Vec<_>>>()?;
-        composer.compose(parts, self.mesh.shape())
+        composer.compose(self.to_host_shards(cq)?, self.mesh.shape())
     }
 
-    /// Enqueues the reads (non-blocking); data is valid once each wait returns.
+    /// Enqueues the reads (non-blocking); data is valid once each wait returns. On a mesh
+    /// over MPI ranks, only this rank's chips can be read this way: use `to_host_shards` or
+    /// `to_host`, which gather the others' from their ranks.
     pub fn to_host_async(&self, cq: CqId) -> Result<Vec<PendingTensorRead>> {
         self.shards
             .iter()
@@ -392,13 +388,30 @@ impl MeshTensor {
             .collect()
     }
 
-    /// Every chip's tensor, uncomposed.
+    /// Every chip's tensor, uncomposed. On a mesh over MPI ranks every rank must call it
+    /// (each reads its own chips, and they exchange what they read).
     pub fn to_host_shards(&self, cq: CqId) -> Result<Vec<HostTensor>> {
-        self.to_host_async(cq)?
-            .into_iter()
-            .zip(&self.shards)
-            .map(|(p, s)| p.wait().map_err(on_chip(s.chip().id())))
-            .collect()
+        let Some(ranks) = self.mesh.ranks() else {
+            return self
+                .to_host_async(cq)?
+                .into_iter()
+                .zip(&self.shards)
+                .map(|(p, s)| p.wait().map_err(on_chip(s.chip().id())))
+                .collect();
+        };
+        let mut mine = Vec::new();
+        for s in self.shards.iter().filter(|s| !s.chip().held_elsewhere()) {
+            let id = s.chip().id();
+            let read = s.to_host_async(cq).map_err(on_chip(id))?;
+            mine.push((id, read.wait().map_err(on_chip(id))?));
+        }
+        let timeout = self.shards[0].chip().operation_timeout();
+        let all = ranks.exchange(
+            "reading a mesh tensor",
+            crate::ranks::encode_shards(&mine),
+            timeout,
+        )?;
+        crate::ranks::gather_shards(&self.shards, mine, &all)
     }
 
     pub fn shards(&self) -> &[Tensor] {

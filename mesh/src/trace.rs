@@ -198,7 +198,10 @@ impl MeshDevice {
             self.release_partial(tid);
             return Err(e);
         }
-        lockstep::check(&"end_trace_capture", &self.trace_places(tid))
+        let places = self.trace_places(tid);
+        lockstep::check(&"end_trace_capture", &places)?;
+        // On a mesh over MPI ranks: the same address on every rank's chips too.
+        lockstep::check_across_ranks(self, &"end_trace_capture", &places)
     }
 
     /// Each chip's view of trace `tid` (its address, size, replays), in mesh order; `None` on
@@ -243,12 +246,18 @@ impl MeshDevice {
         // Checked before anything is queued, so no chip starts a replay the others cannot
         // join. A trace no chip holds passes; the first chip's enqueue names it.
         lockstep::check(&"execute_trace", &self.trace_places(tid))?;
-        let barrier = Arc::new(StartBarrier::new(chips.len()));
+        // On a mesh over MPI ranks each rank replays its own chips; the others' replays start
+        // behind their own barriers, and the fabric's semaphores keep the collectives in step.
+        let held = chips.iter().filter(|c| !c.held_elsewhere()).count();
+        let barrier = Arc::new(StartBarrier::new(held));
         let times = Arc::new(ReplayTimes {
             start: Mutex::new(None),
             finish: Mutex::new(vec![None; chips.len()]),
         });
         for (i, c) in chips.iter().enumerate() {
+            if c.held_elsewhere() {
+                continue;
+            }
             let (b, t) = (barrier.clone(), times.clone());
             let id = c.id();
             let timeout = c.operation_timeout();

@@ -152,6 +152,31 @@ fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     out
 }
 
+/// `w` (row-major `[rows][cols]`) with zero rows appended up to `len` values: the FFN's
+/// padding outputs of the gate and up projections. Borrowed when nothing is added.
+fn zero_rows_to(w: &[f32], len: usize) -> Cow<'_, [f32]> {
+    if w.len() >= len {
+        return Cow::Borrowed(w);
+    }
+    let mut v = Vec::with_capacity(len);
+    v.extend_from_slice(w);
+    v.resize(len, 0.0);
+    Cow::Owned(v)
+}
+
+/// `w` (row-major `[rows][cols]`) with every row widened to `to` columns by zeros: the down
+/// projection's inputs from the FFN's padding. Borrowed when nothing is added.
+fn zero_cols_to(w: &[f32], rows: usize, cols: usize, to: usize) -> Cow<'_, [f32]> {
+    if to <= cols {
+        return Cow::Borrowed(w);
+    }
+    let mut v = vec![0f32; rows * to];
+    for (out, row) in v.chunks_exact_mut(to).zip(w.chunks_exact(cols)) {
+        out[..cols].copy_from_slice(row);
+    }
+    Cow::Owned(v)
+}
+
 /// How a weight is laid over the mesh.
 #[derive(Clone, Copy)]
 enum Placement {
@@ -272,7 +297,7 @@ impl DeviceLlama {
             });
         }
         let shape = mesh.shape();
-        let parallel = TensorParallel::plan(&c, shape.rows, shape.cols)?;
+        let parallel = TensorParallel::plan_for(&c, shape.rows, shape.cols, mesh.fabric_config())?;
         // Heads padded and replicated so they divide over the group (identity on one chip),
         // block by block as each attention weight is placed (`HeadLayout::query_rows`, ...):
         // a laid out copy of the whole model was the largest of placement's host copies.
@@ -319,7 +344,8 @@ impl DeviceLlama {
                 e => device(format!("placing {name}"))(e),
             })
         };
-        let (h, f, hd) = (c.hidden_size, c.ffn_size, c.head_dim);
+        // The FFN as placed: the model's, or padded to whole tiles per chip (zeros).
+        let (h, f, hd) = (c.hidden_size, parallel.ffn_size, c.head_dim);
         let (q_dim, kv_dim) = (
             parallel.heads.padded_head_count() * hd,
             parallel.heads.padded_kv_head_count() * hd,
@@ -395,21 +421,21 @@ impl DeviceLlama {
                 ffn_norm: vector(&n("ffn_norm"), &|m| &m.blocks[i].ffn_norm)?,
                 w_gate: weight(
                     &n("ffn_gate"),
-                    &|m| Cow::from(&m.blocks[i].w_gate[..]),
+                    &|m| zero_rows_to(&m.blocks[i].w_gate, f * h),
                     (f, h),
                     1,
                     mlp,
                 )?,
                 w_up: weight(
                     &n("ffn_up"),
-                    &|m| Cow::from(&m.blocks[i].w_up[..]),
+                    &|m| zero_rows_to(&m.blocks[i].w_up, f * h),
                     (f, h),
                     1,
                     mlp,
                 )?,
                 w_down: weight(
                     &n("ffn_down"),
-                    &|m| Cow::from(&m.blocks[i].w_down[..]),
+                    &|m| zero_cols_to(&m.blocks[i].w_down, h, c.ffn_size, f),
                     (h, f),
                     0,
                     mlp,
@@ -535,8 +561,8 @@ impl DeviceLlama {
         (weights, cache)
     }
 
-    /// DRAM bytes each chip needs for (weights, KV cache) of `config` on a `rows x cols` mesh,
-    /// from the tensor specs alone (no device, no values): what
+    /// DRAM bytes each chip needs for (weights, KV cache) of `config` on a `rows x cols` mesh
+    /// with `fabric`, from the tensor specs alone (no device, no values): what
     /// [`DeviceLlama::dram_bytes_per_chip`] reports once placed. Says by how much a model
     /// that cannot be placed misses.
     pub fn dram_bytes_needed(
@@ -544,11 +570,12 @@ impl DeviceLlama {
         decode: DeviceDecodeConfig,
         rows: usize,
         cols: usize,
+        fabric: ttmesh::FabricConfig,
     ) -> Result<(u64, u64)> {
-        let p = TensorParallel::plan(config, rows, cols)?;
+        let p = TensorParallel::plan_for(config, rows, cols, fabric)?;
         let (h, f, hd, v) = (
             config.hidden_size,
-            config.ffn_size,
+            p.ffn_size,
             config.head_dim,
             config.vocab_size,
         );

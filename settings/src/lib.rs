@@ -111,6 +111,45 @@ pub const VARIABLES: &[Variable] = &[
         read_by: "python/tests",
     },
 ];
+/// Variables an MPI launcher (`mpirun`, `mpiexec`) sets in each process it starts, which ttmesh
+/// reads to know it runs as one rank of a job. They are not the user's to set, so the README
+/// describes them in prose rather than in its table of `TTMESH_` variables.
+pub const LAUNCHER_VARIABLES: &[Variable] = &[
+    Variable {
+        name: "OMPI_COMM_WORLD_SIZE",
+        default: "unset",
+        meaning: "OpenMPI's `mpirun`: how many ranks the job has",
+        read_by: RUST,
+    },
+    Variable {
+        name: "OMPI_COMM_WORLD_RANK",
+        default: "unset",
+        meaning: "OpenMPI's `mpirun`: this process's rank",
+        read_by: RUST,
+    },
+    Variable {
+        name: "PMI_SIZE",
+        default: "unset",
+        meaning: "MPICH's and Slurm's launchers (PMI): how many ranks the job has",
+        read_by: RUST,
+    },
+    Variable {
+        name: "PMI_RANK",
+        default: "unset",
+        meaning: "MPICH's and Slurm's launchers (PMI): this process's rank",
+        read_by: RUST,
+    },
+];
+
+/// This process was started by an MPI launcher as one rank of a job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MpiLaunch {
+    /// The variable that said so (`OMPI_COMM_WORLD_SIZE` or `PMI_SIZE`).
+    pub detected_by: &'static str,
+    pub rank: u32,
+    pub size: u32,
+}
+
 /// How a collective's steps are run (`TTMESH_CCL_RUNNER`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CclRunner {
@@ -138,6 +177,8 @@ pub struct Settings {
     /// `TTMESH_MPI_RESULTS`, when set.
     pub mpi_results: Option<PathBuf>,
     pub bench_quick: bool,
+    /// Set when an MPI launcher started this process (see [`LAUNCHER_VARIABLES`]).
+    pub mpi_launch: Option<MpiLaunch>,
     /// One line per malformed variable: its name, its value and what it takes. [`settings`]
     /// prints them once to stderr; the default is used instead.
     pub warnings: Vec<String>,
@@ -221,6 +262,22 @@ impl Settings {
                 }
             },
         };
+        // A launcher's size and rank, as whole numbers; OpenMPI's names first (the launcher
+        // ttmesh is tested with), then PMI's. Garbage there is the launcher's, not the
+        // user's: it counts as not launched.
+        let mpi_launch = [
+            ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
+            ("PMI_SIZE", "PMI_RANK"),
+        ]
+        .into_iter()
+        .find_map(|(size, rank)| {
+            let n = |name: &str| get(name).and_then(|v| v.trim().parse::<u32>().ok());
+            Some(MpiLaunch {
+                detected_by: size,
+                size: n(size).filter(|&s| s > 0)?,
+                rank: n(rank).unwrap_or(0),
+            })
+        });
         let path = |name: &str| get(name).filter(|v| !v.is_empty()).map(PathBuf::from);
         Settings {
             operation_timeout_from_env,
@@ -231,6 +288,7 @@ impl Settings {
             model: path("TTMESH_MODEL"),
             mpi_results: path("TTMESH_MPI_RESULTS"),
             bench_quick: get("TTMESH_BENCH_QUICK").is_some_and(|v| v.trim() == "1"),
+            mpi_launch,
             warnings,
         }
     }
@@ -311,10 +369,31 @@ mod tests {
     }
 
     #[test]
+    fn an_mpi_launch_is_seen_from_either_launcher() {
+        assert_eq!(from(&[]).mpi_launch, None);
+        let ompi = from(&[("OMPI_COMM_WORLD_SIZE", "4"), ("OMPI_COMM_WORLD_RANK", "3")]);
+        assert_eq!(
+            ompi.mpi_launch,
+            Some(MpiLaunch {
+                detected_by: "OMPI_COMM_WORLD_SIZE",
+                rank: 3,
+                size: 4
+            })
+        );
+        let pmi = from(&[("PMI_SIZE", "2"), ("PMI_RANK", "1")]);
+        assert_eq!(pmi.mpi_launch.map(|l| (l.rank, l.size)), Some((1, 2)));
+        assert_eq!(from(&[("PMI_SIZE", "x")]).mpi_launch, None);
+    }
+
+    #[test]
     fn every_variable_is_named_once() {
-        let mut names: Vec<_> = VARIABLES.iter().map(|v| v.name).collect();
+        let mut names: Vec<_> = VARIABLES
+            .iter()
+            .chain(LAUNCHER_VARIABLES)
+            .map(|v| v.name)
+            .collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), VARIABLES.len());
+        assert_eq!(names.len(), VARIABLES.len() + LAUNCHER_VARIABLES.len());
     }
 }

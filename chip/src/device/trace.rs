@@ -354,7 +354,7 @@ impl Chip {
             Err(e) => return Err(e),
         };
         bytes.resize(padded as usize, 0);
-        let without_dispatch = crate::observe::no_dispatch();
+        let without_dispatch = self.sends_nothing();
         let pages = if without_dispatch { 0 } else { num_pages };
         for p in 0..pages {
             let (bank, addr) = alloc.page_map().location(p);
@@ -468,7 +468,7 @@ impl Chip {
                 Some(t) => t,
                 None => return Err(self.unknown_trace(&table, tid, "execute")),
             };
-            if t.captured_without_dispatch && !crate::observe::no_dispatch() {
+            if t.captured_without_dispatch && !self.sends_nothing() {
                 return Err(ChipError::Trace(format!(
                     "cannot execute trace tid {} on device {}: it was captured during a NO_DISPATCH graph capture, so its commands were never written to the device; release_trace and capture it again outside NO_DISPATCH",
                     tid.0,

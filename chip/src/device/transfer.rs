@@ -24,7 +24,7 @@ impl Chip {
         data: &[u8],
     ) -> Result<()> {
         self.forbid_capture(cq, "Writes")?;
-        if crate::observe::no_dispatch() {
+        if self.sends_nothing() {
             return Ok(());
         }
         let mut e = Encoder::with_capacity(64 + locations.len() * 8 + data.len());
@@ -41,7 +41,7 @@ impl Chip {
         locations: &[(u32, u32)],
     ) -> Result<PendingRead> {
         self.forbid_capture(cq, "Reads")?;
-        if crate::observe::no_dispatch() {
+        if self.sends_nothing() {
             return Err(ChipError::NoDispatch { what: "Reads" });
         }
         self.check_request(cq, "enqueue_read_pages", || {

@@ -1,0 +1,193 @@
+//! `ttmesh bench ranks`: a mesh over MPI ranks (run it under `mpirun`; alone it is one rank).
+//!
+//! Bits: every collective (all_gather, reduce_scatter, all_reduce) on every axis of a Galaxy
+//! (Fabric1D) and a T3K (Fabric1DRing, its 8-chip ring as a ring), each chip's input different, one line
+//! per case with the digest of every chip's output. The lines are the same whatever the
+//! ranks, so `diff` of a one-process run and an `mpirun -np N` run checks that collectives
+//! across ranks give the same bits (`.ci/run` does).
+//!
+//! Speed (2 ranks only): all_reduce of 36 KiB and 16 MiB per chip on an n300 split one chip
+//! per rank, next to OpenMPI's MPI_Allreduce between 2 processes on this host
+//! (`scripts/mpi-allreduce.sh`), with the ratio. Prints figures; asserts nothing.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use ttmesh::ccl::{self, CclArgs};
+use ttmesh::{
+    CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice, MeshTensor,
+    ShardTensorToMesh, Topology,
+};
+
+use crate::ccl::MpiFigures;
+
+/// What the benchmark printed, and whether this process prints it (rank 0, or alone).
+pub struct RanksReport {
+    pub text: String,
+    pub speaks: bool,
+}
+
+/// The collectives whose bits are compared.
+const OPS: [&str; 3] = ["all_gather", "reduce_scatter", "all_reduce"];
+
+/// Opens `topology` split over the ranks running: by the shipped bindings
+/// `topologies/bindings/{topology}-{ranks}-ranks.toml` where there is one (a mesh whose rows
+/// do not split that many ways), else by rows.
+fn open(topology: &str, fabric: FabricConfig, ranks: u32) -> Result<MeshDevice, String> {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../topologies/bindings")
+        .join(format!("{topology}-{ranks}-ranks.toml"));
+    MeshDevice::open(MeshConfig {
+        topology: topology.into(),
+        fabric_config: fabric,
+        rank_bindings: (ranks > 1 && file.exists()).then_some(file),
+        ..Default::default()
+    })
+    .map_err(|e| format!("--mesh {topology}: {e}"))
+}
+
+/// Runs `op` on `x` (per chip `[1, 1, rows, cols]` bf16) along `axis`; the output tensor.
+fn collective(
+    x: &MeshTensor,
+    op: &str,
+    axis: Option<usize>,
+    topology: Topology,
+) -> Result<MeshTensor, String> {
+    let args = CclArgs {
+        cluster_axis: axis,
+        topology: Some(topology),
+        ..Default::default()
+    };
+    let y = match op {
+        "all_gather" => ccl::all_gather(x, 3, &args),
+        "reduce_scatter" => ccl::reduce_scatter(x, 3, &args),
+        _ => ccl::all_reduce(x, &args),
+    };
+    y.map_err(|e| format!("{op} on axis {axis:?}: {e}"))
+}
+
+/// Each chip its own input: a `[chips, 1, rows, cols]` tensor sharded on dim 0.
+fn inputs(mesh: &MeshDevice, rows: usize, cols: usize, seed: u64) -> Result<MeshTensor, String> {
+    let n = mesh.num_devices();
+    let host = ttmesh::models::random_host(&[n, 1, rows, cols], DataType::BFloat16, seed, 1.0)
+        .map_err(|e| e.to_string())?;
+    MeshTensor::from_host(
+        &host,
+        mesh,
+        &ShardTensorToMesh(0),
+        Layout::Tile,
+        MemoryConfig::DRAM,
+        CqId(0),
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// One line per (mesh, collective, axis, size): the digest of every chip's output.
+fn bits(quick: bool, ranks: u32, out: &mut String) -> Result<(), String> {
+    // 64 KiB (32 tiles across: every line length here divides it) and 1 MiB per chip.
+    let sizes: &[(usize, usize)] = if quick {
+        &[(32, 1024)]
+    } else {
+        &[(32, 1024), (256, 2048)]
+    };
+    let meshes = [
+        ("galaxy", FabricConfig::Fabric1D, Topology::Linear),
+        ("t3k", FabricConfig::Fabric1DRing, Topology::Ring),
+    ];
+    for (name, fabric, topology) in meshes {
+        let mesh = open(name, fabric, ranks)?;
+        let mut run = || -> Result<(), String> {
+            for &(rows, cols) in sizes {
+                let x = inputs(&mesh, rows, cols, (rows * cols) as u64)?;
+                for op in OPS {
+                    for axis in [Some(0), Some(1), None] {
+                        // A T3K's ring closes through all 8 chips only.
+                        let topology = if axis.is_none() {
+                            topology
+                        } else {
+                            Topology::Linear
+                        };
+                        let y = collective(&x, op, axis, topology)?;
+                        let shards = y.to_host_shards(CqId(0)).map_err(|e| e.to_string())?;
+                        let d = ttmesh::ranks::bits_digest(&shards);
+                        let kib = rows * cols * 2 / 1024;
+                        let axis = axis.map_or("all".to_string(), |a| a.to_string());
+                        writeln!(out, "bits {name} {op} axis={axis} {kib}KiB {d:016x}").unwrap();
+                        y.deallocate(true).map_err(|e| e.to_string())?;
+                    }
+                }
+                x.deallocate(true).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        };
+        let r = run();
+        let closed = mesh.close().map_err(|e| e.to_string());
+        r?;
+        closed?;
+    }
+    Ok(())
+}
+
+/// all_reduce across 2 ranks (an n300, one chip each) beside MPI_Allreduce.
+fn speed(quick: bool, out: &mut String) -> Result<(), String> {
+    let mesh = open("n300", FabricConfig::Fabric1D, 2)?;
+    let mpi = MpiFigures::load();
+    let timeout = Duration::from_secs(60);
+    writeln!(
+        out,
+        "all_reduce across 2 ranks (n300, one chip per rank) vs OpenMPI MPI_Allreduce, 2 processes\n{:>10} {:>12} {:>12} {:>8}",
+        "size", "ttmesh us", "MPI us", "ratio"
+    )
+    .unwrap();
+    // (rows, cols) per chip: 36 KiB as a decode layer's 32x576; 16 MiB as 8192x1024.
+    for (rows, cols, iters) in [
+        (32, 576, if quick { 20 } else { 200 }),
+        (8192, 1024, if quick { 3 } else { 10 }),
+    ] {
+        let x = inputs(&mesh, rows, cols, 5)?;
+        let args = CclArgs::default();
+        let once = || -> Result<Duration, String> {
+            let t = Instant::now();
+            let y = ccl::all_reduce(&x, &args).map_err(|e| e.to_string())?;
+            mesh.finish(CqId(0)).map_err(|e| e.to_string())?;
+            let took = t.elapsed();
+            y.deallocate(true).map_err(|e| e.to_string())?;
+            Ok(took)
+        };
+        once()?; // compile, first touch
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            total += once()?;
+        }
+        let mine = total.as_secs_f64() * 1e6 / iters as f64;
+        // The slower rank's time is the collective's.
+        let all = ttmesh::ranks::exchange_f64(&mesh, mine, timeout)?;
+        let us = all.iter().copied().fold(0.0, f64::max);
+        let size = rows * cols * 2;
+        let (mpi_us, ratio) = match mpi.us(2, size) {
+            Some(m) => (format!("{m:.1}"), format!("{:.2}x", us / m)),
+            None => ("-".into(), "-".into()),
+        };
+        writeln!(out, "{:>10} {us:>12.1} {mpi_us:>12} {ratio:>8}", size).unwrap();
+        x.deallocate(true).map_err(|e| e.to_string())?;
+    }
+    writeln!(out, "{}", mpi.source).unwrap();
+    mesh.close().map_err(|e| e.to_string())
+}
+
+/// The benchmark: the bits on every split, then (on 2 ranks) the speed beside MPI.
+pub fn run(quick: bool) -> Result<RanksReport, String> {
+    let launch = ttmesh_settings::settings().mpi_launch.clone();
+    let ranks = launch.as_ref().map_or(1, |l| l.size);
+    let mut text = format!("ranks: {ranks}\n");
+    bits(quick, ranks, &mut text)?;
+    if ranks == 2 {
+        speed(quick, &mut text)?;
+    } else {
+        text.push_str("speed beside MPI_Allreduce: run under mpirun -np 2\n");
+    }
+    Ok(RanksReport {
+        text,
+        speaks: launch.is_none_or(|l| l.rank == 0),
+    })
+}

@@ -1,0 +1,25 @@
+//! The seam to chips another process holds: a big mesh split over MPI ranks, where a link's
+//! far chip lives on another rank.
+//!
+//! Every rank builds the whole fabric (every line, channel and router), so routes, credits,
+//! statistics and faults are the same per-link machinery whether a chip is here or not; only
+//! the last step differs. A packet's delivery into a chip held elsewhere goes to that chip's
+//! `ChipMemory` here, which the transport (`ttmesh-transport-mpi`) gives the fabric and which
+//! forwards the write to the rank that holds the chip; its semaphore increment goes through
+//! [`RemoteChips::add_semaphore`], after the writes before it. The far rank delivers them
+//! through its own chip's `ChipMemory` and [`crate::Fabric::add_semaphore`]. Kernels run only
+//! on chips held here, so no packet starts on a chip held elsewhere.
+
+use crate::FabricError;
+
+/// The chips of a fabric that another process holds, and how to reach them.
+pub trait RemoteChips: Send + Sync {
+    /// True if `chip` is held by another process.
+    fn is_remote(&self, chip: u32) -> bool;
+    /// Adds `by` to semaphore `sem` of a chip held elsewhere, after every write this process
+    /// delivered to that chip before it (so a receiver that sees the increment sees the data).
+    fn add_semaphore(&self, chip: u32, sem: u32, by: u64);
+    /// This fabric stopped (`Fabric::abort`) because of `cause` on `chip`: the other
+    /// processes stop theirs, so their waits end now rather than at their timeouts.
+    fn aborted(&self, chip: u32, cause: &FabricError);
+}

@@ -1,0 +1,242 @@
+//! A big mesh over MPI ranks: which chips each rank opens (the rank bindings) and whether this
+//! process may run as one rank at all.
+
+mod bindings;
+#[cfg(feature = "mpi")]
+mod over_mpi;
+#[cfg(not(feature = "mpi"))]
+mod single;
+
+pub use bindings::{BindingsError, RankBindings};
+#[cfg(feature = "mpi")]
+pub use over_mpi::end_of_job;
+#[cfg(feature = "mpi")]
+pub(crate) use over_mpi::MeshRanks;
+#[cfg(not(feature = "mpi"))]
+pub use single::end_of_job;
+#[cfg(not(feature = "mpi"))]
+pub(crate) use single::MeshRanks;
+use ttmesh_chip::tensor::HostData;
+use ttmesh_chip::{DataType, HostTensor};
+use ttmesh_settings::{settings, MpiLaunch};
+
+/// True when this build carries the MPI transport (cargo feature `mpi`).
+pub const BUILT_WITH_MPI: bool = cfg!(feature = "mpi");
+
+/// Refuses to go on when an MPI launcher started this process but the build has no MPI: each
+/// rank would open the whole mesh by itself. Call before opening any chip.
+pub fn check_launch() -> Result<(), String> {
+    check_launch_of(settings().mpi_launch.as_ref(), BUILT_WITH_MPI)
+}
+
+fn check_launch_of(launch: Option<&MpiLaunch>, built_with_mpi: bool) -> Result<(), String> {
+    match launch {
+        Some(l) if !built_with_mpi => Err(format!(
+            "this ttmesh was built without MPI, but an MPI launcher started it as rank {} of {} \
+             ({} is set): every rank would open the whole mesh alone. Build with the feature \
+             (`bash scripts/mpi-setup.sh && cargo build --release -p ttmesh-cli --features mpi`) \
+             or run it without mpirun",
+            l.rank, l.size, l.detected_by
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_launch_without_mpi_is_refused_naming_the_fix() {
+        let l = MpiLaunch {
+            detected_by: "OMPI_COMM_WORLD_SIZE",
+            rank: 1,
+            size: 2,
+        };
+        let e = check_launch_of(Some(&l), false).unwrap_err();
+        assert!(
+            e.contains("rank 1 of 2") && e.contains("--features mpi"),
+            "{e}"
+        );
+        assert!(check_launch_of(Some(&l), true).is_ok());
+        assert!(check_launch_of(None, false).is_ok());
+    }
+}
+
+/// Tensors read on this rank, as bytes for the other ranks: per chip its id, shape and
+/// elements (f32 or u32 bits). Every rank knows each tensor's dtype from its own spec.
+pub(crate) fn encode_shards(shards: &[(u32, HostTensor)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let put = |out: &mut Vec<u8>, v: u64| out.extend_from_slice(&v.to_le_bytes());
+    put(&mut out, shards.len() as u64);
+    for (chip, t) in shards {
+        put(&mut out, *chip as u64);
+        put(&mut out, t.shape.len() as u64);
+        for &d in &t.shape {
+            put(&mut out, d as u64);
+        }
+        let (kind, bits): (u64, Vec<u32>) = match &t.data {
+            HostData::F32(v) => (0, v.iter().map(|x| x.to_bits()).collect()),
+            HostData::U32(v) => (1, v.clone()),
+        };
+        put(&mut out, kind);
+        put(&mut out, bits.len() as u64);
+        for b in bits {
+            out.extend_from_slice(&b.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Reads what `encode_shards` wrote (another rank's bytes: checked, never trusted).
+fn decode_shards(b: &[u8], dtype: DataType) -> Option<Vec<(u32, HostTensor)>> {
+    let mut r = Reader { b, at: 0 };
+    let count = r.u64_()?;
+    let mut out = Vec::new();
+    for _ in 0..count {
+        let chip = u32::try_from(r.u64_()?).ok()?;
+        let dims = r.u64_()?;
+        if dims > 16 {
+            return None;
+        }
+        let shape = (0..dims)
+            .map(|_| r.u64_().map(|d| d as usize))
+            .collect::<Option<Vec<_>>>()?;
+        let kind = r.u64_()?;
+        let len = usize::try_from(r.u64_()?).ok()?;
+        let bytes = r.take(len.checked_mul(4)?)?;
+        let bits = bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()));
+        let data = match kind {
+            0 => HostData::F32(bits.map(f32::from_bits).collect()),
+            1 => HostData::U32(bits.collect()),
+            _ => return None,
+        };
+        out.push((chip, HostTensor { shape, dtype, data }));
+    }
+    Some(out)
+}
+
+/// A cursor over bytes another rank sent.
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+    fn u64_(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+/// Every shard's host tensor, in the mesh's order: this rank's from `mine`, the others' from
+/// the bytes each rank sent (`all`, by rank).
+pub(crate) fn gather_shards(
+    shards: &[ttmesh_chip::tensor::Tensor],
+    mine: Vec<(u32, HostTensor)>,
+    all: &[Vec<u8>],
+) -> crate::Result<Vec<HostTensor>> {
+    let dtype = shards[0].spec().dtype;
+    let mut by_chip: std::collections::HashMap<u32, HostTensor> = mine.into_iter().collect();
+    for (rank, bytes) in all.iter().enumerate() {
+        let parts = decode_shards(bytes, dtype).ok_or_else(|| {
+            crate::MeshError::Config(format!(
+                "reading a mesh tensor: rank {rank} sent bytes that are not tensors (a rank of \
+                 another ttmesh version?)"
+            ))
+        })?;
+        for (chip, t) in parts {
+            by_chip.entry(chip).or_insert(t);
+        }
+    }
+    shards
+        .iter()
+        .map(|s| {
+            let id = s.chip().id();
+            by_chip.remove(&id).ok_or_else(|| {
+                crate::MeshError::Config(format!(
+                    "reading a mesh tensor: no rank sent chip {id}'s part"
+                ))
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod shard_tests {
+    use super::*;
+
+    #[test]
+    fn shards_read_back_as_sent_and_bad_bytes_are_refused() {
+        let f = HostTensor {
+            shape: vec![1, 2, 3],
+            dtype: DataType::BFloat16,
+            data: HostData::F32(vec![1.5, -0.0, f32::NAN, 3.0, 1e-30, 7.0]),
+        };
+        let u = HostTensor {
+            shape: vec![2],
+            dtype: DataType::BFloat16,
+            data: HostData::U32(vec![7, u32::MAX]),
+        };
+        let bytes = encode_shards(&[(3, f.clone()), (9, u.clone())]);
+        let back = decode_shards(&bytes, DataType::BFloat16).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!((back[0].0, &back[0].1.shape), (3, &f.shape));
+        let bits = |t: &HostTensor| match &t.data {
+            HostData::F32(v) => v.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            HostData::U32(v) => v.clone(),
+        };
+        assert_eq!(bits(&back[0].1), bits(&f));
+        assert_eq!(bits(&back[1].1), bits(&u));
+        assert!(decode_shards(&bytes[..bytes.len() - 1], DataType::BFloat16).is_none());
+        assert!(decode_shards(&[0xff; 8], DataType::BFloat16).is_none());
+    }
+}
+
+/// Every rank's `value`, by rank (one value when the mesh is wholly in this process): a
+/// host-side exchange between the ranks of `mesh`, bounded by `timeout`.
+pub fn exchange_f64(
+    mesh: &crate::MeshDevice,
+    value: f64,
+    timeout: std::time::Duration,
+) -> Result<Vec<f64>, String> {
+    let Some(r) = mesh.ranks() else {
+        return Ok(vec![value]);
+    };
+    let all = r
+        .exchange("exchanging a figure", value.to_le_bytes().to_vec(), timeout)
+        .map_err(|e| e.to_string())?;
+    all.iter()
+        .map(|b| {
+            b.as_slice()
+                .try_into()
+                .map(f64::from_le_bytes)
+                .map_err(|_| "exchanging a figure: a rank sent a malformed value".to_string())
+        })
+        .collect()
+}
+
+/// A digest of tensors' bits (FNV-1a over each element's f32 or u32 bits, in order): two runs
+/// (one process, or the mesh split over MPI ranks) computed the same values exactly if their
+/// digests are equal. A comparison of runs, not a checksum against tampering.
+pub fn bits_digest<'a>(parts: impl IntoIterator<Item = &'a HostTensor>) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for t in parts {
+        let mut add = |bits: u32| {
+            for b in bits.to_le_bytes() {
+                h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        match &t.data {
+            HostData::F32(v) => v.iter().for_each(|x| add(x.to_bits())),
+            HostData::U32(v) => v.iter().for_each(|&x| add(x)),
+        }
+    }
+    h
+}
