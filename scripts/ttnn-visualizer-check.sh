@@ -193,6 +193,17 @@ timeout 90 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-fi
   "$base/operations?instanceId=$instance" > /dev/null 2>&1 \
   || echo "ci: WARNING: chromium could not take the screenshot"
 [ -f "$artifacts/ttnn-visualizer-operations.png" ] && echo "screenshot: $artifacts/ttnn-visualizer-operations.png"
+# The performance view of the same report (memory and device time in one), for people.
+if [ -n "$performance" ]; then
+  rm -f "$artifacts/ttnn-visualizer-performance.png"
+  timeout 90 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+    --disable-background-networking --disable-component-update --disable-sync \
+    --user-data-dir="$profile" --window-size=1400,900 --virtual-time-budget=15000 \
+    --screenshot="$root/$artifacts/ttnn-visualizer-performance.png" \
+    "$base/performance?instanceId=$instance" > /dev/null 2>&1 \
+    || echo "ci: WARNING: chromium could not take the performance view's screenshot"
+  [ -f "$artifacts/ttnn-visualizer-performance.png" ] && echo "screenshot: $artifacts/ttnn-visualizer-performance.png"
+fi
 
 # The page itself, not only its API: the operations view as the browser rendered it must say
 # how many operations it shows and name every one of ours (a frontend that chokes on a field

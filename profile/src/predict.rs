@@ -71,7 +71,7 @@ impl TokenPrediction {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "predicted on the hardware (the captured trace replayed back to back, modeled): {:.1} us per replay = {:.1} replays/s, {} ops per chip on {} chips; kernels {:.1} us, dispatch and firmware {:.1} us, waiting at collectives {:.1} us",
+            "predicted on the hardware (the captured trace replayed back to back, modeled as plan decode --predict does: each op also pays predict_op_extra_ns): {:.1} us per replay = {:.1} replays/s, {} ops per chip on {} chips; kernels {:.1} us, dispatch and firmware {:.1} us, waiting at collectives {:.1} us",
             self.token_ns / 1e3,
             self.tokens_per_s_per_user(),
             self.ops_per_chip,
@@ -201,10 +201,11 @@ fn op_kind(p: &ProgramInfo) -> String {
             format!("[{}]", dims.join(","))
         })
         .collect();
-    // The largest input's dtype decides a DRAM-bound op's time (a matmul's weight).
+    // The largest input's dtype decides a DRAM-bound op's time (a matmul's weight); a
+    // collective's UINT32 scratch is not what it moves.
     let dtype = inputs
         .iter()
-        .max_by_key(|s| s.volume())
+        .max_by_key(|s| (s.dtype.is_float(), s.volume()))
         .map_or("", |s| s.dtype.as_str());
     format!("{} {} {dtype}", p.name, shapes.join("x"))
 }

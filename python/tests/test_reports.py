@@ -41,7 +41,7 @@ def test_a_traced_block_gets_the_prediction_plan_decode_makes(rng, tmp_path):
     try:
         w = ttnn.from_torch(rng.standard_normal((1, 1, 1024, 1024), dtype=np.float32), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=device)
         x = ttnn.from_torch(np.zeros((1, 1, 32, 1024), np.float32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device)
-        ttnn.matmul(x, w)  # compile
+        ttnn.relu(ttnn.matmul(x, w))  # compile
         with ttmesh.profile(tmp_path / "prof", device=device, quiet=True) as p:
             tid = ttnn.begin_trace_capture(device, cq_id=0)
             ttnn.relu(ttnn.matmul(x, w))
