@@ -109,7 +109,6 @@ from ._tensor import (  # noqa: F401
     TensorSpec,
     TensorToMesh,
     allocate_tensor_on_device,
-    bfloat4_b,
     bfloat8_b,
     bfloat16,
     concat_mesh_to_tensor_composer,

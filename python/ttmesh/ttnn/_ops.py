@@ -118,7 +118,7 @@ def _scalar(op, value, like):
 
         from . import _tensor as tensors  # noqa: PLC0415
 
-        dtype = like.dtype if like.dtype not in (tensors.bfloat8_b, tensors.bfloat4_b) else tensors.bfloat16
+        dtype = like.dtype if like.dtype != tensors.bfloat8_b else tensors.bfloat16
         t = tensors.from_torch(np.full([1] * len(like.shape), value, dtype=np.float32), dtype=dtype, layout=like.layout, device=device)
         _scalars[key] = t
     return t

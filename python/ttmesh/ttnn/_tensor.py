@@ -91,7 +91,7 @@ def _infer_dtype(arr, torch_name):
 
 def _encode(arr, dtype):
     """(bytes, kind) the native side takes: f32 for float dtypes, u32 bits for integers."""
-    if dtype in (bfloat16, float32, bfloat8_b, bfloat4_b):
+    if dtype in (bfloat16, float32, bfloat8_b):
         return np.ascontiguousarray(arr, dtype=np.float32).tobytes(), "f32"
     if dtype == uint32:
         if arr.dtype.kind in "iub":
@@ -101,7 +101,7 @@ def _encode(arr, dtype):
         return np.ascontiguousarray(np.asarray(arr, dtype=np.float64).astype(np.uint32)).tobytes(), "u32"
     if dtype == int32:
         return np.ascontiguousarray(arr, dtype=np.int32).view(np.uint32).tobytes(), "u32"
-    raise TypeError(f"from_torch: dtype must be a ttnn.DataType (ttnn.bfloat16, float32, bfloat8_b, bfloat4_b, uint32, int32), not {dtype!r}")
+    raise TypeError(f"from_torch: dtype must be a ttnn.DataType (ttnn.bfloat16, float32, bfloat8_b, uint32, int32), not {dtype!r}")
 
 
 _default_mapper = None
@@ -193,7 +193,7 @@ def to_numpy(tensor, *, mesh_composer=None, cq_id=DefaultQueueId):
 
 def to_torch(tensor, dtype=None, *, torch_rank=None, mesh_composer=None, device=None, cq_id=DefaultQueueId):
     """TT-NN's ``to_torch``: a torch tensor when torch imports (bfloat16 for ttnn.bfloat16 and
-    the block floats, as TT-NN gives), else a numpy array."""
+    bfloat8_b, as TT-NN gives), else a numpy array."""
     arr = _decode(tensor, mesh_composer, cq_id)
     if torch_rank is not None:
         while arr.ndim > torch_rank and arr.shape[0] == 1:
@@ -209,7 +209,7 @@ def to_torch(tensor, dtype=None, *, torch_rank=None, mesh_composer=None, device=
         # torch has no full uint32 type; TT-NN gives int32 bits.
         arr = arr.view(np.int32)
     out = torch.from_numpy(np.array(arr))
-    if tensor.dtype in (bfloat16, bfloat8_b, bfloat4_b):
+    if tensor.dtype in (bfloat16, bfloat8_b):
         out = out.to(torch.bfloat16)
     if dtype is not None:
         out = out.to(dtype)
