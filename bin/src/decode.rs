@@ -44,9 +44,8 @@ pub struct DecodeArgs {
     #[arg(long, default_value_t = 1, allow_negative_numbers = true,
           value_parser = crate::limits::whole::<usize>("a whole number of users, 1 to 32"))]
     pub batch: usize,
-    /// bf16 or f32: weights, KV cache and activations on the device. bfp8_b or bfp4_b: the
-    /// projection weights and LM head in that block format, the rest (embedding, norms, KV
-    /// cache, activations) in bf16.
+    /// bf16 or f32: weights, KV cache and activations on the device. bfp8_b: the projection
+    /// weights and LM head in bfp8_b, the rest (embedding, norms, KV cache, activations) in bf16.
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
     /// Enqueue the decode step's ops one by one instead of replaying a captured trace.
@@ -77,8 +76,7 @@ pub(crate) fn parse_dtype(s: &str) -> Result<DataType, String> {
         "bf16" => Ok(DataType::BFloat16),
         "f32" => Ok(DataType::Float32),
         "bfp8_b" => Ok(DataType::BFloat8B),
-        "bfp4_b" => Ok(DataType::BFloat4B),
-        other => Err(format!("--dtype {other}: use bf16, f32, bfp8_b or bfp4_b")),
+        other => Err(format!("--dtype {other}: use bf16, f32 or bfp8_b")),
     }
 }
 

@@ -61,9 +61,8 @@ pub struct DecodePlanArgs {
     /// GGUF's context length, or the synthetic model's (256) for shapes from flags.
     #[arg(long)]
     pub context: Option<usize>,
-    /// bf16 or f32: weights, KV cache and activations on the device. bfp8_b or bfp4_b: the
-    /// projection weights and LM head in that block format, the rest (embedding, norms, KV
-    /// cache, activations) in bf16.
+    /// bf16 or f32: weights, KV cache and activations on the device. bfp8_b: the projection
+    /// weights and LM head in bfp8_b, the rest (embedding, norms, KV cache, activations) in bf16.
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
     /// Also predict the hardware's speed: modeled device time per traced token, tokens/s/user

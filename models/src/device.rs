@@ -50,13 +50,13 @@ impl DeviceDecodeConfig {
 
     /// The format of everything else: the embedding table, norms, RoPE tables, KV cache and
     /// so the activations (each op's output takes its first operand's format). `dtype`, but
-    /// BFLOAT16 for BFLOAT8_B and BFLOAT4_B: a block-float tensor cannot be reshaped or split
-    /// into heads without re-quantizing its blocks (TT-NN refuses; the chip does too), and
-    /// TT-NN models run block-float weights with bf16 activations.
+    /// BFLOAT16 for BFLOAT8_B: a block-float tensor cannot be reshaped or split into heads
+    /// without re-quantizing its blocks (TT-NN refuses; the chip does too), and TT-NN models
+    /// run bfp8 weights with bf16 activations.
     pub fn activation_dtype(&self) -> DataType {
-        match self.dtype.block_float() {
-            Some(_) => DataType::BFloat16,
-            None => self.dtype,
+        match self.dtype {
+            DataType::BFloat8B => DataType::BFloat16,
+            d => d,
         }
     }
 }

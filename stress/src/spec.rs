@@ -232,7 +232,6 @@ pub fn dtype_name(d: DataType) -> &'static str {
         DataType::BFloat16 => "bf16",
         DataType::Float32 => "f32",
         DataType::BFloat8B => "bfloat8_b",
-        DataType::BFloat4B => "bfloat4_b",
         DataType::UInt32 => "uint32",
     }
 }

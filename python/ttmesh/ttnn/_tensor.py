@@ -20,7 +20,6 @@ StorageType = _n.StorageType
 bfloat16 = DataType.BFLOAT16
 float32 = DataType.FLOAT32
 bfloat8_b = DataType.BFLOAT8_B
-bfloat4_b = DataType.BFLOAT4_B
 uint32 = DataType.UINT32
 int32 = DataType.INT32
 
