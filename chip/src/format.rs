@@ -5,9 +5,7 @@
 //!
 //! - [`tilize`] / [`untilize`]: logical row-major <-> TILE layout (32x32 tiles of four 16x16 faces).
 //! - [`round_bf16`], [`f32_to_bf16_bits`], [`bf16_bits_to_f32`]: bfloat16 storage.
-//! - [`pack_bfp8_tile`], [`unpack_bfp8_tile`], [`quantize_bfp8`]: bfloat8_b block floating point;
-//!   [`pack_bfp4_tile`], [`unpack_bfp4_tile`], [`quantize_bfp4`]: bfloat4_b, the same rule
-//!   with 4 bits per value; [`BlockFloat`]: either, for code that handles both.
+//! - [`pack_bfp8_tile`], [`unpack_bfp8_tile`], [`quantize_bfp8`]: bfloat8_b block floating point.
 //! - [`widen_bf16`], [`add_f32`], [`sum_bf16`], ...: whole-slice conversions and sums
 //!   (AVX-512 or AVX2 where the host has it; the bf16 sums rounded by AVX-512 BF16's own
 //!   conversion where it has that, with the same bits).
@@ -86,15 +84,10 @@ pub(crate) fn at_every_simd_level(mut f: impl FnMut(u8)) {
 }
 
 mod bf16_native;
-mod bfp4;
 mod bfp8;
 mod slices;
 mod tile;
 
-pub use bfp4::{
-    pack_bfp4_tile, pack_bfp4_tiles, quantize_bfp4, unpack_bfp4_block, unpack_bfp4_tile,
-    unpack_bfp4_tiles, BFP4_EXPONENT_BYTES, BFP4_TILE_BYTES,
-};
 pub use bfp8::{
     pack_bfp8_tile, pack_bfp8_tiles, quantize_bfp8, unpack_bfp8_block, unpack_bfp8_tile,
     unpack_bfp8_tiles, BFP8_EXPONENT_BYTES, BFP8_TILE_BYTES,
@@ -104,65 +97,6 @@ pub use slices::{
     sum_bf16_to_f32, widen_bf16,
 };
 pub use tile::{padded_hw, tiled_len, tiled_position, tilize, untilize};
-
-/// A block floating point format (16 values per shared exponent, one block per face row of
-/// a tile): the one switch for code that packs, unpacks or sizes tiles of either.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BlockFloat {
-    Bfp8,
-    Bfp4,
-}
-
-impl BlockFloat {
-    /// Bytes of one packed tile.
-    pub const fn tile_bytes(self) -> usize {
-        match self {
-            BlockFloat::Bfp8 => BFP8_TILE_BYTES,
-            BlockFloat::Bfp4 => BFP4_TILE_BYTES,
-        }
-    }
-
-    /// Packs one tile (1024 values, TILE order) into `tile_bytes` bytes.
-    pub fn pack_tile(self, tile: &[f32], out: &mut [u8]) -> Result<(), FormatError> {
-        match self {
-            BlockFloat::Bfp8 => pack_bfp8_tile(tile, out),
-            BlockFloat::Bfp4 => pack_bfp4_tile(tile, out),
-        }
-    }
-
-    /// Unpacks one tile's `tile_bytes` bytes into 1024 values (TILE order).
-    pub fn unpack_tile(self, bytes: &[u8], out: &mut [f32]) -> Result<(), FormatError> {
-        match self {
-            BlockFloat::Bfp8 => unpack_bfp8_tile(bytes, out),
-            BlockFloat::Bfp4 => unpack_bfp4_tile(bytes, out),
-        }
-    }
-
-    /// Packs whole tiles, in parallel.
-    pub fn pack_tiles(self, tiles: &[f32], out: &mut [u8]) -> Result<(), FormatError> {
-        match self {
-            BlockFloat::Bfp8 => pack_bfp8_tiles(tiles, out),
-            BlockFloat::Bfp4 => pack_bfp4_tiles(tiles, out),
-        }
-    }
-
-    /// Unpacks whole tiles, in parallel.
-    pub fn unpack_tiles(self, bytes: &[u8], out: &mut [f32]) -> Result<(), FormatError> {
-        match self {
-            BlockFloat::Bfp8 => unpack_bfp8_tiles(bytes, out),
-            BlockFloat::Bfp4 => unpack_bfp4_tiles(bytes, out),
-        }
-    }
-
-    /// Unpacks block `j` (face `j / 16`, face row `j % 16`) of a packed tile's bytes.
-    #[inline(always)]
-    pub fn unpack_block(self, tile_bytes: &[u8], j: usize, out: &mut [f32; 16]) {
-        match self {
-            BlockFloat::Bfp8 => unpack_bfp8_block(tile_bytes, j, out),
-            BlockFloat::Bfp4 => unpack_bfp4_block(tile_bytes, j, out),
-        }
-    }
-}
 
 /// Rows of one tile.
 pub const TILE_HEIGHT: usize = 32;

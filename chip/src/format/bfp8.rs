@@ -36,9 +36,13 @@ pub const BFP8_TILE_BYTES: usize = BFP8_EXPONENT_BYTES + TILE_ELEMS;
 pub const BFP8_EXPONENT_BYTES: usize = TILE_ELEMS / BLOCK;
 
 /// Values that share one exponent.
-pub(super) const BLOCK: usize = 16;
+const BLOCK: usize = 16;
 /// Exponent byte marking a block that holds NaN or infinity.
-pub(super) const NON_FINITE_EXP: u32 = 255;
+const NON_FINITE_EXP: u32 = 255;
+/// Magnitude byte for infinity inside a non-finite block (the "1.0" significand, like IEEE).
+const INF_MAG: u8 = 64;
+/// Magnitude byte for NaN inside a non-finite block (a set fraction bit, like a quiet NaN).
+const NAN_MAG: u8 = 0x60;
 
 /// Packs one tile (1024 f32 values in TILE order) into 1088 bfloat8_b bytes.
 pub fn pack_bfp8_tile(tile: &[f32], out: &mut [u8]) -> Result<(), FormatError> {
@@ -123,7 +127,7 @@ pub fn quantize_bfp8(tiles: &mut [f32]) -> Result<(), FormatError> {
     })
 }
 
-pub(super) fn whole_tiles(what: &'static str, len: usize) -> Result<usize, FormatError> {
+fn whole_tiles(what: &'static str, len: usize) -> Result<usize, FormatError> {
     let n = len / TILE_ELEMS;
     // Report the nearest whole-tile length so the message says what to pass.
     check_len(what, n.max(1) * TILE_ELEMS, len).map(|()| n)
@@ -131,43 +135,31 @@ pub(super) fn whole_tiles(what: &'static str, len: usize) -> Result<usize, Forma
 
 /// Encodes one block of 16 values; returns its shared exponent byte.
 fn pack_block(block: &[f32], mant: &mut [u8]) -> u8 {
-    pack_block_codes::<7>(block, mant)
-}
-
-/// Encodes one block of 16 values as `MAG_BITS`-bit magnitudes with the sign in the bit
-/// above them (bfloat8_b: 7, bfloat4_b: 3), value = `m * 2^(E - 127 - (MAG_BITS - 1))`: the
-/// block max has the hidden 1 in the top magnitude bit. Returns the shared exponent byte.
-/// Non-finite blocks as described in the module docs, with infinity the top magnitude bit
-/// alone and NaN that and the next.
-pub(super) fn pack_block_codes<const MAG_BITS: u32>(block: &[f32], mant: &mut [u8]) -> u8 {
     let field = |x: f32| (x.to_bits() >> 23) & 0xFF;
-    let sign_of = |x: f32| ((x.to_bits() >> 31) << MAG_BITS) as u8;
-    let inf_mag = 1u8 << (MAG_BITS - 1);
-    let max_mag = ((1u32 << MAG_BITS) - 1) as f32;
     let shared = block.iter().map(|&x| field(x)).max().unwrap_or(0);
     if shared == NON_FINITE_EXP {
         for (m, &x) in mant.iter_mut().zip(block) {
-            *m = sign_of(x)
+            let sign = ((x.to_bits() >> 24) & 0x80) as u8;
+            *m = sign
                 | match (field(x) == NON_FINITE_EXP, x.is_nan()) {
-                    (true, true) => inf_mag | (inf_mag >> 1),
-                    (true, false) => inf_mag,
+                    (true, true) => NAN_MAG,
+                    (true, false) => INF_MAG,
                     (false, _) => 0,
                 };
         }
         return NON_FINITE_EXP as u8;
     }
-    // |x| / step = |x| * 2^(127 + MAG_BITS - 1 - shared), done as two exact power-of-two
-    // multiplies (one would overflow f32 for small `shared`). Each factor is at most 2^67, and
-    // any value that can round to a nonzero magnitude stays normal in between, so y is exact
-    // where it matters.
-    let total = 126 + MAG_BITS as i32 - shared as i32;
+    // |x| / step = |x| * 2^(133 - shared), done as two exact power-of-two multiplies (one
+    // would overflow f32 for small `shared`). Each factor is at most 2^67, and any value that
+    // can round to a nonzero magnitude stays normal in between, so y is exact where it matters.
+    let total = 133 - shared as i32;
     let (s1, s2) = (pow2(total / 2), pow2(total - total / 2));
     for (m, &x) in mant.iter_mut().zip(block) {
         let y = x.abs() * s1 * s2;
         // Adding and removing 2^23 rounds y (< 2^23) to an integer, ties to even, in the
         // default rounding mode; all of this vectorises, unlike per-lane integer shifts.
-        let mag = ((y + ROUNDER) - ROUNDER).min(max_mag) as u8;
-        *m = sign_of(x) | mag;
+        let mag = ((y + ROUNDER) - ROUNDER).min(127.0) as u8;
+        *m = ((x.to_bits() >> 24) & 0x80) as u8 | mag;
     }
     shared as u8
 }
@@ -181,46 +173,32 @@ fn pow2(e: i32) -> f32 {
 }
 
 /// Decodes one block of 16 mantissa bytes with shared exponent `exp`.
+/// Fixed-size arrays so the finite path compiles to a few vector instructions (where the
+/// caller is compiled for AVX2, eight values per instruction).
 #[inline(always)]
 fn unpack_block(exp: u8, mant: &[u8; BLOCK], out: &mut [f32; BLOCK]) {
-    unpack_block_codes::<7>(exp, mant, out)
-}
-
-/// Decodes one block of 16 codes (`pack_block_codes`: sign above `MAG_BITS` magnitude bits)
-/// with shared exponent `exp`. Fixed-size arrays so the finite path compiles to a few vector
-/// instructions (where the caller is compiled for AVX2, eight values per instruction).
-#[inline(always)]
-pub(super) fn unpack_block_codes<const MAG_BITS: u32>(
-    exp: u8,
-    mant: &[u8; BLOCK],
-    out: &mut [f32; BLOCK],
-) {
     let exp = u32::from(exp);
-    let mag_mask = ((1u32 << MAG_BITS) - 1) as u8;
-    let sign_bit = 1u8 << MAG_BITS;
     if exp == NON_FINITE_EXP {
-        let inf_mag = 1u8 << (MAG_BITS - 1);
         for (o, &m) in out.iter_mut().zip(mant) {
-            let mag = match m & mag_mask {
-                x if x == inf_mag => f32::INFINITY,
-                x if x > inf_mag => f32::NAN,
+            let mag = match m & 0x7F {
+                INF_MAG => f32::INFINITY,
+                x if x > INF_MAG => f32::NAN,
                 _ => 0.0,
             };
-            *o = if m & sign_bit != 0 { -mag } else { mag };
+            *o = if m & 0x80 != 0 { -mag } else { mag };
         }
         return;
     }
-    // step = 2^(exp - 127 - (MAG_BITS - 1)): a normal f32 for exp >= MAG_BITS, a subnormal
-    // power of two below that. Either way m * step is exact (m has MAG_BITS bits), so decoding
-    // never rounds.
-    let step = if exp >= MAG_BITS {
-        f32::from_bits((exp + 1 - MAG_BITS) << 23)
+    // step = 2^(exp - 133): a normal f32 for exp >= 7, a subnormal power of two below that.
+    // Either way m * step is exact (m has 7 bits), so decoding never rounds.
+    let step = if exp >= 7 {
+        f32::from_bits((exp - 6) << 23)
     } else {
-        f32::from_bits(1 << (exp + 23 - MAG_BITS))
+        f32::from_bits(1 << (exp + 16))
     };
     for (o, &m) in out.iter_mut().zip(mant) {
-        let mag = f32::from(m & mag_mask) * step;
-        *o = if m & sign_bit != 0 { -mag } else { mag };
+        let mag = f32::from(m & 0x7F) * step;
+        *o = if m & 0x80 != 0 { -mag } else { mag };
     }
 }
 

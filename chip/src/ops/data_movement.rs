@@ -82,14 +82,11 @@ fn spec_with(a: &Tensor, f: impl FnOnce(&mut TensorSpec)) -> TensorSpec {
 
 /// Converts values to another dtype (floats round to the new format; to UINT32 rounds and clamps at 0).
 pub fn typecast(a: &Tensor, dtype: DataType, opts: &OpOptions) -> Result<Tensor> {
-    if dtype.block_float().is_some() && a.spec().layout != Layout::Tile {
+    if dtype == DataType::BFloat8B && a.spec().layout != Layout::Tile {
         return Err(ChipError::Unsupported {
             op: "typecast".into(),
-            what: format!("{dtype} output from ROW_MAJOR {}", a.name()),
-            hint: format!(
-                "{} exists only in TILE layout; convert with to_layout first",
-                dtype.as_str().to_lowercase()
-            ),
+            what: format!("BFLOAT8_B output from ROW_MAJOR {}", a.name()),
+            hint: "bfloat8_b exists only in TILE layout; convert with to_layout first".into(),
         });
     }
     let spec = spec_with(a, |s| {
@@ -134,10 +131,10 @@ pub fn reshard(
 
 /// Tilizes or untilizes on the device.
 pub fn to_layout(a: &Tensor, layout: Layout, opts: &OpOptions) -> Result<Tensor> {
-    if layout == Layout::RowMajor && a.dtype().block_float().is_some() {
+    if layout == Layout::RowMajor && a.dtype() == DataType::BFloat8B {
         return Err(ChipError::Unsupported {
             op: "to_layout".into(),
-            what: format!("ROW_MAJOR from {} {}", a.dtype(), a.name()),
+            what: format!("ROW_MAJOR from BFLOAT8_B {}", a.name()),
             hint: "typecast to BFLOAT16 first".into(),
         });
     }

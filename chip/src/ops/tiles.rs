@@ -5,7 +5,9 @@
 
 use crate::allocator::MemSpace;
 use crate::error::{ChipError, Result};
-use crate::format::{tiled_position, FACE_WIDTH, TILE_ELEMS, TILE_HEIGHT, TILE_WIDTH};
+use crate::format::{
+    self, tiled_position, BFP8_TILE_BYTES, FACE_WIDTH, TILE_ELEMS, TILE_HEIGHT, TILE_WIDTH,
+};
 use crate::program::KernelContext;
 use crate::tensor::{DataType, HostData, Layout, TensorPages, TensorSpec};
 
@@ -87,10 +89,7 @@ impl TileRows {
                     *f = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 }
             }
-            DataType::BFloat8B | DataType::BFloat4B => {
-                let f = self.dtype.block_float().expect("a block float");
-                f.unpack_tile(bytes, &mut s.faces)?
-            }
+            DataType::BFloat8B => format::unpack_bfp8_tile(bytes, &mut s.faces)?,
             DataType::UInt32 => return Err(not_float()),
         }
         for r in 0..TILE_HEIGHT {
@@ -126,10 +125,7 @@ impl TileRows {
                     b.copy_from_slice(&f.to_le_bytes());
                 }
             }
-            DataType::BFloat8B | DataType::BFloat4B => {
-                let f = self.dtype.block_float().expect("a block float");
-                f.pack_tile(&s.faces, &mut bytes[..f.tile_bytes()])?
-            }
+            DataType::BFloat8B => format::pack_bfp8_tile(&s.faces, &mut bytes[..BFP8_TILE_BYTES])?,
             DataType::UInt32 => return Err(not_float()),
         }
         let (bank, addr) = self.location(slice, tile_row, tile_col);
@@ -255,10 +251,9 @@ fn decode_face_run(dtype: DataType, page: &[u8], at: usize, dst: &mut [f32]) -> 
     match dtype {
         DataType::BFloat16 => super::io::decode_run::<2>(&page[2 * at..][..2 * dst.len()], dst),
         DataType::Float32 => super::io::decode_run::<4>(&page[4 * at..][..4 * dst.len()], dst),
-        DataType::BFloat8B | DataType::BFloat4B => {
-            let f = dtype.block_float().expect("a block float");
+        DataType::BFloat8B => {
             let mut block = [0f32; FACE_WIDTH];
-            f.unpack_block(&page[..f.tile_bytes()], at / FACE_WIDTH, &mut block);
+            format::unpack_bfp8_block(&page[..BFP8_TILE_BYTES], at / FACE_WIDTH, &mut block);
             dst.copy_from_slice(&block[..dst.len()]);
         }
         DataType::UInt32 => return Err(not_float()),

@@ -6,7 +6,7 @@ use std::fmt;
 use crate::allocator::{round_up, AllocationRequest, BufferType, PageMap, Placement};
 use crate::arch::ArchSpec;
 use crate::error::{ChipError, Result};
-use crate::format::BlockFloat;
+use crate::format::BFP8_TILE_BYTES;
 
 pub const TILE: usize = 32;
 
@@ -15,8 +15,6 @@ pub enum DataType {
     BFloat16,
     Float32,
     BFloat8B,
-    /// bfloat4_b: 4 bits per value, 16 per shared exponent (TILE layout only).
-    BFloat4B,
     UInt32,
 }
 
@@ -26,27 +24,18 @@ impl DataType {
             DataType::BFloat16 => "BFLOAT16",
             DataType::Float32 => "FLOAT32",
             DataType::BFloat8B => "BFLOAT8_B",
-            DataType::BFloat4B => "BFLOAT4_B",
             DataType::UInt32 => "UINT32",
         }
     }
     pub fn is_float(self) -> bool {
         !matches!(self, DataType::UInt32)
     }
-    /// The block floating point format, for bfloat8_b and bfloat4_b.
-    pub fn block_float(self) -> Option<BlockFloat> {
-        match self {
-            DataType::BFloat8B => Some(BlockFloat::Bfp8),
-            DataType::BFloat4B => Some(BlockFloat::Bfp4),
-            DataType::BFloat16 | DataType::Float32 | DataType::UInt32 => None,
-        }
-    }
-    /// Bytes of one element in ROW_MAJOR layout (block floats have no row-major form).
+    /// Bytes of one element in ROW_MAJOR layout (bfloat8_b has no row-major form).
     pub fn row_major_elem_bytes(self) -> Option<u64> {
         match self {
             DataType::BFloat16 => Some(2),
             DataType::Float32 | DataType::UInt32 => Some(4),
-            DataType::BFloat8B | DataType::BFloat4B => None,
+            DataType::BFloat8B => None,
         }
     }
     /// Bytes of one 32x32 tile.
@@ -54,8 +43,7 @@ impl DataType {
         match self {
             DataType::BFloat16 => 2048,
             DataType::Float32 | DataType::UInt32 => 4096,
-            DataType::BFloat8B => BlockFloat::Bfp8.tile_bytes() as u64,
-            DataType::BFloat4B => BlockFloat::Bfp4.tile_bytes() as u64,
+            DataType::BFloat8B => BFP8_TILE_BYTES as u64,
         }
     }
 }
@@ -317,14 +305,11 @@ impl TensorSpec {
                 ),
             });
         }
-        if self.layout == Layout::RowMajor && self.dtype.block_float().is_some() {
+        if self.layout == Layout::RowMajor && self.dtype == DataType::BFloat8B {
             return Err(ChipError::Unsupported {
                 op: name.to_string(),
-                what: format!("{} in ROW_MAJOR layout", self.dtype),
-                hint: format!(
-                    "{} is a block format of tiles; use Layout::Tile",
-                    self.dtype.as_str().to_lowercase()
-                ),
+                what: "BFLOAT8_B in ROW_MAJOR layout".into(),
+                hint: "bfloat8_b is a block format of tiles; use Layout::Tile".into(),
             });
         }
         let mc = &self.memory_config;

@@ -3,7 +3,7 @@
 //! these loops are compiled for AVX-512 or AVX2 where the host has them.
 
 use crate::error::{ChipError, Result};
-use crate::format::{self, FACE_ELEMS, FACE_WIDTH, TILE_HEIGHT, TILE_WIDTH};
+use crate::format::{self, BFP8_TILE_BYTES, FACE_ELEMS, FACE_WIDTH, TILE_HEIGHT, TILE_WIDTH};
 use crate::tensor::DataType;
 
 /// The 16-value face rows of tile column `tc` that hold logical columns: (face column, first
@@ -34,19 +34,18 @@ fn decode_tile(
     let size = match dtype {
         DataType::BFloat16 => 2,
         DataType::Float32 => 4,
-        DataType::BFloat8B | DataType::BFloat4B => {
-            let f = dtype.block_float().expect("a block float");
+        DataType::BFloat8B => {
             // Each 16-value block is one face row: unpacked straight into its place.
-            let page = &bytes[..f.tile_bytes()];
+            let page = &bytes[..BFP8_TILE_BYTES];
             let block: &mut [f32; FACE_WIDTH] =
                 (&mut tile[..FACE_WIDTH]).try_into().expect("a face row");
             for r in 0..rows {
                 for (fc, col, n) in face_cols(tc, w) {
                     let j = face_offset(r, fc) / FACE_WIDTH;
                     match <&mut [f32; FACE_WIDTH]>::try_from(&mut band[r * w + col..][..n]) {
-                        Ok(dst) => f.unpack_block(page, j, dst),
+                        Ok(dst) => format::unpack_bfp8_block(page, j, dst),
                         Err(_) => {
-                            f.unpack_block(page, j, block);
+                            format::unpack_bfp8_block(page, j, block);
                             band[r * w + col..][..n].copy_from_slice(&block[..n]);
                         }
                     }
@@ -296,8 +295,7 @@ fn encode_tile(
     let size = match dtype {
         DataType::BFloat16 => 2,
         DataType::Float32 => 4,
-        DataType::BFloat8B | DataType::BFloat4B => {
-            let f = dtype.block_float().expect("a block float");
+        DataType::BFloat8B => {
             if !full {
                 tile.fill(0.0);
             }
@@ -306,7 +304,7 @@ fn encode_tile(
                     tile[face_offset(r, fc)..][..n].copy_from_slice(&band[r * w + col..][..n]);
                 }
             }
-            return Ok(f.pack_tile(tile, &mut bytes[..f.tile_bytes()])?);
+            return Ok(format::pack_bfp8_tile(tile, &mut bytes[..BFP8_TILE_BYTES])?);
         }
         DataType::UInt32 => return Err(not_float()),
     };
