@@ -190,8 +190,13 @@ impl Chunk {
     /// The buffer to write into: a shared chunk becomes this chip's own first (copied, unless
     /// no other chunk holds it any more).
     fn all_mut(&mut self) -> &mut [u8] {
-        if let ChunkData::Shared(s) = &self.data {
-            self.data = ChunkData::Own(SharedBytes::unshare(s.clone()));
+        if matches!(self.data, ChunkData::Shared(_)) {
+            let ChunkData::Shared(s) =
+                std::mem::replace(&mut self.data, ChunkData::Own(Box::new([])))
+            else {
+                unreachable!("matched just above")
+            };
+            self.data = ChunkData::Own(SharedBytes::unshare(s));
         }
         match &mut self.data {
             ChunkData::Own(b) => b,

@@ -51,6 +51,12 @@ pub const VARIABLES: &[Variable] = &[
         read_by: RUST,
     },
     Variable {
+        name: "TTMESH_SHARE_CHUNKS",
+        default: "1",
+        meaning: "`0` stops storing chips' equal memory chunks once on the host (every chip keeps its own copy), to measure the host memory it saves; the bits are the same",
+        read_by: RUST,
+    },
+    Variable {
         name: "TTMESH_CCL_RUNNER",
         default: "by size",
         meaning: "`together` or `own` forces how a collective's steps run (one thread for the line, or each chip's own), to compare them; the bits are the same",
@@ -170,6 +176,8 @@ pub struct Settings {
     pub monitor: bool,
     /// `TTMESH_PIN` is not `0`.
     pub pin: bool,
+    /// `TTMESH_SHARE_CHUNKS` is not `0`.
+    pub share_chunks: bool,
     pub ccl_runner: CclRunner,
     pub sem_spin: u32,
     /// `TTMESH_MODEL`, when set.
@@ -243,6 +251,14 @@ impl Settings {
                 true
             }
         };
+        let share_chunks = match get("TTMESH_SHARE_CHUNKS").as_deref().map(str::trim) {
+            None | Some("1") | Some("") => true,
+            Some("0") => false,
+            Some(v) => {
+                bad("TTMESH_SHARE_CHUNKS", v, "0 or 1");
+                true
+            }
+        };
         let ccl_runner = match get("TTMESH_CCL_RUNNER").as_deref().map(str::trim) {
             None | Some("") => CclRunner::BySize,
             Some("together") => CclRunner::Together,
@@ -283,6 +299,7 @@ impl Settings {
             operation_timeout_from_env,
             monitor,
             pin,
+            share_chunks,
             ccl_runner,
             sem_spin,
             model: path("TTMESH_MODEL"),

@@ -102,6 +102,9 @@ impl DeviceMemory {
         page_size: u32,
         pages: impl Iterator<Item = (u32, u64)>,
     ) {
+        if !ttmesh_settings::settings().share_chunks {
+            return;
+        }
         let chunk = chunk_size(space);
         let page = u64::from(page_size);
         let mut pages: Vec<(u32, u64)> = pages.collect();
