@@ -199,7 +199,7 @@ impl Fabric {
         Self::build(spec, memories, None)
     }
 
-    /// A fabric some of whose chips another process holds (`remote`; see [`RemoteChips`]):
+    /// A fabric some of whose chips another process holds (`remote`; see [`RemoteChips`](crate::RemoteChips)):
     /// their `memories` are the transport's, which forward writes to that process.
     pub fn with_remote(
         spec: FabricSpec,
