@@ -4,10 +4,13 @@
 # its operations view: the page must name every operation (a frontend error shows there, not
 # in the API), and a screenshot goes to target/artifacts/ for people to look at.
 #
-#   bash scripts/ttnn-visualizer-check.sh [REPORT_FOLDER]
+#   bash scripts/ttnn-visualizer-check.sh [REPORT_FOLDER [PERFORMANCE_FOLDER]]
 #
-# Without REPORT_FOLDER it makes one: `ttmesh run --mesh n300 --graph` and `ttmesh report
-# import`. A registry that cannot be reached (pip, apt) is a WARNING and exit 0, as in
+# Without REPORT_FOLDER it makes one: `ttmesh run --mesh n300 --graph --profile` and `ttmesh
+# report import`; the run's profile folder is the performance report, opened in the same
+# instance (memory and per-op device time in one report), and a prediction's profile folder
+# (`plan decode --predict --profile`) is opened as a performance report of its own. The
+# performance API must give back every op of our ops report with its device time. A registry that cannot be reached (pip, apt) is a WARNING and exit 0, as in
 # scripts/fetch-model.sh; a visualizer that runs but cannot read our folder is exit 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,14 +21,21 @@ artifacts=target/artifacts
 mkdir -p "$artifacts"
 ttmesh=${TTMESH:-target/release/ttmesh}
 
+performance=
+predicted=
 if [ $# -ge 1 ]; then
   folder=$(cd "$1" && pwd)
+  if [ $# -ge 2 ]; then performance=$(cd "$2" && pwd); fi
   expect_op=${EXPECT_OP:-}
 else
   work=$(mktemp -d)
-  "$ttmesh" run --mesh n300 --iters 1 --graph "$work/graph" > /dev/null
+  "$ttmesh" run --mesh n300 --iters 1 --graph "$work/graph" --profile "$work/performance" > /dev/null
   "$ttmesh" report import "$work/graph/report.json" "$work/visualizer" --svg
   folder=$work/visualizer
+  performance=$work/performance
+  predicted=$work/predicted
+  "$ttmesh" plan decode --predict --mesh n300 --hidden 2048 --ffn 8192 --layers 16 --heads 32 \
+    --kv-heads 8 --vocab 128256 --context 129 --dtype bfp8_b --profile "$predicted" > /dev/null
   expect_op=${EXPECT_OP:-AllReduceAsyncDeviceOperation}
 fi
 
@@ -67,11 +77,57 @@ for _ in $(seq 120); do
 done
 curl -sf "$base/api/up" > /dev/null || { tail -n 40 "$log"; echo "ci: ttnn-visualizer did not start within 60 s"; exit 1; }
 
-# Open our folder as a local report, as `--profiler-path` would.
-instance=$(curl -sf -X POST -H 'Content-Type: application/json' \
-  -d "{\"profiler_path\": \"$folder\"}" "$base/api/instance/local-paths" \
-  | python3 -c 'import json,sys; print(json.load(sys.stdin)["instance_id"])') \
-  || { tail -n 40 "$log"; echo "ci: ttnn-visualizer refused to open $folder"; exit 1; }
+# Opens local report folders (JSON fields, as `--profiler-path` / `--performance-path` would)
+# and prints the instance id.
+open_instance() {
+  curl -sf -X POST -H 'Content-Type: application/json' -d "$1" "$base/api/instance/local-paths" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["instance_id"])' \
+    || { tail -n 40 "$log" >&2; echo "ci: ttnn-visualizer refused to open $1" >&2; exit 1; }
+}
+# The performance view's data for a performance folder opened in instance $1: the ops report
+# as tt-perf-report's table, the device log's zones and its arch line, every one HTTP 200, and
+# every op code of our ops report listed with a device time.
+check_performance() {
+  local instance=$1 dir=$2 what=$3 name code
+  for endpoint in performance/perf-results performance/perf-results/report performance/device-log \
+      performance/device-log/meta performance/device-log/zone/BRISC-KERNEL; do
+    name=$(echo "$endpoint" | tr / -)
+    code=$(curl -s -o "$artifacts/ttnn-visualizer-$what-$name.json" -w '%{http_code}' \
+      "$base/api/$endpoint?instanceId=$instance")
+    [ "$code" = 200 ] || { tail -n 40 "$log"; echo "ci: ttnn-visualizer's /api/$endpoint gave HTTP $code on $dir"; exit 1; }
+  done
+  python3 - "$dir" "$artifacts" "$what" <<'EOF'
+import csv, json, sys
+folder, artifacts, what = sys.argv[1:4]
+load = lambda name: json.load(open(f"{artifacts}/ttnn-visualizer-{what}-{name}.json"))
+ours = list(csv.DictReader(open(f"{folder}/ops_perf_results.csv")))
+report = load("performance-perf-results-report")["report"]
+meta = load("performance-device-log-meta")
+zones = load("performance-device-log-zone-BRISC-KERNEL")
+arch = ours[0]["DEVICE ARCH"]
+problems = []
+timed = {r["op_code"].split(" ")[0] for r in report if float(r.get("device_time") or 0) > 0}
+missing = sorted({r["OP CODE"] for r in ours} - timed)
+if missing:
+    problems.append(f"ops without a device time in the performance report: {missing}")
+if meta.get("architecture") != arch:
+    problems.append(f"device log arch {meta} against the ops report's {arch}")
+if not zones["rows"]:
+    problems.append("the device log has no BRISC-KERNEL zone")
+if problems:
+    sys.exit(f"ci: ttnn-visualizer read {folder} ({what}) wrongly:\n  " + "\n  ".join(problems))
+print(f"ttnn-visualizer performance view of the {what}: {len(report)} op rows with device times, "
+      f"{len({r['OP CODE'] for r in ours})} op codes, {meta['architecture']} at {meta['frequency']} MHz")
+EOF
+}
+
+# Open our folder as a local report, as `--profiler-path` would, with the run's performance
+# folder beside it when there is one.
+if [ -n "$performance" ]; then
+  instance=$(open_instance "{\"profiler_path\": \"$folder\", \"performance_path\": \"$performance\"}")
+else
+  instance=$(open_instance "{\"profiler_path\": \"$folder\"}")
+fi
 
 curl -sf "$base/api/operations?instanceId=$instance" > "$artifacts/ttnn-visualizer-operations.json" \
   || { tail -n 40 "$log"; echo "ci: ttnn-visualizer could not list our operations"; exit 1; }
@@ -114,6 +170,15 @@ print(f"ttnn-visualizer {len(got_ops)} operations ({with_inputs} with input tens
       f"{len(tensors)} tensors, {len(devices)} devices read back through its HTTP API")
 EOF
 
+# The same instance's performance view (memory and device time in one report), and a
+# prediction's profile as a performance report of its own.
+if [ -n "$performance" ]; then
+  check_performance "$instance" "$performance" run
+fi
+if [ -n "$predicted" ]; then
+  check_performance "$(open_instance "{\"performance_path\": \"$predicted\"}")" "$predicted" prediction
+fi
+
 # A picture of the operations view, for people (CI keeps target/artifacts/).
 if ! command -v chromium > /dev/null; then
   apt-get install -y -qq chromium > /dev/null 2>&1 || { apt-get update -qq > /dev/null 2>&1 && apt-get install -y -qq chromium > /dev/null 2>&1; } \
@@ -128,6 +193,17 @@ timeout 90 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-fi
   "$base/operations?instanceId=$instance" > /dev/null 2>&1 \
   || echo "ci: WARNING: chromium could not take the screenshot"
 [ -f "$artifacts/ttnn-visualizer-operations.png" ] && echo "screenshot: $artifacts/ttnn-visualizer-operations.png"
+# The performance view of the same report (memory and device time in one), for people.
+if [ -n "$performance" ]; then
+  rm -f "$artifacts/ttnn-visualizer-performance.png"
+  timeout 90 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+    --disable-background-networking --disable-component-update --disable-sync \
+    --user-data-dir="$profile" --window-size=1400,900 --virtual-time-budget=15000 \
+    --screenshot="$root/$artifacts/ttnn-visualizer-performance.png" \
+    "$base/performance?instanceId=$instance" > /dev/null 2>&1 \
+    || echo "ci: WARNING: chromium could not take the performance view's screenshot"
+  [ -f "$artifacts/ttnn-visualizer-performance.png" ] && echo "screenshot: $artifacts/ttnn-visualizer-performance.png"
+fi
 
 # The page itself, not only its API: the operations view as the browser rendered it must say
 # how many operations it shows and name every one of ours (a frontend that chokes on a field

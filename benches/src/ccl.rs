@@ -62,7 +62,7 @@ pub fn memcpy_bandwidth(bytes_per_thread: usize, rounds: usize) -> f64 {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Op {
+pub(crate) enum Op {
     AllReduce,
     AllGather,
     ReduceScatter,
@@ -98,7 +98,7 @@ struct Row {
 
 /// How many timed iterations: a count, or as many as fit a time budget (3 to 200).
 #[derive(Clone, Copy)]
-enum Iters {
+pub(crate) enum Iters {
     Exactly(usize),
     Within(Duration),
 }
@@ -115,15 +115,31 @@ fn time_collective(
 }
 
 /// Times one collective of a bf16 tile tensor of shape `full` per chip (all_gather's output,
-/// reduce_scatter's input).
+/// reduce_scatter's input) over all chips.
 fn time_collective_shaped(
     mesh: &MeshDevice,
     op: Op,
     full: &[usize],
     iters: Iters,
 ) -> Result<Duration, String> {
+    time_collective_along(mesh, op, full, None, iters)
+}
+
+/// [`time_collective_shaped`] along `cluster_axis` (TT-NN's: 0 columns, 1 rows, None all).
+pub(crate) fn time_collective_along(
+    mesh: &MeshDevice,
+    op: Op,
+    full: &[usize],
+    cluster_axis: Option<usize>,
+    iters: Iters,
+) -> Result<Duration, String> {
     let err = |e: ttmesh::MeshError| e.to_string();
-    let n = mesh.num_devices();
+    let s = mesh.shape();
+    let n = match cluster_axis {
+        Some(0) => s.rows,
+        Some(_) => s.cols,
+        None => mesh.num_devices(),
+    };
     let rows = full[2];
     let full = full.to_vec();
     let (in_shape, out_shape) = match op {
@@ -149,6 +165,7 @@ fn time_collective_shaped(
     );
     let out = MeshTensor::allocate(mesh, &out_spec).map_err(err)?;
     let args = CclArgs {
+        cluster_axis,
         output: Some(out.clone()),
         ..Default::default()
     };
@@ -215,7 +232,7 @@ pub fn time_one(op: &str, topology: &str, size: usize, iters: usize) -> Result<D
     t
 }
 
-fn open(topology: &str, fabric: FabricConfig) -> Result<MeshDevice, String> {
+pub(crate) fn open(topology: &str, fabric: FabricConfig) -> Result<MeshDevice, String> {
     MeshDevice::open(MeshConfig {
         topology: topology.into(),
         fabric_config: fabric,

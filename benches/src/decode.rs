@@ -2,7 +2,10 @@
 //! time, the host's time per token (writing the inputs and enqueueing: what trace removes), and
 //! the host f32 reference's step for the same model, batch and positions (the physical limit on
 //! this host). Tensor parallel on the T3K. Uses SmolLM2 when `scripts/fetch-model.sh` has
-//! fetched it, else the synthetic llama.
+//! fetched it, else the synthetic llama. Weights in bf16 and in bfp8_b (the width closest to
+//! llama.cpp's Q4 that the chip has). When `scripts/llama-cpp-setup.sh` has measured llama.cpp
+//! on the same model on this host, its tokens/s are printed beside ours (the host's real
+//! yardstick for an LLM step).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -11,6 +14,27 @@ use std::time::{Duration, Instant};
 use ttmesh::{DataType, MeshConfig, MeshDevice};
 use ttmesh_models::synthetic::{write_synthetic_llama, SyntheticConfig};
 use ttmesh_models::{DeviceDecodeConfig, DeviceLlama, HostReference, LlamaWeights, LoadOptions};
+
+/// The goals of the decode step, per mesh at batch 1: our traced tokens/s over llama.cpp's
+/// (at least), and our traced step over the host f32 reference's (at most).
+fn goals(mesh: &str) -> (f64, f64) {
+    if mesh == "n150" {
+        (0.5, 1.2)
+    } else {
+        (0.25, 2.0)
+    }
+}
+
+/// llama.cpp's figures on this host, from `target/llama-cpp-decode.json`
+/// (`scripts/llama-cpp-setup.sh`): (tokens/s, llama-cpp-python version).
+fn llama_cpp(root: &std::path::Path) -> Option<(f64, String)> {
+    let text = std::fs::read_to_string(root.join("target/llama-cpp-decode.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some((
+        v["tokens_per_s"].as_f64()?,
+        v["llama_cpp_python"].as_str()?.to_string(),
+    ))
+}
 
 fn median(mut v: Vec<Duration>) -> f64 {
     v.sort_unstable();
@@ -34,6 +58,7 @@ fn bench(quick: bool) -> Result<String, String> {
         ttmesh_models::real_model_path(&root)
     };
     let synthetic = std::env::temp_dir().join(format!("ttmesh-bench-{}.gguf", std::process::id()));
+    let is_real = real.is_some();
     let (path, name) = match real {
         Some(p) => (p, "SmolLM2-135M"),
         None => {
@@ -45,12 +70,33 @@ fn bench(quick: bool) -> Result<String, String> {
     let _ = std::fs::remove_file(&synthetic);
     let steps = if quick { 6 } else { 16 };
     let mut s = String::new();
-    let meshes: &[(&str, usize)] = if quick {
-        &[("n150", 1), ("t3k", 1)]
+    let yardstick = if is_real { llama_cpp(&root) } else { None };
+    match &yardstick {
+        Some((tps, version)) => {
+            let _ = writeln!(
+                s,
+                "llama.cpp (llama-cpp-python {version}, 2 threads) on this host, same model: {tps:.1} tokens/s at batch 1"
+            );
+        }
+        None if is_real => s.push_str(
+            "llama.cpp: not measured here (run scripts/llama-cpp-setup.sh to print it beside ours)\n",
+        ),
+        None => {}
+    }
+    let (bf16, bfp8) = (DataType::BFloat16, DataType::BFloat8B);
+    let runs: &[(&str, usize, DataType)] = if quick {
+        &[("n150", 1, bf16), ("t3k", 1, bf16)]
     } else {
-        &[("n150", 1), ("t3k", 1), ("n150", 32), ("t3k", 32)]
+        &[
+            ("n150", 1, bf16),
+            ("n150", 1, bfp8),
+            ("t3k", 1, bf16),
+            ("t3k", 1, bfp8),
+            ("n150", 32, bf16),
+            ("t3k", 32, bf16),
+        ]
     };
-    for &(mesh_name, batch) in meshes {
+    for &(mesh_name, batch, dtype) in runs {
         let mesh = MeshDevice::open(MeshConfig {
             topology: mesh_name.into(),
             trace_region_size: 64 << 20,
@@ -60,7 +106,7 @@ fn bench(quick: bool) -> Result<String, String> {
         let decode = DeviceDecodeConfig {
             batch,
             max_positions: steps + 1,
-            dtype: DataType::BFloat16,
+            dtype,
         };
         let mut model = DeviceLlama::new(&mesh, &weights, decode).map_err(|x| e(&x))?;
         let split = model.parallel().describe();
@@ -94,15 +140,24 @@ fn bench(quick: bool) -> Result<String, String> {
             v.push(t.elapsed());
         }
         let host_ms = median(v);
+        let (llama_goal, reference_goal) = goals(mesh_name);
+        let traced_tps = batch as f64 * 1e3 / traced.max(1e-9);
         let _ = writeln!(
             s,
-            "{name} bf16 on {mesh_name}, batch {batch} ({split}):\n  step untraced {untraced:.2} ms, traced {traced:.2} ms ({:.2}x); emulated tokens/s untraced {:.1}, traced {:.1}\n  host time per token untraced {untraced_host:.3} ms, traced {traced_host:.3} ms: trace removes {:.0}x (goal >= 50x)\n  host f32 reference step {host_ms:.2} ms: emulated traced / reference = {:.2}x (goal <= 3x)",
+            "{name} weights {} on {mesh_name}, batch {batch} ({split}):\n  step untraced {untraced:.2} ms, traced {traced:.2} ms ({:.2}x); emulated tokens/s untraced {:.1}, traced {traced_tps:.1}\n  host time per token untraced {untraced_host:.3} ms, traced {traced_host:.3} ms: trace removes {:.0}x (goal >= 50x)\n  host f32 reference step {host_ms:.2} ms: emulated traced / reference = {:.2}x (goal <= {reference_goal}x)",
+            dtype.as_str().to_lowercase(),
             untraced / traced.max(1e-9),
             batch as f64 * 1e3 / untraced.max(1e-9),
-            batch as f64 * 1e3 / traced.max(1e-9),
             untraced_host / traced_host.max(1e-9),
             traced / host_ms.max(1e-9)
         );
+        if let (Some((tps, _)), 1) = (&yardstick, batch) {
+            let _ = writeln!(
+                s,
+                "  llama.cpp {tps:.1} tokens/s: ours / llama.cpp = {:.2} (goal >= {llama_goal})",
+                traced_tps / tps
+            );
+        }
     }
     if quick {
         s.push_str("(quick: synthetic model, few steps; figures are only indicative)\n");

@@ -17,6 +17,7 @@ pub mod ccl;
 pub mod chip;
 pub mod decode;
 pub mod fabric;
+pub mod fabric2d;
 pub mod monitor;
 pub mod predict;
 pub mod profile;

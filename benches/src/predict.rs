@@ -16,7 +16,7 @@ use ttmesh::{
 };
 use ttmesh_models::{DeviceDecodeConfig, DeviceLlama, LlamaConfig, ModelError};
 use ttmesh_profile::recorder::{Command, HostEvent};
-use ttmesh_profile::{predict, Calibration, DeviceModel, Recorder, TokenPrediction};
+use ttmesh_profile::{predict, Calibration, DeviceModel, Recorder, Timeline, TokenPrediction};
 
 /// What placing and capturing a decode step found.
 pub struct CapturedDecode {
@@ -39,7 +39,7 @@ pub fn capture_decode(
     let recorder = Recorder::new();
     recorder.attach(mesh.chips());
     let captured = model.capture_decode_trace();
-    Recorder::detach(mesh.chips());
+    recorder.detach(mesh.chips());
     let id = captured?;
     mesh.execute_trace(id, CqId(0), false)
         .map_err(|e| ModelError::Device {
@@ -57,6 +57,10 @@ pub fn capture_decode(
 #[derive(Clone, Debug)]
 pub struct DecodePrediction {
     pub token: TokenPrediction,
+    /// The steady-state token modeled on every chip (what `--profile` would write for it).
+    pub timeline: Timeline,
+    /// The constants it was modeled with.
+    pub cal: Calibration,
     pub batch: usize,
     pub prompt_len: usize,
     pub ttft_ns: Option<f64>,
@@ -80,14 +84,37 @@ impl DecodePrediction {
         batch: usize,
         prompt_len: usize,
     ) -> Option<DecodePrediction> {
-        let model = DeviceModel::new(cal);
-        let token = predict::traced_token(&captured.events, &model)?;
+        let model = DeviceModel::new(cal.clone());
+        let (token, timeline) = predict::traced(&captured.events, &model)?;
         Some(DecodePrediction {
             token,
+            timeline,
+            cal,
             batch,
             prompt_len,
             ttft_ns: predict::prefill_ns(&captured.events, &model, prompt_len),
         })
+    }
+
+    /// Writes the predicted token as a profile folder (`ops_perf_results.csv` in tt-metal's
+    /// columns, the Perfetto trace, ...), as `run --profile` writes a run's; returns the files.
+    pub fn write_profile(
+        &self,
+        dir: &std::path::Path,
+        arch: &ttmesh::ArchSpec,
+    ) -> Result<Vec<std::path::PathBuf>, String> {
+        ttmesh_profile::check_dir(dir).map_err(|e| e.to_string())?;
+        let summary = ttmesh_profile::Summary::of(&self.timeline, 0);
+        let model = DeviceModel::new(self.cal.clone());
+        ttmesh_profile::write_reports(
+            dir,
+            &self.timeline,
+            &summary,
+            Some(&self.token),
+            &model,
+            arch,
+        )
+        .map_err(|e| e.to_string())
     }
 
     pub fn tokens_per_s(&self) -> f64 {
@@ -302,6 +329,11 @@ pub const MODELS_README: &str = "models/README.md (LLMs table, Nov 3 2025)";
 pub const TT_TRANSFORMERS_PERF: &str = "models/tt_transformers/PERF.md (performance config)";
 pub const CCL_SUMMARY: &str = "tech_reports/CCLs/results/SUMMARY_wormhole_b0_bfloat16_6144.md";
 
+/// The weight formats of the published figures: tt_transformers' "performance" configuration,
+/// the MLP weights in bfp4_b and the attention weights in bfp8_b (`DeviceDecodeConfig`'s
+/// BFLOAT4_B).
+pub const PUBLISHED_DTYPE: DataType = DataType::BFloat4B;
+
 /// One published decode figure.
 #[derive(Clone, Copy, Debug)]
 pub struct LlmRow {
@@ -494,7 +526,7 @@ pub fn predict_ccl(row: &CclRow) -> Result<f64, String> {
         let tid = mesh.begin_trace_capture(CqId(0))?;
         let ran = run();
         let ended = mesh.end_trace_capture(tid, CqId(0));
-        Recorder::detach(mesh.chips());
+        recorder.detach(mesh.chips());
         ran?;
         ended?;
         events = recorder.events();
@@ -593,7 +625,7 @@ pub fn run(quick: bool) -> String {
             let decode = DeviceDecodeConfig {
                 batch: row.batch,
                 max_positions: 128 + 1,
-                dtype: DataType::BFloat8B,
+                dtype: PUBLISHED_DTYPE,
             };
             capture_on(row.mesh, &row.model.config(131072), decode)
         })
@@ -610,7 +642,7 @@ pub fn run(quick: bool) -> String {
     let default_extra = Calibration::for_arch(&ttmesh::ArchSpec::wormhole_b0()).predict_op_extra_ns;
     let _ = writeln!(
         s,
-        "LLM decode, tokens/s/user: published (tt-metal) vs predicted (bfp8_b weights, traced device time, prompt 128)"
+        "LLM decode, tokens/s/user: published (tt-metal) vs predicted (bfp4_b MLP and bfp8_b attention weights, traced device time, prompt 128)"
     );
     let _ = writeln!(
         s,

@@ -72,7 +72,7 @@ fn bench(quick: bool) -> Result<String, String> {
         }
         mesh.synchronize_device().map_err(e)?;
         if on {
-            Recorder::detach(mesh.chips());
+            recorder.detach(mesh.chips());
         }
     }
     let events = recorder.events();
@@ -115,7 +115,7 @@ pub fn modeled_collective_ns(
     let recorder = Recorder::new();
     recorder.attach(mesh.chips());
     let ran = run();
-    Recorder::detach(mesh.chips());
+    recorder.detach(mesh.chips());
     ran?;
     let model = DeviceModel::new(Calibration::for_arch(mesh.arch()));
     let t = timeline::build(&recorder.events(), &model, HostModel::Cpp);

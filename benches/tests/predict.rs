@@ -2,10 +2,10 @@
 //! shipped constant is the fitted one; a held-out row and a calibration CCL row stay within
 //! their published figures' margins; the table prints every published row.
 
-use ttmesh::{ArchSpec, DataType};
+use ttmesh::ArchSpec;
 use ttmesh_benches::predict::{
-    capture_on, fit_op_extra, predict_ccl, published, published_ccl, DecodePrediction,
-    CALIBRATION_ROW, LLAMA_3_2_1B,
+    capture_on, fit_op_extra, predict_ccl, published, published_ccl, CclRow, DecodePrediction,
+    CALIBRATION_ROW, LLAMA_3_2_1B, PUBLISHED_DTYPE,
 };
 use ttmesh_models::DeviceDecodeConfig;
 use ttmesh_profile::Calibration;
@@ -14,7 +14,7 @@ fn decode(batch: usize) -> DeviceDecodeConfig {
     DeviceDecodeConfig {
         batch,
         max_positions: 129,
-        dtype: DataType::BFloat8B,
+        dtype: PUBLISHED_DTYPE,
     }
 }
 
@@ -64,6 +64,32 @@ fn ccl_calibration_row_and_held_out_shape() {
             .map(|r| predict_ccl(r).unwrap())
             .collect();
         assert!(times.windows(2).all(|w| w[0] <= w[1]), "{op}: {times:?}");
+    }
+}
+
+#[test]
+fn a_ring_sends_both_ways_and_an_all_reduce_is_a_reduce_scatter_then_an_all_gather() {
+    let row = |op, ring, chips, size| CclRow {
+        op,
+        chips,
+        ring,
+        size,
+        us: 0.0,
+    };
+    // 64 MiB on 8 chips is link-bound: a ring's busiest direction carries half a line's
+    // bytes, with the same start-up and steps.
+    let line = predict_ccl(&row("all_gather", false, 8, 64 << 20)).unwrap();
+    let ring = predict_ccl(&row("all_gather", true, 8, 64 << 20)).unwrap();
+    assert!((0.45..0.55).contains(&(ring / line)), "{ring} vs {line}");
+    // Two phases: the start-ups, steps and bytes of both (packet rounding aside).
+    for size in [32768, 1 << 20] {
+        let all_reduce = predict_ccl(&row("all_reduce", false, 4, size)).unwrap();
+        let parts = predict_ccl(&row("reduce_scatter", false, 4, size)).unwrap()
+            + predict_ccl(&row("all_gather", false, 4, size)).unwrap();
+        assert!(
+            (all_reduce / parts - 1.0).abs() < 0.02,
+            "{size}: {all_reduce} vs {parts}"
+        );
     }
 }
 

@@ -2,7 +2,7 @@
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// Which benchmark: chip, trace, fabric, ccl, monitor, decode, profile, predict, mesh-monitor, or all; and ranks (not in all: run it under mpirun).
+    /// Which benchmark: chip, trace, fabric, ccl, fabric2d, monitor, decode, profile, predict, mesh-monitor, or all; and ranks (not in all: run it under mpirun).
     #[arg(default_value = "all")]
     pub which: String,
     /// Short runs (CI smoke test).
@@ -31,6 +31,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     section("trace", &|| ttmesh_benches::chip::trace_bench(q));
     section("fabric", &|| ttmesh_benches::fabric::run(q));
     section("ccl", &|| ttmesh_benches::ccl::run(q));
+    section("fabric2d", &|| ttmesh_benches::fabric2d::run(q));
     section("monitor", &|| ttmesh_benches::monitor::publish_cost(q));
     section("decode", &|| ttmesh_benches::decode::run(q));
     section("profile", &|| ttmesh_benches::profile::run(q));
@@ -40,7 +41,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     });
     if !ran {
         return Err(format!(
-            "unknown benchmark '{}': use chip, trace, fabric, ccl, monitor, decode, profile, predict, mesh-monitor, all or ranks",
+            "unknown benchmark '{}': use chip, trace, fabric, ccl, fabric2d, monitor, decode, profile, predict, mesh-monitor, all or ranks",
             args.which
         ));
     }

@@ -46,6 +46,7 @@ pub struct DecodeArgs {
     pub batch: usize,
     /// bf16 or f32: weights, KV cache and activations on the device. bfp8_b: the projection
     /// weights and LM head in bfp8_b, the rest (embedding, norms, KV cache, activations) in bf16.
+    /// bfp4_b: the MLP weights in bfp4_b, attention weights and LM head in bfp8_b.
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
     /// Enqueue the decode step's ops one by one instead of replaying a captured trace.
@@ -76,7 +77,8 @@ pub(crate) fn parse_dtype(s: &str) -> Result<DataType, String> {
         "bf16" => Ok(DataType::BFloat16),
         "f32" => Ok(DataType::Float32),
         "bfp8_b" => Ok(DataType::BFloat8B),
-        other => Err(format!("--dtype {other}: use bf16, f32 or bfp8_b")),
+        "bfp4_b" => Ok(DataType::BFloat4B),
+        other => Err(format!("--dtype {other}: use bf16, f32, bfp8_b or bfp4_b")),
     }
 }
 
@@ -118,6 +120,14 @@ fn ms(d: Duration) -> f64 {
 
 fn mib(b: u64) -> f64 {
     b as f64 / (1 << 20) as f64
+}
+
+/// The process's peak resident set so far (Linux's VmHWM), None where the system has none.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Steps of one mode: wall time of each step and the host's share of it.
@@ -468,16 +478,18 @@ impl Report<'_> {
                     "dram_allocated": r.dram_allocated, "dram_capacity": r.dram_capacity,
                     "l1_allocated": r.l1_allocated, "trace_allocated": r.trace_allocated,
                     "trace_region_size": r.trace_region_size, "trace_replays": r.trace_replays,
+                    "host_bytes": r.host_bytes,
                 })
             })
             .collect();
         json!({
             "model": self.model_name, "mesh": self.args.on.mesh, "chips": self.mesh.num_devices(),
-            "fabric": self.args.on.fabric,
+            "fabric": self.args.on.fabric_name(),
             "parallel": {
                 "degree": p.degree, "cluster_axis": p.cluster_axis, "replicas": p.replicas,
                 "query_heads_per_chip": p.local_heads(), "kv_heads_per_chip": p.local_kv_heads(),
                 "lm_head": format!("{:?}", p.lm_head).to_lowercase(),
+                "both_axes": p.both_axes, "ffn_size": p.ffn_size, "ffn_padding": p.ffn_padding,
             },
             "dtype": self.args.dtype, "batch": self.args.batch, "traced": self.traced(),
             "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated.len(),
@@ -493,6 +505,7 @@ impl Report<'_> {
             "weights_bytes_per_chip": self.model.dram_bytes_per_chip().0,
             "kv_cache_bytes_per_chip": self.model.dram_bytes_per_chip().1,
             "per_chip": chips,
+            "host_peak_rss_bytes": peak_rss_bytes(),
         })
     }
 
@@ -503,7 +516,7 @@ impl Report<'_> {
             self.model_name,
             a.on.mesh,
             self.mesh.num_devices(),
-            a.on.fabric,
+            a.on.fabric_name(),
             a.dtype,
             a.batch
         );
@@ -541,8 +554,13 @@ impl Report<'_> {
         }
         let (all_reduces, all_gathers) = self.model.collectives_per_step();
         if all_reduces + all_gathers > 0 {
+            let phases = if self.model.parallel().both_axes {
+                " (each over the whole mesh: along columns then rows, the gather rows then columns)"
+            } else {
+                ""
+            };
             println!(
-                "collectives per token: {all_reduces} all_reduce + {all_gathers} all_gather; fabric wire bytes per token {}",
+                "collectives per token: {all_reduces} all_reduce + {all_gathers} all_gather{phases}; fabric wire bytes per token {}",
                 self.wire_bytes_per_token
                     .map_or("n/a".into(), |b| format!("{:.2} MiB (measured on the links)", b / (1 << 20) as f64))
             );
@@ -554,20 +572,33 @@ impl Report<'_> {
             mib(cache)
         );
         println!(
-            "{:>5} {:>7} {:>12} {:>10} {:>12} {:>8}",
-            "chip", "coord", "DRAM", "L1", "TRACE", "replays"
+            "{:>5} {:>7} {:>12} {:>10} {:>12} {:>8} {:>12}",
+            "chip", "coord", "DRAM", "L1", "TRACE", "replays", "host"
         );
-        for r in &self.mesh.reports() {
+        let reports = self.mesh.reports();
+        for r in &reports {
             println!(
-                "{:>5} {:>7} {:>8.2} MiB {:>6.2} MiB {:>8.2} MiB {:>8}",
+                "{:>5} {:>7} {:>8.2} MiB {:>6.2} MiB {:>8.2} MiB {:>8} {:>8.2} MiB",
                 r.id,
                 format!("({},{})", r.coord.row, r.coord.col),
                 mib(r.dram_allocated),
                 mib(r.l1_allocated),
                 mib(r.trace_allocated),
-                r.trace_replays
+                r.trace_replays,
+                mib(r.host_bytes)
             );
         }
+        let device: u64 = reports
+            .iter()
+            .map(|r| r.dram_allocated + r.l1_allocated)
+            .sum();
+        let host: u64 = reports.iter().map(|r| r.host_bytes).sum();
+        println!(
+            "chip memory on the host: {:.2} MiB for {:.2} MiB allocated on the devices (equal chunks stored once); process peak RSS {}",
+            mib(host),
+            mib(device),
+            peak_rss_bytes().map_or("n/a".into(), |b| format!("{:.2} MiB", mib(b)))
+        );
         if let Some(r) = self.mesh.last_replay() {
             println!("replay skew between chips (last step): {:.1} us", r.skew_us);
         }

@@ -78,6 +78,8 @@ fn exit_quietly_on_closed_stdout() {
 
 fn main() -> ExitCode {
     exit_quietly_on_closed_stdout();
+    // Before any thread starts (see the function's docs).
+    ttmesh::cap_malloc_arenas();
     let cli = Cli::parse();
     // Under `mpirun` a build without MPI would open the whole mesh once per rank, each
     // believing it alone: refuse before any chip opens.

@@ -5,12 +5,14 @@ use ttmesh::{FabricConfig, MeshConfig};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct MeshArgs {
-    /// n150, n300, t3k, galaxy, p150, p300, line-N, ring-N, or a topology TOML file.
+    /// n150, n300, t3k, galaxy, p150, p300, line-N, ring-N, mesh-RxC, torus-RxC, a topology
+    /// TOML file, or a tt-metal mesh graph descriptor (.textproto).
     #[arg(long, default_value = "t3k")]
     pub mesh: String,
-    /// The fabric the collectives run on: 1d or 1d-ring (tt-metal's names, such as
-    /// FABRIC_1D_RING, work too).
-    #[arg(long, default_value = "1d")]
+    /// The fabric the collectives run on: 1d, 1d-ring, 2d, 2d-torus-x/-y/-xy (tt-metal's names,
+    /// such as FABRIC_1D_RING, work too); auto: what a mesh graph descriptor's dim types imply,
+    /// else 1d.
+    #[arg(long, default_value = "auto")]
     pub fabric: String,
     /// Print one JSON object instead of text and tables.
     #[arg(long)]
@@ -22,9 +24,22 @@ pub struct MeshArgs {
 }
 
 impl MeshArgs {
-    /// `--fabric` as the library names it (`FabricConfig::from_name`, the one parser).
+    /// `--fabric` as the library names it (`FabricConfig::from_name`, the one parser); `auto`
+    /// is what the `--mesh` descriptor implies (`MeshConfig::described`).
     pub fn fabric_config(&self) -> Result<FabricConfig, String> {
+        if self.fabric.trim().eq_ignore_ascii_case("auto") {
+            return MeshConfig::described(&self.mesh)
+                .map(|c| c.fabric_config)
+                .map_err(|e| format!("--mesh {}: {e}", self.mesh));
+        }
         FabricConfig::from_name(&self.fabric).map_err(|e| format!("--fabric {}: {e}", self.fabric))
+    }
+
+    /// The fabric's short name (`1d`, `2d`, ...) with `auto` resolved, for reports.
+    pub fn fabric_name(&self) -> String {
+        self.fabric_config()
+            .map(|c| c.short_name().to_string())
+            .unwrap_or_else(|_| self.fabric.clone())
     }
 
     /// An error from opening the mesh, naming the two flags it came from (the library refuses

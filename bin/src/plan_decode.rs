@@ -63,6 +63,8 @@ pub struct DecodePlanArgs {
     pub context: Option<usize>,
     /// bf16 or f32: weights, KV cache and activations on the device. bfp8_b: the projection
     /// weights and LM head in bfp8_b, the rest (embedding, norms, KV cache, activations) in bf16.
+    /// bfp4_b: tt-metal's performance configuration, the MLP weights in bfp4_b, attention
+    /// weights and LM head in bfp8_b, the rest in bf16.
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
     /// Also predict the hardware's speed: modeled device time per traced token, tokens/s/user
@@ -73,20 +75,14 @@ pub struct DecodePlanArgs {
     /// length when shorter).
     #[arg(long)]
     pub prompt_len: Option<usize>,
+    /// With --predict: write the predicted token's modeled device profile here, the files
+    /// `run --profile` writes (ops_perf_results.csv for tt-perf-report, trace.json, ...).
+    #[arg(long, value_name = "DIR", requires = "predict")]
+    pub profile: Option<PathBuf>,
 }
 
 /// Ops listed in the predicted breakdown.
 const TOP_OPS: usize = 12;
-
-/// The dtype, refusing block-float formats the emulated chip lacks by name.
-fn plan_dtype(s: &str) -> Result<ttmesh::DataType, String> {
-    match s {
-        "bfp4_b" | "bfloat4_b" => Err(format!(
-            "--dtype {s}: ttmesh's chips have no bfp4_b data type (Wormhole and Blackhole hardware do, and tt-metal's published LLM figures use it for the MLP weights); plan and predict with bfp8_b, the nearest format ttmesh has"
-        )),
-        other => crate::decode::parse_dtype(other),
-    }
-}
 
 /// The model to plan and where its shapes came from.
 fn model_config(args: &DecodePlanArgs) -> Result<(LlamaConfig, String), String> {
@@ -162,7 +158,10 @@ struct Placed {
 }
 
 pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
-    let dtype = plan_dtype(&args.dtype)?;
+    let dtype = crate::decode::parse_dtype(&args.dtype)?;
+    if let Some(dir) = &args.profile {
+        ttmesh_profile::check_dir(dir).map_err(|e| format!("--profile: {e}"))?;
+    }
     if args.batch == 0 || args.batch > MAX_BATCH {
         return Err(format!(
             "--batch {}: decode 1 to {MAX_BATCH} users per step",
@@ -193,6 +192,7 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
     let mut placed = None;
     let mut failure = None;
     let mut predicted = None;
+    let mut arch = None;
     let plan = graph::plan(&mesh_config, |mesh| {
         let shape = mesh.shape();
         // As `ttmesh decode` does: the step once untraced (compiles), captured, replayed.
@@ -201,6 +201,7 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
                 if args.predict {
                     predicted =
                         DecodePrediction::of(&captured, mesh.arch(), args.batch, prompt_len);
+                    arch = Some(mesh.arch().clone());
                 }
                 placed = Some(Placed {
                     shape,
@@ -211,9 +212,10 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
             }
             Err(e) => {
                 let detail = e.to_string();
+                let fabric = mesh.fabric_config();
                 let needed =
-                    DeviceLlama::dram_bytes_needed(&config, decode, shape.rows, shape.cols);
-                let split = TensorParallel::plan(&config, shape.rows, shape.cols);
+                    DeviceLlama::dram_bytes_needed(&config, decode, shape.rows, shape.cols, fabric);
+                let split = TensorParallel::plan_for(&config, shape.rows, shape.cols, fabric);
                 if let (ModelError::DoesNotFit { .. }, Ok(dram), Ok(split)) = (&e, needed, split) {
                     placed = Some(Placed {
                         shape,
@@ -230,6 +232,12 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
         }
     })
     .map_err(|e| format!("--mesh {}: {e}", args.on.mesh))?;
+    let mut profile_files = Vec::new();
+    if let (Some(dir), Some(p), Some(arch)) = (&args.profile, &predicted, &arch) {
+        profile_files = p
+            .write_profile(dir, arch)
+            .map_err(|e| format!("--profile: {e}"))?;
+    }
     let mut report = Report {
         args,
         config: &config,
@@ -239,6 +247,7 @@ pub fn run(args: &DecodePlanArgs) -> Result<(), String> {
         placed,
         does_not_fit: None,
         predicted,
+        profile_files,
     };
     if let Some(ModelError::DoesNotFit { tensor, .. }) = &failure {
         report.mark_dram_short(tensor);
@@ -274,6 +283,8 @@ struct Report<'a> {
     does_not_fit: Option<String>,
     /// With --predict, once the step was captured.
     predicted: Option<DecodePrediction>,
+    /// With --profile: the predicted profile's files.
+    profile_files: Vec<PathBuf>,
 }
 
 impl Report<'_> {
@@ -310,7 +321,7 @@ impl Report<'_> {
         let c = self.config;
         json!({
             "mesh": self.args.on.mesh,
-            "fabric": self.args.on.fabric,
+            "fabric": self.args.on.fabric_name(),
             "model": {
                 "source": self.source,
                 "hidden": c.hidden_size, "ffn": c.ffn_size, "layers": c.block_count,
@@ -329,6 +340,7 @@ impl Report<'_> {
             "does_not_fit": self.does_not_fit,
             "error": self.plan.error,
             "predict": self.predicted.as_ref().map(|p| p.to_json(TOP_OPS)),
+            "profile_files": self.profile_files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
         })
     }
 
@@ -361,6 +373,9 @@ impl Report<'_> {
         }
         if let Some(p) = &self.predicted {
             print!("{}", p.describe(TOP_OPS));
+        }
+        for f in &self.profile_files {
+            println!("  wrote {}", f.display());
         }
     }
 }

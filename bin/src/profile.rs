@@ -9,7 +9,9 @@ use ttmesh_profile::{HostModel, ProfileOutput, Profiler};
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ProfileArgs {
     /// Write a modeled device profile here: ops_perf_results.csv (tt-metal's columns, for
-    /// tt-perf-report), trace.json (Perfetto), timeline.svg, calibration.toml, summary.json.
+    /// tt-perf-report) and profile_log_device.csv (with it, a performance report
+    /// ttnn-visualizer opens), trace.json (Perfetto), timeline.svg, calibration.toml,
+    /// summary.json.
     #[arg(long, value_name = "DIR")]
     pub profile: Option<PathBuf>,
     /// The device-time model's constants (TOML; a profile folder's calibration.toml is a template).
@@ -63,6 +65,9 @@ pub fn finish(
 /// The summary and the files written, as JSON.
 pub fn to_json(out: &ProfileOutput) -> serde_json::Value {
     let mut v = out.summary.to_json();
+    if let Some(p) = &out.predicted {
+        v["predicted"] = p.to_json(ttmesh_profile::predict::TOP_OPS);
+    }
     v["files"] = out
         .files
         .iter()
@@ -75,6 +80,9 @@ pub fn to_json(out: &ProfileOutput) -> serde_json::Value {
 /// The summary and the files written, for a person.
 pub fn print(out: &ProfileOutput) {
     print!("{}", out.summary);
+    if let Some(p) = &out.predicted {
+        print!("{}", p.describe(5));
+    }
     for f in &out.files {
         println!("  wrote {}", f.display());
     }

@@ -13,7 +13,9 @@ use ttmesh_stress::{
 #[derive(clap::Args, Debug, Clone)]
 pub struct StressArgs {
     /// Comma list of n300, t3k-line, t3k-ring, galaxy-rows, galaxy-cols, galaxy-2d, line-N,
-    /// ring-N, topology TOML files; or all.
+    /// ring-N, mesh-RxC (FABRIC_2D), torus-RxC (its torus), topology TOML files, mesh graph
+    /// descriptors (.textproto, the fabric their dim types imply), any of them as NAME@FABRIC
+    /// (e.g. galaxy@2d, torus-4x4@2d-torus-x); or all.
     #[arg(long, default_value = "all")]
     pub topology: String,
     /// Comma list of all_gather, reduce_scatter, all_reduce, send; or all.

@@ -69,6 +69,19 @@ fn run_json_on_galaxy() {
     check_report(&v, "galaxy", [4, 8], 3);
 }
 
+/// A tt-metal mesh graph descriptor opens the grid it describes, with the fabric its
+/// dim types imply when `--fabric` is not given.
+#[test]
+fn run_json_on_a_mesh_graph_descriptor() {
+    let path = format!(
+        "{}/../topologies/tests/data/galaxy_torus_xy.textproto",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let v = run_json(&["run", "--json", "--mesh", &path, "--iters", "2"]);
+    check_report(&v, "galaxy_torus_xy", [8, 4], 2);
+    assert_eq!(v["mesh"]["fabric"], "FABRIC_2D_TORUS_XY");
+}
+
 #[test]
 fn run_without_trace_is_still_checked() {
     let out = ttmesh(&["run", "--mesh", "n300", "--no-trace", "--iters", "2"]);

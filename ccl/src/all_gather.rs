@@ -12,10 +12,11 @@ use ttmesh_chip::ChipError;
 use ttmesh_fabric::Fabric;
 
 use crate::collective::{Call, Plan};
-use crate::kernels::execute::{piece_count, sized, Side, Step};
+use crate::kernels::execute::{Side, Step};
 use crate::kernels::pages::{
     fused_io, page_split, read_pages, with_work, write_pages, PageSplit, Placement,
 };
+use crate::kernels::work::{piece_count, sized};
 use crate::kernels::{from_wire, split_dims, to_wire, wire_bytes, CollectiveKind, Run};
 use crate::{CclConfig, CclLine, LockstepAlloc, Result, Topology};
 

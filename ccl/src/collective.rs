@@ -106,14 +106,12 @@ pub fn resolve_topology(
     fabric: &Fabric,
     cfg: &CclConfig,
 ) -> Result<Topology> {
-    let ring_ok = line.is_ring
-        && line.chips.len() > 2
-        && fabric.config() == ttmesh_fabric::FabricConfig::Fabric1DRing;
+    let ring_ok = line.is_ring && line.chips.len() > 2 && fabric_closes_ring(fabric, line);
     match cfg.topology {
         Some(Topology::Ring) if !ring_ok => Err(invalid(
             op,
             format!(
-                "Topology::Ring needs a ring of 3 or more chips and FabricConfig::Fabric1DRing (line {:?} is_ring={}, fabric {:?}); use Topology::Linear or open the mesh with Fabric1DRing",
+                "Topology::Ring needs a ring of 3 or more chips and a fabric that closes it: FabricConfig::Fabric1DRing, or a 2D torus config wrapping the line's axis (line {:?} is_ring={}, fabric {:?}); use Topology::Linear or open the mesh with a config that closes the ring",
                 line.chips,
                 line.is_ring,
                 fabric.config()
@@ -122,6 +120,19 @@ pub fn resolve_topology(
         Some(t) => Ok(t),
         None => Ok(if ring_ok { Topology::Ring } else { Topology::Linear }),
     }
+}
+
+/// Whether the fabric carries the line's closing hop (last chip to first) over one link: a
+/// 1D ring config, or a 2D torus whose wrap links close this row or column.
+fn fabric_closes_ring(fabric: &Fabric, line: &CclLine) -> bool {
+    let config = fabric.config();
+    if config == ttmesh_fabric::FabricConfig::Fabric1DRing {
+        return true;
+    }
+    let (Some(&first), Some(&last)) = (line.chips.first(), line.chips.last()) else {
+        return false;
+    };
+    config.is_2d() && fabric.route(last, first).is_ok_and(|r| r.hops == 1)
 }
 
 fn check_inputs(
@@ -137,6 +148,15 @@ fn check_inputs(
                 "{} inputs for a line of {} chips; pass one tensor per chip",
                 inputs.len(),
                 line.chips.len()
+            ),
+        ));
+    }
+    if let Some(&chip) = line.chips.iter().find(|&&c| c >= crate::MAX_CHIP_ID) {
+        return Err(invalid(
+            op,
+            format!(
+                "chip {chip} is beyond the {} chips a collective's semaphores number; run it on a mesh of fewer chips",
+                crate::MAX_CHIP_ID
             ),
         ));
     }

@@ -11,7 +11,8 @@ use ttmesh_chip::ChipError;
 use ttmesh_fabric::{Fabric, FabricError};
 
 use chip_io::{Local, StepError};
-use execute::{Endpoint, Step, Work};
+use execute::{Endpoint, Step};
+use work::Work;
 
 use crate::schedule::{self, meeting, own_thread, Runner};
 use crate::{CclLine, Topology};
@@ -22,11 +23,28 @@ pub(crate) mod execute;
 mod into;
 mod onward;
 pub(crate) mod pages;
+mod slots;
 pub(crate) mod step;
+pub(crate) mod work;
 
 /// Semaphore ids the collectives use on every chip (fabric semaphore tables are per chip).
-pub const SEM_READY_FROM_LEFT: u32 = 0x1000;
-pub const SEM_READY_FROM_RIGHT: u32 = 0x1001;
+///
+/// "Ready" increments are kept apart per neighbour chip and side: `SEM_READY_BASE + 2 *
+/// neighbour + side` (side 0: the neighbour is on the left, 1: on the right). A chip sits on a
+/// row and a column at once, and a neighbour on one axis may already have entered the next
+/// collective of its own line; sharing one "ready from the right" count between lines let a
+/// column neighbour's early increment pass for the row neighbour's, so a chip wrote into a
+/// row neighbour still reading its previous collective (a whole-mesh collective's phases,
+/// traced, lost blocks this way).
+pub const SEM_READY_BASE: u32 = 0x1000;
+/// Chip ids below this keep their ready semaphores below `SEM_SLOT_BASE`.
+pub const MAX_CHIP_ID: u32 = (SEM_SLOT_BASE - SEM_READY_BASE) / 2;
+
+/// The semaphore `neighbour` raises on a chip when it enters a collective, `neighbour_on_right`
+/// saying which side of that chip it is on.
+pub fn ready_semaphore(neighbour: u32, neighbour_on_right: bool) -> u32 {
+    SEM_READY_BASE + 2 * neighbour + u32::from(neighbour_on_right)
+}
 /// Slot `s` of the scratch buffer is guarded by semaphore `SEM_SLOT_BASE + s`.
 pub const SEM_SLOT_BASE: u32 = 0x2000;
 /// When a large ring's slots share memory on the chips' own threads, semaphore
@@ -297,22 +315,24 @@ impl<'a> Run<'a> {
         };
         // Who writes into me: the left neighbour if it writes right, the right one if it writes left.
         let ring = self.k.topology == Topology::Ring;
+        let me = self.ep.me;
         if let Some(l) = self.ep.left {
-            inc(l, SEM_READY_FROM_RIGHT)?;
+            // I am on my left neighbour's right.
+            inc(l, ready_semaphore(me, true))?;
         }
         if let (Some(r), false) = (self.ep.right, ring) {
-            inc(r, SEM_READY_FROM_LEFT)?;
+            inc(r, ready_semaphore(me, false))?;
         }
         let wait = |sem: u32| {
             self.fabric
-                .wait_semaphore_spinning(self.ep.me, sem, 1, self.timeout, self.ep.spins)
+                .wait_semaphore_spinning(me, sem, 1, self.timeout, self.ep.spins)
                 .map_err(|e| self.fail(e))
         };
-        if writes_right && self.ep.right.is_some() {
-            wait(SEM_READY_FROM_RIGHT)?;
+        if let (true, Some(r)) = (writes_right, self.ep.right) {
+            wait(ready_semaphore(r, true))?;
         }
-        if writes_left && self.ep.left.is_some() {
-            wait(SEM_READY_FROM_LEFT)?;
+        if let (true, Some(l)) = (writes_left, self.ep.left) {
+            wait(ready_semaphore(l, false))?;
         }
         Ok(())
     }
@@ -388,19 +408,30 @@ impl CollectiveKernel {
 
     fn model_cost(&self) -> KernelCost {
         let n = self.line.chips.len() as f64;
-        let bytes = match self.kind {
-            CollectiveKind::AllGather { .. } => {
-                self.output.volume() as f64 * wire_bytes(self.input.dtype) as f64 * (n - 1.0) / n
-            }
-            CollectiveKind::ReduceScatter { .. } => {
-                self.input.volume() as f64 * wire_bytes(self.input.dtype) as f64 * (n - 1.0) / n
-            }
-            CollectiveKind::AllReduce => {
+        let share = (n - 1.0) / n;
+        let (bytes, phases) = match self.kind {
+            CollectiveKind::AllGather { .. } => (
+                self.output.volume() as f64 * wire_bytes(self.input.dtype) as f64 * share,
+                1,
+            ),
+            CollectiveKind::ReduceScatter { .. } => (
+                self.input.volume() as f64 * wire_bytes(self.input.dtype) as f64 * share,
+                1,
+            ),
+            // A reduce_scatter of the input, then an all_gather of the reduced parts.
+            CollectiveKind::AllReduce => (
                 self.input.volume() as f64
                     * (wire_bytes(self.input.dtype) + wire_bytes(self.output.dtype)) as f64
-                    * (n - 1.0)
-                    / n
-            }
+                    * share,
+                2,
+            ),
+        };
+        // On a ring the hardware sends both ways around, each half of the data: the busiest
+        // link direction carries half of a line's bytes.
+        let directions = if self.topology == Topology::Ring {
+            2.0
+        } else {
+            1.0
         };
         let participants = self
             .line
@@ -409,13 +440,14 @@ impl CollectiveKernel {
             .filter(|&&c| c < 64)
             .fold(0u64, |m, &c| m | 1 << c);
         KernelCost {
-            fabric_bytes: bytes,
+            fabric_bytes: bytes / directions,
             dram_bytes: (self.input.buffer_size() + self.output.buffer_size()) as f64,
             collective: Some(CollectiveCost {
                 participants,
                 chips: n as u32,
-                steps: (n as u32).saturating_sub(1),
+                steps: phases * (n as u32).saturating_sub(1),
                 links: self.num_links.max(1) as u32,
+                phases,
             }),
             ..Default::default()
         }

@@ -83,7 +83,7 @@ pub use all_reduce::all_reduce;
 pub use collective::resolve_topology;
 pub use reduce_scatter::reduce_scatter;
 
-pub use kernels::{CollectiveKind, SEM_READY_FROM_LEFT, SEM_READY_FROM_RIGHT, SEM_SLOT_BASE};
+pub use kernels::{ready_semaphore, CollectiveKind, MAX_CHIP_ID, SEM_READY_BASE, SEM_SLOT_BASE};
 pub use schedule::{set_step_runner, StepRunner};
 
 #[derive(Debug, thiserror::Error)]

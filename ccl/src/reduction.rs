@@ -6,8 +6,9 @@ use ttmesh_chip::program::Launched;
 use ttmesh_chip::tensor::DataType;
 use ttmesh_chip::ChipError;
 
-use crate::kernels::execute::{Side, Step, Work};
+use crate::kernels::execute::{Side, Step};
 use crate::kernels::step::neighbour_pos;
+use crate::kernels::work::Work;
 use crate::kernels::Run;
 use crate::Topology;
 

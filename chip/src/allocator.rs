@@ -9,17 +9,18 @@ mod bank_manager;
 mod events;
 
 pub use bank_manager::{round_up, AllocDirection, AllocatedBlock, BankManager, BlockRow};
-pub use events::{
-    AllocatorEvent, AllocatorEventKind, AllocatorListener, UsageCounters, UsageSnapshot,
-};
+pub use events::{AllocatorEvent, AllocatorEventKind, UsageCounters, UsageSnapshot};
 
 use std::fmt;
 use std::sync::Arc;
+/// Physical memory of a chip (or its host): the one vocabulary the chip and the fabric share.
+pub use ttmesh_noc::MemSpace;
 
 use crate::arch::{
     ArchSpec, BANK_SHARE_ALIGNMENT, L1_SMALL_GRANULARITY, TRACE_REGION_BANK_GRANULARITY,
 };
 use crate::error::{ChipError, Result};
+use crate::observe::ChipObserver;
 
 /// tt-metal's buffer types, with its numbering.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -70,14 +71,6 @@ impl fmt::Display for BufferType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// Physical memory of a chip (or its host).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MemSpace {
-    Dram,
-    L1,
-    Host,
 }
 
 /// Sizes a user chooses when opening a device (tt-metal's device parameters).
@@ -234,7 +227,8 @@ pub struct Allocator {
     next_id: u64,
     /// Bumped on every allocate and free: lets a trace skip its sanitizer when nothing moved.
     generation: u64,
-    listeners: Vec<Arc<dyn AllocatorListener>>,
+    /// Told of every event (the chip's observers and its usage counters).
+    observers: Vec<Arc<dyn ChipObserver>>,
 }
 
 impl Allocator {
@@ -312,7 +306,7 @@ impl Allocator {
             managers,
             next_id: 1,
             generation: 0,
-            listeners: Vec::new(),
+            observers: Vec::new(),
         })
     }
 
@@ -352,8 +346,14 @@ impl Allocator {
         self.managers[t as usize].alignment()
     }
 
-    pub fn add_listener(&mut self, listener: Arc<dyn AllocatorListener>) {
-        self.listeners.push(listener);
+    /// Tells `observer` of every allocator event from now on (`ChipObserver::allocator_event`).
+    pub fn add_observer(&mut self, observer: Arc<dyn ChipObserver>) {
+        self.observers.push(observer);
+    }
+
+    /// Stops telling `observer` (the `Arc` given to `add_observer`).
+    pub fn remove_observer(&mut self, observer: &Arc<dyn ChipObserver>) {
+        self.observers.retain(|o| !Arc::ptr_eq(o, observer));
     }
 
     /// Per-bank bytes a request needs, as tt-metal computes it.
@@ -475,17 +475,14 @@ impl Allocator {
     }
 
     fn publish(&self, kind: AllocatorEventKind, a: &Allocation) {
-        let observed = crate::observe::active();
-        if self.listeners.is_empty() && !observed {
+        if self.observers.is_empty() && !crate::observe::active() {
             return;
         }
         let event = AllocatorEvent::from_allocation(kind, a);
-        for l in &self.listeners {
-            l.on_event(&event);
+        for o in &self.observers {
+            o.allocator_event(&event);
         }
-        if observed {
-            crate::observe::allocator_event(&event);
-        }
+        crate::observe::process_wide(|o| o.allocator_event(&event));
     }
 
     pub fn statistics(&self, t: BufferType) -> Statistics {

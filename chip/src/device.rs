@@ -3,7 +3,6 @@
 
 mod discards;
 mod events;
-mod observer;
 mod queue;
 mod ring;
 mod trace;
@@ -11,7 +10,6 @@ mod transfer;
 mod validate;
 
 pub use events::Event;
-pub use observer::CommandObserver;
 pub use queue::{default_operation_timeout, CqId};
 pub use trace::{trace_digest, trace_page_size, TraceId, TraceInfo, TraceStats};
 pub use transfer::PendingRead;
@@ -25,8 +23,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::allocator::{
-    Allocation, AllocationRequest, Allocator, AllocatorConfig, AllocatorListener, BufferType,
-    Statistics, UsageCounters,
+    Allocation, AllocationRequest, Allocator, AllocatorConfig, BufferType, Statistics,
+    UsageCounters,
 };
 use crate::arch::ArchSpec;
 use crate::command::{space_code, Encoder, Opcode};
@@ -143,21 +141,17 @@ pub(crate) struct ChipShared {
     pub(crate) sanitizer: AtomicBool,
     /// Whether replays check their trace's digest (`ChipConfig::trace_digest`).
     pub(crate) trace_digest: AtomicBool,
-    /// Told of every record a dispatcher refuses (see [`Chip::on_refused_record`]).
-    refusal_listener: Mutex<Option<RefusalListener>>,
-    observer: observer::ObserverSlot,
+    /// This chip's observers (`observe.rs`: `Chip::add_observer`).
+    pub(crate) observers: crate::observe::Observers,
 }
 
-/// Called on a dispatcher thread with the error of a record it refused.
-pub type RefusalListener = Arc<dyn Fn(&ChipError) + Send + Sync>;
-
 impl ChipShared {
-    /// Tells the listener, if any, that a record was refused (its error names it).
+    /// Tells the observers that a dispatcher refused a record (its error names it).
     pub(crate) fn refused(&self, e: &ChipError) {
-        let listener = self.refusal_listener.lock().clone();
-        if let Some(f) = listener {
-            f(e);
-        }
+        self.observers
+            .each(crate::observe::Interests::REFUSALS, |o| {
+                o.record_refused(self.id, e)
+            });
     }
 
     pub(crate) fn record_launch(&self, elapsed: Duration) {
@@ -235,7 +229,7 @@ impl Chip {
         alloc_cfg.worker_l1_size = config.worker_l1_size;
         let mut allocator = Allocator::new(config.id, alloc_cfg.clone())?;
         let usage = Arc::new(UsageCounters::default());
-        allocator.add_listener(usage.clone());
+        allocator.add_observer(usage.clone());
         let memory = DeviceMemory::new(
             config.id,
             arch.num_dram_banks,
@@ -263,8 +257,7 @@ impl Chip {
             kernel_ns: AtomicU64::new(0),
             sanitizer: AtomicBool::new(config.replay_sanitizer),
             trace_digest: AtomicBool::new(config.trace_digest),
-            refusal_listener: Mutex::new(None),
-            observer: Default::default(),
+            observers: Default::default(),
         });
         let mut queues = Vec::new();
         for cq in 0..config.num_command_queues {
@@ -288,13 +281,6 @@ impl Chip {
         self.shared.id
     }
 
-    /// Calls `listener` on the dispatcher thread whenever a queue refuses a record (a damaged
-    /// trace, a kernel's panic), as it happens rather than at the next finish: a mesh uses it
-    /// to stop the fabric at once, so the other chips' collectives do not wait for this chip
-    /// until their timeouts. It must not block. Replaces any earlier listener.
-    pub fn on_refused_record(&self, listener: RefusalListener) {
-        *self.shared.refusal_listener.lock() = Some(listener);
-    }
     pub fn arch(&self) -> &ArchSpec {
         &self.shared.config.arch
     }
@@ -362,10 +348,6 @@ impl Chip {
     }
 
     // ---- allocation ----
-
-    pub fn add_allocator_listener(&self, l: Arc<dyn AllocatorListener>) {
-        self.shared.allocator.lock().add_listener(l);
-    }
 
     pub fn allocate(&self, req: &AllocationRequest) -> Result<Allocation> {
         self.check_open()?;
@@ -485,9 +467,7 @@ impl Chip {
             if let Some(c) = cap.as_mut() {
                 c.append(&bytes, &refs());
                 drop(cap);
-                self.shared
-                    .observer
-                    .with(|o| o.submitted(self, cq, &bytes, true));
+                self.observe_submission(cq, &bytes, true);
                 crate::command::spare::give_back(bytes);
                 return Ok(());
             }
@@ -495,9 +475,7 @@ impl Chip {
         if self.sends_nothing() {
             return Ok(());
         }
-        self.shared
-            .observer
-            .with(|o| o.submitted(self, cq, &bytes, false));
+        self.observe_submission(cq, &bytes, false);
         match how {
             Submit::Wake => q.ring.push(bytes, true),
             Submit::Quiet => q.ring.push(bytes, false),
@@ -625,8 +603,10 @@ impl Chip {
         self.forbid_capture(cq, "Event Synchronization")?;
         let q = self.queue(cq)?;
         self.shared
-            .observer
-            .with(|o| o.host_waits(self.shared.id, cq));
+            .observers
+            .each(crate::observe::Interests::HOST_WAITS, |o| {
+                o.host_waits(self.shared.id, cq)
+            });
         let state = &self.shared.cq_states[cq.0 as usize];
         // An idle queue has run everything: no event round trip (two thread wake-ups, which
         // a mesh would pay chip after chip). Frees queued on a sleeping dispatcher (they never

@@ -1,4 +1,5 @@
-//! Data formats of one emulated Tenstorrent chip: tile geometry, bfloat16 and bfloat8_b.
+//! Data formats of one emulated Tenstorrent chip: tile geometry, bfloat16, bfloat8_b and
+//! bfloat4_b.
 //!
 //! Everything here is pure host arithmetic on slices: it knows nothing of device memory,
 //! buffers or pages. The chip stores tensors in these layouts and converts at its edges.
@@ -6,6 +7,7 @@
 //! - [`tilize`] / [`untilize`]: logical row-major <-> TILE layout (32x32 tiles of four 16x16 faces).
 //! - [`round_bf16`], [`f32_to_bf16_bits`], [`bf16_bits_to_f32`]: bfloat16 storage.
 //! - [`pack_bfp8_tile`], [`unpack_bfp8_tile`], [`quantize_bfp8`]: bfloat8_b block floating point.
+//! - [`pack_bfp4_tile`], [`unpack_bfp4_tile`], [`quantize_bfp4`]: bfloat4_b, its 4-bit sibling.
 //! - [`widen_bf16`], [`add_f32`], [`sum_bf16`], ...: whole-slice conversions and sums
 //!   (AVX-512 or AVX2 where the host has it; the bf16 sums rounded by AVX-512 BF16's own
 //!   conversion where it has that, with the same bits).
@@ -84,10 +86,15 @@ pub(crate) fn at_every_simd_level(mut f: impl FnMut(u8)) {
 }
 
 mod bf16_native;
+mod bfp4;
 mod bfp8;
 mod slices;
 mod tile;
 
+pub use bfp4::{
+    pack_bfp4_tile, pack_bfp4_tiles, quantize_bfp4, unpack_bfp4_block, unpack_bfp4_tile,
+    unpack_bfp4_tiles, BFP4_EXPONENT_BYTES, BFP4_TILE_BYTES,
+};
 pub use bfp8::{
     pack_bfp8_tile, pack_bfp8_tiles, quantize_bfp8, unpack_bfp8_block, unpack_bfp8_tile,
     unpack_bfp8_tiles, BFP8_EXPONENT_BYTES, BFP8_TILE_BYTES,

@@ -7,6 +7,7 @@
 
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -16,11 +17,14 @@ use crate::error::{ChipError, LiveTraceWrite, Result};
 mod held_bank;
 mod held_reads;
 mod resident;
+mod shared;
 mod trace_guard;
 pub use held_bank::HeldBank;
 pub(crate) use held_reads::prefetch_lines;
 pub use held_reads::HeldReads;
 use resident::Resident;
+pub use shared::cap_malloc_arenas;
+use shared::SharedBytes;
 
 /// Chunk granularity of the sparse store in `space`: large enough that a page copy rarely
 /// spans two chunks, small enough that small buffers do not pin much host memory. A DRAM
@@ -116,7 +120,7 @@ impl Bank {
         f: &mut impl FnMut(usize, &[u8]),
     ) {
         match self.chunks.get(&chunk) {
-            Some(c) => hand_valid(&c.data[..c.valid], (off, in_chunk, n), f),
+            Some(c) => hand_valid(c.valid_bytes(), (off, in_chunk, n), f),
             None => f(off, &ZEROS[..n]),
         }
     }
@@ -156,11 +160,50 @@ fn in_bank(
 /// a chunk reused from the pool is not zeroed up front, only the gaps a write skips over, so
 /// memory written front to back (every large transfer) is never cleared first.
 struct Chunk {
-    data: Box<[u8]>,
+    data: ChunkData,
     valid: usize,
 }
 
+/// A chunk's bytes: this chip's own, or one host copy shared with every chunk of the same
+/// contents (`shared.rs`), copied on the first write.
+enum ChunkData {
+    Own(Box<[u8]>),
+    Shared(Arc<SharedBytes>),
+}
+
 impl Chunk {
+    fn own(data: Box<[u8]>, valid: usize) -> Chunk {
+        Chunk {
+            data: ChunkData::Own(data),
+            valid,
+        }
+    }
+
+    /// Every byte of the buffer (those past `valid` read as zero).
+    fn all(&self) -> &[u8] {
+        match &self.data {
+            ChunkData::Own(b) => b,
+            ChunkData::Shared(s) => s.bytes(),
+        }
+    }
+
+    /// The buffer to write into: a shared chunk becomes this chip's own first (copied, unless
+    /// no other chunk holds it any more).
+    fn all_mut(&mut self) -> &mut [u8] {
+        if let ChunkData::Shared(s) = &self.data {
+            self.data = ChunkData::Own(SharedBytes::unshare(s.clone()));
+        }
+        match &mut self.data {
+            ChunkData::Own(b) => b,
+            ChunkData::Shared(_) => unreachable!("made its own just above"),
+        }
+    }
+
+    /// The valid bytes.
+    fn valid_bytes(&self) -> &[u8] {
+        &self.all()[..self.valid]
+    }
+
     /// Copies `src` in at `at`, zeroing any gap between the valid bytes and `at` first.
     fn write(&mut self, at: usize, src: &[u8]) {
         self.fill(at, src.len()).copy_from_slice(src);
@@ -174,11 +217,13 @@ impl Chunk {
     /// The `len` bytes at `at` for a writer that overwrites all of them, zeroing any gap
     /// between the valid bytes and `at` first.
     fn fill(&mut self, at: usize, len: usize) -> &mut [u8] {
-        if at > self.valid {
-            self.data[self.valid..at].fill(0);
+        let valid = self.valid;
+        self.valid = valid.max(at + len);
+        let data = self.all_mut();
+        if at > valid {
+            data[valid..at].fill(0);
         }
-        self.valid = self.valid.max(at + len);
-        &mut self.data[at..at + len]
+        &mut data[at..at + len]
     }
 
     /// `fill`, with the chunk's other bytes to read beside them: (every byte before `at`,
@@ -186,7 +231,7 @@ impl Chunk {
     fn fill_beside(&mut self, at: usize, len: usize) -> (&[u8], &mut [u8], &[u8]) {
         self.fill(at, len);
         let after_valid = self.valid - (at + len);
-        let (before, rest) = self.data.split_at_mut(at);
+        let (before, rest) = self.all_mut().split_at_mut(at);
         let (bytes, after) = rest.split_at_mut(len);
         (before, bytes, &after[..after_valid])
     }
@@ -194,13 +239,22 @@ impl Chunk {
     /// Copies the bytes at `at` out (zeros past `valid`).
     fn read(&self, at: usize, out: &mut [u8]) {
         let have = self.valid.saturating_sub(at).min(out.len());
-        out[..have].copy_from_slice(&self.data[at..at + have]);
+        out[..have].copy_from_slice(&self.all()[at..at + have]);
         out[have..].fill(0);
     }
 
     /// The bytes at `at..at + len` in place, if they are all valid.
     fn bytes(&self, at: usize, len: usize) -> Option<&[u8]> {
-        (at + len <= self.valid).then(|| &self.data[at..at + len])
+        (at + len <= self.valid).then(|| &self.all()[at..at + len])
+    }
+
+    /// This chunk's part of the host memory it uses: all of its own buffer, or an equal share
+    /// of a buffer held by several chunks.
+    fn host_bytes(&self) -> u64 {
+        match &self.data {
+            ChunkData::Own(b) => b.len() as u64,
+            ChunkData::Shared(s) => s.bytes().len() as u64 / Arc::strong_count(s) as u64,
+        }
     }
 }
 
@@ -411,11 +465,11 @@ impl DeviceMemory {
     /// freshly allocated (zeroed by the allocator, so all of it is valid).
     fn new_chunk(&self, space: MemSpace) -> Chunk {
         match self.pool(space).lock().pop() {
-            Some(data) => Chunk { data, valid: 0 },
-            None => Chunk {
-                data: vec![0u8; chunk_size(space) as usize].into_boxed_slice(),
-                valid: chunk_size(space) as usize,
-            },
+            Some(data) => Chunk::own(data, 0),
+            None => Chunk::own(
+                vec![0u8; chunk_size(space) as usize].into_boxed_slice(),
+                chunk_size(space) as usize,
+            ),
         }
     }
 
@@ -425,9 +479,13 @@ impl DeviceMemory {
 
     fn recycle(&self, space: MemSpace, bank: u32, chunk: u64, c: Chunk) {
         self.resident.add(space, bank, chunk, -1);
+        // A shared buffer is not this chip's to reuse: dropping the chunk drops its share.
+        let ChunkData::Own(data) = c.data else {
+            return;
+        };
         let mut pool = self.pool(space).lock();
         if (pool.len() as u64) < POOL_BYTES / chunk_size(space) {
-            pool.push(c.data);
+            pool.push(data);
         }
     }
 

@@ -48,10 +48,13 @@ pub struct CollectiveCost {
     pub participants: u64,
     /// Chips on the line or ring.
     pub chips: u32,
-    /// Sequential steps that each pay one hop's latency (n-1 on a ring or a line).
+    /// Sequential steps that each pay one hop's latency (n-1 per phase on a ring or a line).
     pub steps: u32,
     /// Parallel ethernet links the op spreads its packets over.
     pub links: u32,
+    /// Collectives run back to back, each with its own start-up: 1, or 2 for an all_reduce
+    /// (a reduce_scatter, then an all_gather, as tt-metal runs it).
+    pub phases: u32,
 }
 
 pub trait Kernel: Send + Sync {

@@ -6,9 +6,10 @@ use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use ttmesh_chip::allocator::{
-    AllocationRequest, Allocator, AllocatorConfig, AllocatorEvent, AllocatorEventKind,
-    AllocatorListener, Placement, UsageCounters,
+    AllocationRequest, Allocator, AllocatorConfig, AllocatorEvent, AllocatorEventKind, Placement,
+    UsageCounters,
 };
+use ttmesh_chip::observe::ChipObserver;
 use ttmesh_chip::tensor::{CoreRange, ShardSpec, TensorMemoryLayout};
 use ttmesh_chip::{
     ArchSpec, BufferType, Chip, ChipConfig, ChipError, DataType, Layout, MemoryConfig, Tensor,
@@ -425,8 +426,8 @@ fn l1_small_is_sharded_only_and_double_free_is_an_error() {
 #[derive(Default)]
 struct Recorder(Mutex<Vec<AllocatorEvent>>);
 
-impl AllocatorListener for Recorder {
-    fn on_event(&self, e: &AllocatorEvent) {
+impl ChipObserver for Recorder {
+    fn allocator_event(&self, e: &AllocatorEvent) {
         self.0.lock().unwrap().push(e.clone());
     }
 }
@@ -510,8 +511,8 @@ proptest! {
         let mut a = allocator(trace, l1_small);
         let counters = Arc::new(UsageCounters::default());
         let recorder = Arc::new(Recorder::default());
-        a.add_listener(counters.clone());
-        a.add_listener(recorder.clone());
+        a.add_observer(counters.clone());
+        a.add_observer(recorder.clone());
         let trace_bank = if trace == 0 { 0 } else { round_up(trace.div_ceil(12), 8192) };
         let small = round_up(l1_small, 1024);
         let ranges = |t: BufferType| match t {

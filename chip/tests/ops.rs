@@ -40,7 +40,12 @@ fn decode_shaped_matmul_matches_reference() {
     .iter()
     .enumerate()
     {
-        for dtype in [DataType::Float32, DataType::BFloat16, DataType::BFloat8B] {
+        for dtype in [
+            DataType::Float32,
+            DataType::BFloat16,
+            DataType::BFloat8B,
+            DataType::BFloat4B,
+        ] {
             let seed = i as u64 * 31 + dtype as u64;
             let (a, av) = upload(
                 &chip,
@@ -195,7 +200,7 @@ proptest! {
                 let want: Vec<f32> = av.iter().map(|&x| ttmesh_chip::format::round_bf16(x)).collect();
                 prop_assert_eq!(got, want);
             }
-            DataType::BFloat8B => check_stored(&got, &av, &shape, to, 0.0, 0.0).map_err(TestCaseError::fail)?,
+            DataType::BFloat8B | DataType::BFloat4B => check_stored(&got, &av, &shape, to, 0.0, 0.0).map_err(TestCaseError::fail)?,
         }
     }
 }

@@ -4,10 +4,12 @@
 use crate::channel::{Channel, Wake};
 use crate::config::*;
 use crate::inner::{Hop, Inner, LineRt};
+use crate::memory::ChipMemory;
 use crate::route::Routing;
 use crate::router::{Router, Turn};
 use crate::sender::FabricSender;
 use crate::FabricError;
+use crate::NocAddr;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 

@@ -4,10 +4,12 @@
 
 mod losses;
 use crate::channel::{Channel, DoneBatch, Slot, SlotCount, Tracker, Wake, SPIN_TRIES, YIELD_TRIES};
-use crate::config::{ChipMemory, FabricSpec, Fault, NocAddr};
+use crate::config::{FabricSpec, Fault};
+use crate::memory::ChipMemory;
 use crate::packet::{self, Header, Kind, VOID_HEADER};
 use crate::route::{Path, Routing};
 use crate::FabricError;
+use crate::NocAddr;
 pub(crate) use losses::LinkLoss;
 use losses::{LossKey, Losses};
 use parking_lot::{Condvar, Mutex, MutexGuard};

@@ -3,9 +3,11 @@
 //! link statistics, fault injection and modeled link time.
 //!
 //! Owns: routers, channels, packets, `FabricConfig`, per-chip semaphore tables, link stats
-//! and faults. Must not touch: chips, topologies or meshes. It depends on no other ttmesh
-//! crate; the mesh crate hands it a `FabricSpec` (links and axis lines) and one
-//! `Arc<dyn ChipMemory>` per chip, and kernels use `FabricSender`s.
+//! and faults. Must not touch: chips, topologies or meshes. Of ttmesh it depends only on the
+//! address vocabulary it shares with the chip (`ttmesh-noc`: `MemSpace`, `NocAddr`); the mesh
+//! crate hands it a `FabricSpec` (links and axis lines) and one `Arc<dyn ChipMemory>` per
+//! chip, the one seam through which it reaches a chip's memory (its contract: `memory.rs`),
+//! and kernels use `FabricSender`s.
 //!
 //! # Design
 //!
@@ -72,10 +74,12 @@
 //! as packets, so statistics, order, faults and write errors are exactly those of
 //! `write_and_inc` with the same bytes (`tests/computed.rs` compares the two on each path).
 //! `copy_and_inc` sends bytes of the sending chip's own memory (a gather passing on its
-//! output). Delivered directly, they go from memory to memory in one pass
-//! (`ChipMemory::copy_from`: the destination's bank locked per chunk, the source's read lock
-//! only tried, so two chips copying to each other never wait on each other); on every other
-//! path they are read into a staging buffer and travel as packets, as above.
+//! output). Delivered directly, they go from memory to memory in one pass when the
+//! destination's memory can reach the source chip's (`ChipMemory::copy_from`, naming the
+//! source by chip id: the destination's bank locked per chunk, the source's read lock only
+//! tried, so two chips copying to each other never wait on each other), else through a
+//! buffer; on every other path they are read into a staging buffer and travel as packets,
+//! as above.
 //!
 //! **Threads.** One router thread per chip, line and direction that has an inbound hop. It
 //! drains all inbound channels of that hop (links x VCs) and, per the route's 2 bits for this
@@ -161,6 +165,7 @@ mod config;
 mod error;
 mod fabric;
 mod inner;
+mod memory;
 pub mod packet;
 mod payload;
 mod remote;
@@ -170,11 +175,13 @@ mod sender;
 pub mod testing;
 
 pub use config::{
-    copy_through_buffer, AxisLine, ChipMemory, ComputedFill, Dir, EthLink, FabricConfig,
-    FabricSpec, Fault, HeldMemory, LineDir, LinkDirection, LinkParams, LinkStats, MemSpace,
-    MeshGrid, NocAddr, RouteInfo,
+    AxisLine, Dir, EthLink, FabricConfig, FabricSpec, Fault, LineDir, LinkDirection, LinkParams,
+    LinkStats, MeshGrid, RouteInfo,
 };
 pub use error::{FabricError, MemoryError};
 pub use fabric::Fabric;
+pub use memory::{ChipMemory, ComputedFill, HeldMemory};
 pub use remote::RemoteChips;
 pub use sender::FabricSender;
+/// Addresses on a chip: the vocabulary the fabric shares with the chip (`ttmesh-noc`).
+pub use ttmesh_noc::{MemSpace, NocAddr};

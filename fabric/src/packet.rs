@@ -6,7 +6,8 @@
 //!         and shifts them out before forwarding (01 forward, 10 write, 11 write+forward);
 //!         on a 2D fabric `00` then a direction (2 bits) turns onto the crossing line
 //!         (see `route/mesh2d.rs`)
-//!  4      kind (low 3 bits) | memory space (bit 4: 1 = L1) | sealed (bit 5: checksum set)
+//!  4      kind (low 3 bits) | memory space (bit 4: L1, bit 3: host, neither: DRAM)
+//!         | sealed (bit 5: checksum set)
 //!  5      link index the sender asked for (each hop uses link % links between the pair)
 //!  6..8   source chip
 //!  8..10  bank
@@ -22,7 +23,7 @@
 //! seals it, and the far end verifies it. On links that cannot corrupt, sealing and
 //! verifying would only re-read every payload, so neither happens there.
 
-use crate::config::{MemSpace, NocAddr};
+use crate::{MemSpace, NocAddr};
 
 pub const HEADER_BYTES: usize = 32;
 pub const MAX_HOPS: u32 = 16;
@@ -79,12 +80,7 @@ impl Header {
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut h = [0u8; HEADER_BYTES];
         h[0..4].copy_from_slice(&self.route.to_le_bytes());
-        let space = if self.addr.space == MemSpace::L1 {
-            0x10
-        } else {
-            0
-        };
-        h[4] = self.kind as u8 | space;
+        h[4] = self.kind as u8 | space_bits(self.addr.space);
         h[5] = self.link;
         h[6..8].copy_from_slice(&self.src.to_le_bytes());
         h[8..10].copy_from_slice(&(self.addr.bank as u16).to_le_bytes());
@@ -107,11 +103,7 @@ impl Header {
             link: h[5],
             src: u16::from_le_bytes([h[6], h[7]]),
             addr: NocAddr {
-                space: if h[4] & 0x10 != 0 {
-                    MemSpace::L1
-                } else {
-                    MemSpace::Dram
-                },
+                space: space_from_bits(h[4])?,
                 bank: u16::from_le_bytes([h[8], h[9]]) as u32,
                 addr: u64::from_le_bytes(a),
             },
@@ -120,6 +112,24 @@ impl Header {
             arg0: u32::from_le_bytes([h[20], h[21], h[22], h[23]]),
             arg1: u32::from_le_bytes([h[24], h[25], h[26], h[27]]),
         })
+    }
+}
+
+/// The memory space in bits 3 and 4 of the kind byte (bit 5 is the seal).
+fn space_bits(space: MemSpace) -> u8 {
+    match space {
+        MemSpace::Dram => 0,
+        MemSpace::L1 => 0x10,
+        MemSpace::Host => 0x08,
+    }
+}
+
+fn space_from_bits(b: u8) -> Option<MemSpace> {
+    match b & 0x18 {
+        0 => Some(MemSpace::Dram),
+        0x10 => Some(MemSpace::L1),
+        0x08 => Some(MemSpace::Host),
+        _ => None,
     }
 }
 

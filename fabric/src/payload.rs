@@ -4,10 +4,11 @@
 //! nothing itself: `sender` decides which path a message takes.
 
 use crate::channel::{Channel, Tracker};
-use crate::config::{ChipMemory, NocAddr};
 use crate::inner::Inner;
+use crate::memory::{ChipMemory, ComputedFill};
 use crate::packet;
 use crate::FabricError;
+use crate::NocAddr;
 use std::sync::Arc;
 
 type Result<T> = std::result::Result<T, FabricError>;
@@ -35,7 +36,7 @@ pub(crate) struct Copied<'a> {
 /// instead.
 pub(crate) struct Computed<'a> {
     pub len: usize,
-    pub fill: &'a mut crate::config::ComputedFill<'a>,
+    pub fill: &'a mut ComputedFill<'a>,
     pub staging: &'a mut Vec<u8>,
 }
 

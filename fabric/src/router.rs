@@ -8,10 +8,10 @@
 //! therefore progresses on its own, which the ring's dateline needs.
 
 use crate::channel::{Channel, DoneBatch, Tracker, Wake, SPIN_TRIES, YIELD_TRIES};
-use crate::config::NocAddr;
 use crate::inner::{dir_index, Ctx, Hop, Inner, LinkLoss};
 use crate::packet::{self, Header, Kind};
 use crate::route::{self, Next};
+use crate::NocAddr;
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;

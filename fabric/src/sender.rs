@@ -3,12 +3,14 @@
 //! increment, so the increment lands after all the data on the same path.
 
 use crate::channel::{Channel, DoneBatch, ExtRef, Tracker};
-use crate::config::{ChipMemory, ComputedFill, Dir, FabricConfig, LineDir, NocAddr};
+use crate::config::{Dir, FabricConfig, LineDir};
 use crate::inner::{Ctx, Inner, LinkLoss};
+use crate::memory::{self, ChipMemory, ComputedFill};
 use crate::packet::{self, Header, Kind};
 use crate::payload::{Computed, Copied, Payload, RefGuard};
 use crate::route::Path;
 use crate::FabricError;
+use crate::NocAddr;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
 use std::thread;
@@ -645,7 +647,9 @@ impl FabricSender {
                     (_, Payload::Computed(c)) if c.len == 0 => Ok(()),
                     (_, Payload::Computed(c)) => mem.write_trying(addr, c.len, &mut *c.fill),
                     (_, Payload::Copied(c)) if c.len == 0 => Ok(()),
-                    (_, Payload::Copied(c)) => mem.copy_from(addr, c.mem, c.from, c.len),
+                    (_, Payload::Copied(c)) => {
+                        memory::copy_between(mem, addr, (c.chip, c.mem), c.from, c.len)
+                    }
                 };
                 let delivered = inner.deliver_message(dst, write, sem);
                 Some(match delivered {

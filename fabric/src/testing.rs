@@ -1,7 +1,8 @@
 //! A simple `ChipMemory` for tests and benchmarks: one growable byte vector per
 //! (space, bank), so only written ranges cost host memory.
 
-use crate::config::{ChipMemory, MemSpace, NocAddr};
+use crate::ChipMemory;
+use crate::{MemSpace, NocAddr};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};

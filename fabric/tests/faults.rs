@@ -195,13 +195,21 @@ fn a_link_going_down_mid_stream_ends_the_send_not_the_process() {
 
 #[test]
 fn a_stuck_receiver_times_out_with_the_link_named() {
-    // A write that takes long is the one way a channel stays full.
+    // A write that takes long is the one way a channel stays full. It lasts until the test
+    // releases it: a fixed sleep could end, on a loaded host, before the send even began.
     #[derive(Default)]
-    struct Slow(std::sync::atomic::AtomicBool);
+    struct Slow {
+        entered: std::sync::atomic::AtomicBool,
+        released: std::sync::atomic::AtomicBool,
+    }
     impl ChipMemory for Slow {
         fn write(&self, _: NocAddr, _: &[u8]) -> Result<(), ttmesh_fabric::MemoryError> {
-            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(600));
+            use std::sync::atomic::Ordering::SeqCst;
+            self.entered.store(true, SeqCst);
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while !self.released.load(SeqCst) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             Ok(())
         }
     }
@@ -216,12 +224,24 @@ fn a_stuck_receiver_times_out_with_the_link_named() {
     // Senders deliver their own packets when they can, so another thread's send does it.
     let other = f.sender(0).unwrap();
     let stuck = std::thread::spawn(move || other.unicast_write(1, NocAddr::dram(0, 0), &[1], 0));
-    while !slow.0.load(std::sync::atomic::Ordering::SeqCst) {
+    while !slow.entered.load(std::sync::atomic::Ordering::SeqCst) {
         std::thread::yield_now();
     }
-    let e = tx
-        .unicast_write(1, NocAddr::dram(0, 0), &vec![1u8; 4352 * 6], 0)
-        .unwrap_err();
+    // The send returns only once the router has let go of its lent bytes, so the write is
+    // released well after the send began waiting for a slot (its timeout is 300 ms).
+    let e = std::thread::scope(|s| {
+        s.spawn(|| {
+            let give_up = std::time::Instant::now() + Duration::from_secs(30);
+            while f.link_stats()[0].credit_stalls == 0 && std::time::Instant::now() < give_up {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_secs(2));
+            slow.released
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        tx.unicast_write(1, NocAddr::dram(0, 0), &vec![1u8; 4352 * 6], 0)
+            .unwrap_err()
+    });
     assert_eq!(
         e.to_string(),
         "chip 0 waited 300ms for a free slot on link chip 0 port 0 <-> chip 1 port 0 toward chip 1: \
@@ -230,10 +250,13 @@ fn a_stuck_receiver_times_out_with_the_link_named() {
     // Let the router finish what it took, then catch a flush that gives up early.
     stuck.join().unwrap().unwrap();
     tx.flush_timeout(Duration::from_secs(20)).unwrap();
-    slow.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    slow.released
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    slow.entered
+        .store(false, std::sync::atomic::Ordering::SeqCst);
     let other = f.sender(0).unwrap();
     let stuck = std::thread::spawn(move || other.unicast_write(1, NocAddr::dram(0, 0), &[1], 0));
-    while !slow.0.load(std::sync::atomic::Ordering::SeqCst) {
+    while !slow.entered.load(std::sync::atomic::Ordering::SeqCst) {
         std::thread::yield_now();
     }
     tx.unicast_write(1, NocAddr::dram(0, 0), &[2], 0).unwrap();
@@ -248,6 +271,8 @@ fn a_stuck_receiver_times_out_with_the_link_named() {
         "{e}"
     );
     assert!(f.link_stats()[0].credit_stalls >= 1);
+    slow.released
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     stuck.join().unwrap().unwrap();
     f.shutdown().unwrap();
 }

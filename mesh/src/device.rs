@@ -6,13 +6,14 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use ttmesh_ccl::CclLine;
+use ttmesh_chip::observe::{ChipObserver, Interests};
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig, ChipError, CqId};
 use ttmesh_fabric::{
-    AxisLine, ChipMemory, ComputedFill, EthLink, Fabric, FabricConfig, FabricError, FabricSpec,
-    HeldMemory, LinkParams, MemoryError, MeshGrid, NocAddr,
+    AxisLine, EthLink, Fabric, FabricConfig, FabricError, FabricSpec, LinkParams, MeshGrid,
 };
 use ttmesh_topologies::{ArchName, ClusterGraph};
 
+use crate::chip_port::ChipPort;
 use crate::error::{invalid, on_chip, MeshError, Result};
 use crate::labels::{LabelledMemory, MemoryLabels, MemoryRole};
 use crate::monitor::MeshMonitor;
@@ -102,6 +103,10 @@ pub struct ChipReport {
     pub trace_region_size: u64,
     pub live_traces: u64,
     pub trace_replays: u64,
+    /// Host bytes behind this chip's memory: what it alone holds, plus an equal share of the
+    /// chunks it holds with other chips (equal contents are stored once), so the sum over
+    /// the chips is their host memory. Device figures above are unchanged by sharing.
+    pub host_bytes: u64,
 }
 
 pub(crate) struct MeshInner {
@@ -127,156 +132,6 @@ pub(crate) struct MeshInner {
 #[derive(Clone)]
 pub struct MeshDevice {
     pub(crate) inner: Arc<MeshInner>,
-}
-
-/// Fabric writes land in the destination chip's memory.
-struct ChipPort(Option<Arc<Chip>>, u32);
-
-impl ChipPort {
-    fn chip(&self) -> std::result::Result<&Arc<Chip>, MemoryError> {
-        Ok(self
-            .0
-            .as_ref()
-            .ok_or_else(|| format!("chip {} is not part of this mesh", self.1))?)
-    }
-}
-
-fn chip_space(addr: &NocAddr) -> ttmesh_chip::allocator::MemSpace {
-    match addr.space {
-        ttmesh_fabric::MemSpace::Dram => ttmesh_chip::allocator::MemSpace::Dram,
-        ttmesh_fabric::MemSpace::L1 => ttmesh_chip::allocator::MemSpace::L1,
-    }
-}
-
-/// A chip bank held by a computed write, as the fabric's fills read it.
-struct HeldChipBank<'a, 'b>(&'a ttmesh_chip::memory::HeldBank<'b>);
-
-impl HeldMemory for HeldChipBank<'_, '_> {
-    fn try_read_held(
-        &self,
-        at: NocAddr,
-        len: usize,
-        f: &mut dyn FnMut(usize, &[u8]),
-    ) -> std::result::Result<bool, MemoryError> {
-        if chip_space(&at) != self.0.space() || at.bank != self.0.bank() {
-            return Ok(false);
-        }
-        self.0
-            .read_in_place(at.addr, len, f)
-            .map_err(MemoryError::new)
-    }
-}
-
-/// A chip's refusal of a fabric delivery into its memory, naming the delivery as what wrote
-/// when it would have landed in a live trace.
-fn delivery_refused(e: ttmesh_chip::ChipError) -> MemoryError {
-    MemoryError::new(e.written_by(|| "a fabric delivery".into()))
-}
-
-impl ChipMemory for ChipPort {
-    fn write(&self, dest: NocAddr, data: &[u8]) -> std::result::Result<(), MemoryError> {
-        self.chip()?
-            .memory()
-            .write(chip_space(&dest), dest.bank, dest.addr, data)
-            .map_err(delivery_refused)
-    }
-
-    fn read(&self, src: NocAddr, out: &mut [u8]) -> std::result::Result<(), MemoryError> {
-        self.chip()?
-            .memory()
-            .read(chip_space(&src), src.bank, src.addr, out)
-            .map_err(MemoryError::new)
-    }
-
-    fn read_with(
-        &self,
-        src: NocAddr,
-        len: usize,
-        f: &mut dyn FnMut(usize, &[u8]),
-    ) -> std::result::Result<(), MemoryError> {
-        self.chip()?
-            .memory()
-            .read_in_place(chip_space(&src), src.bank, src.addr, len, f)
-            .map_err(MemoryError::new)
-    }
-
-    fn write_with(
-        &self,
-        dest: NocAddr,
-        len: usize,
-        f: &mut dyn FnMut(usize, &mut [u8]),
-    ) -> std::result::Result<(), MemoryError> {
-        self.chip()?
-            .memory()
-            .write_with(chip_space(&dest), dest.bank, dest.addr, len, f)
-            .map_err(delivery_refused)
-    }
-
-    fn try_read_with(
-        &self,
-        src: NocAddr,
-        len: usize,
-        f: &mut dyn FnMut(usize, &[u8]),
-    ) -> std::result::Result<bool, MemoryError> {
-        self.chip()?
-            .memory()
-            .try_read_in_place(chip_space(&src), src.bank, src.addr, len, f)
-            .map_err(MemoryError::new)
-    }
-
-    fn write_trying(
-        &self,
-        dest: NocAddr,
-        len: usize,
-        f: &mut ComputedFill,
-    ) -> std::result::Result<(), MemoryError> {
-        let space = chip_space(&dest);
-        self.chip()?
-            .memory()
-            .write_trying(
-                space,
-                dest.bank,
-                dest.addr,
-                len,
-                |o, out, held| match held {
-                    Some(held) => f(o, out, Some(&HeldChipBank(held))),
-                    None => f(o, out, None),
-                },
-            )
-            .map_err(delivery_refused)
-    }
-
-    fn copy_from(
-        &self,
-        dest: NocAddr,
-        src: &dyn ChipMemory,
-        from: NocAddr,
-        len: usize,
-    ) -> std::result::Result<(), MemoryError> {
-        let Some(source) = src.as_any().and_then(|a| a.downcast_ref::<ChipPort>()) else {
-            return ttmesh_fabric::copy_through_buffer(self, dest, src, from, len);
-        };
-        self.chip()?
-            .memory()
-            .copy_from(
-                (chip_space(&dest), dest.bank, dest.addr),
-                source.chip()?.memory(),
-                (chip_space(&from), from.bank, from.addr),
-                len,
-            )
-            .map_err(delivery_refused)
-    }
-
-    fn as_any(&self) -> Option<&dyn std::any::Any> {
-        Some(self)
-    }
-
-    fn prefetch(&self, src: NocAddr, len: usize) {
-        if let Ok(chip) = self.chip() {
-            chip.memory()
-                .prefetch(chip_space(&src), src.bank, src.addr, len);
-        }
-    }
 }
 
 impl MeshDevice {
@@ -438,7 +293,8 @@ impl MeshDevice {
     }
 
     /// The lines a collective runs on: every column (axis 0), every row (axis 1), or one line
-    /// through all chips (None).
+    /// through all chips (None). A whole-mesh collective on a 2D fabric runs on the lines of
+    /// one axis and then the other instead ([`crate::ccl::whole_mesh_axes`]).
     pub fn ccl_lines(&self, cluster_axis: Option<usize>) -> Result<Vec<(CclLine, Vec<usize>)>> {
         let s = self.inner.shape;
         let id_of = |i: usize| self.inner.chips[i].id();
@@ -453,9 +309,13 @@ impl MeshDevice {
             (CclLine { chips, is_ring }, idx)
         };
         match cluster_axis {
-            Some(0) => Ok((0..s.cols).map(|c| make((0..s.rows).map(|r| r * s.cols + c).collect())).collect()),
-            Some(1) => Ok((0..s.rows).map(|r| make((0..s.cols).map(|c| r * s.cols + c).collect())).collect()),
-            Some(a) => Err(invalid("ccl", format!("cluster_axis {a} does not exist; use 0 (columns), 1 (rows) or None (all chips)"))),
+            Some(0) => Ok((0..s.cols)
+                .map(|c| make((0..s.rows).map(|r| r * s.cols + c).collect()))
+                .collect()),
+            Some(1) => Ok((0..s.rows)
+                .map(|r| make((0..s.cols).map(|c| r * s.cols + c).collect()))
+                .collect()),
+            Some(a) => Err(crate::ccl::bad_axis(self, a)),
             None => {
                 if s.rows == 1 || s.cols == 1 {
                     return Ok(vec![make((0..self.num_devices()).collect())]);
@@ -466,7 +326,13 @@ impl MeshDevice {
                 let idx = line
                     .chips
                     .iter()
-                    .map(|id| self.inner.chips.iter().position(|c| c.id() == *id).expect("linearize lists mesh chips"))
+                    .map(|id| {
+                        self.inner
+                            .chips
+                            .iter()
+                            .position(|c| c.id() == *id)
+                            .expect("linearize lists mesh chips")
+                    })
                     .collect();
                 Ok(vec![make(idx)])
             }
@@ -611,6 +477,7 @@ impl MeshDevice {
                     trace_region_size: c.config().trace_region_size,
                     live_traces: ts.live_traces,
                     trace_replays: ts.replays,
+                    host_bytes: c.memory().host_bytes(),
                 }
             })
             .collect()
@@ -667,19 +534,29 @@ impl Drop for MeshInner {
 /// of waiting for it until the operation timeout. The next synchronize resets the fabric, as
 /// after any failed collective. Weak, so the chips do not keep the fabric alive.
 fn stop_fabric_on_refusal(chips: &[Arc<Chip>], fabric: &Arc<Fabric>) {
+    let stop: Arc<dyn ChipObserver> = Arc::new(StopFabricOnRefusal(Arc::downgrade(fabric)));
     for c in chips {
-        let (id, fabric) = (c.id(), Arc::downgrade(fabric));
-        c.on_refused_record(Arc::new(move |e: &ChipError| {
-            if let Some(f) = fabric.upgrade() {
-                f.abort(
-                    id,
-                    FabricError::ChipStopped {
-                        chip: id,
-                        reason: e.to_string(),
-                    },
-                );
-            }
-        }));
+        c.add_observer(stop.clone());
+    }
+}
+
+/// The chips' observer that stops the fabric when one of them refuses a record.
+struct StopFabricOnRefusal(std::sync::Weak<Fabric>);
+
+impl ChipObserver for StopFabricOnRefusal {
+    fn interests(&self) -> Interests {
+        Interests::REFUSALS
+    }
+    fn record_refused(&self, chip: u32, e: &ChipError) {
+        if let Some(f) = self.0.upgrade() {
+            f.abort(
+                chip,
+                FabricError::ChipStopped {
+                    chip,
+                    reason: e.to_string(),
+                },
+            );
+        }
     }
 }
 
@@ -787,12 +664,7 @@ fn build_fabric(
     spec.timeout = mesh
         .operation_timeout
         .unwrap_or_else(ttmesh_chip::device::default_operation_timeout);
-    let memories: Vec<Arc<dyn ChipMemory>> = (0..cluster.num_chips() as u32)
-        .map(|id| {
-            let chip = chips.iter().find(|c| c.id() == id).cloned();
-            Arc::new(ChipPort(chip, id)) as Arc<dyn ChipMemory>
-        })
-        .collect();
+    let memories = ChipPort::for_fabric(cluster.num_chips() as u32, chips);
     Ok(match ranks {
         Some(r) => r.fabric(spec, memories)?,
         None => Fabric::new(spec, memories)?,

@@ -11,6 +11,8 @@
 #![forbid(unsafe_code)]
 
 pub mod ccl;
+mod chip_port;
+mod described;
 mod device;
 mod error;
 pub mod graph;
@@ -24,6 +26,7 @@ pub mod ranks;
 mod tensor;
 mod trace;
 
+pub use described::implied_fabric_config;
 pub use device::{ChipReport, MeshConfig, MeshCoordinate, MeshDevice, MeshShape};
 pub use error::{MeshError, Result};
 pub use labels::{LabelledMemory, MemoryRole};
@@ -41,6 +44,7 @@ pub use ttmesh_chip::inspect::{
     get_max_worker_l1_unreserved_size, get_memory_view, get_region_base_address, CoreCoord,
     InspectMemory, MemoryBlock, MemoryView,
 };
+pub use ttmesh_chip::memory::cap_malloc_arenas;
 pub use ttmesh_chip::tensor::{
     create_sharded_memory_config, CoreGrid, CoreRange, HostData, PendingTensorRead, ShardCores,
     ShardOrientation, ShardSpec, ShardStrategy, TensorMemoryLayout,

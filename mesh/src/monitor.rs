@@ -24,10 +24,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ttmesh_chip::allocator::{
-    AllocationRequest, AllocatorEvent, AllocatorEventKind, AllocatorListener, Placement,
-};
+use ttmesh_chip::allocator::{AllocationRequest, AllocatorEvent, AllocatorEventKind, Placement};
 use ttmesh_chip::inspect::MemoryView;
+use ttmesh_chip::observe::{ChipObserver, Interests};
 use ttmesh_chip::{ArchSpec, BufferType, Chip, ChipConfig};
 use ttmesh_fabric::Fabric;
 
@@ -90,9 +89,12 @@ struct SlotListener<W> {
     banks: [u64; 5],
 }
 
-impl<W: SlotWrite> AllocatorListener for SlotListener<W> {
+impl<W: SlotWrite> ChipObserver for SlotListener<W> {
+    fn interests(&self) -> Interests {
+        Interests::ALLOCATOR
+    }
     #[inline]
-    fn on_event(&self, e: &AllocatorEvent) {
+    fn allocator_event(&self, e: &AllocatorEvent) {
         let Some(kind) = kind_of(e.buffer_type) else {
             return;
         };
@@ -134,7 +136,7 @@ fn attach_chip<W: SlotWrite>(
         }
     });
     let listener = Arc::new(SlotListener { slot, banks });
-    chip.add_allocator_listener(listener.clone());
+    chip.add_observer(listener.clone());
     listener
 }
 
@@ -144,6 +146,7 @@ struct ChipSeen {
     generation: Option<u64>,
     traces: Option<(u64, u64, u64)>,
     labels: Option<(u64, u64)>,
+    host_bytes: Option<u64>,
 }
 
 /// The slow path, once per period: reads the chips and the fabric, writes what changed.
@@ -166,6 +169,7 @@ impl Refresher {
                 self.labels.get(MemoryRole::Weights),
                 self.labels.get(MemoryRole::KvCache),
             );
+            let host_bytes = chip.memory().host_bytes();
             let slot = &listener.slot;
             // Under the allocator's lock, so these writes never overlap the listener's.
             chip.with_allocator(|a| {
@@ -194,6 +198,10 @@ impl Refresher {
                         c.weights_bytes = labels.0;
                         c.kv_cache_bytes = labels.1;
                     });
+                }
+                if seen.host_bytes != Some(host_bytes) {
+                    seen.host_bytes = Some(host_bytes);
+                    slot.update(|c| c.host_bytes = host_bytes);
                 }
             });
         }

@@ -194,3 +194,65 @@ fn collectives_along_either_axis_run_on_a_2d_fabric() {
     }
     mesh.close().unwrap();
 }
+
+/// A test descriptor of tt-metal's mesh graph descriptor format (MGD 2.0 textproto).
+fn mgd(name: &str) -> String {
+    format!(
+        "{}/../topologies/tests/data/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// `MeshConfig::described` opens a mesh graph descriptor with the fabric its `dim_types`
+/// imply; a TOML descriptor keeps FABRIC_1D.
+#[test]
+fn a_mesh_graph_descriptor_opens_with_the_fabric_its_dim_types_imply() {
+    use FabricConfig::*;
+    for (file, want, shape) in [
+        ("t3k.textproto", Fabric2D, (4, 2)),
+        ("galaxy.textproto", Fabric2D, (8, 4)),
+        ("galaxy_torus_xy.textproto", Fabric2DTorusXY, (8, 4)),
+        ("n300.textproto", Fabric1D, (1, 2)),
+        ("two_meshes_one_picked.textproto", Fabric1DRing, (1, 6)),
+    ] {
+        let cfg = MeshConfig::described(&mgd(file)).unwrap();
+        assert_eq!(cfg.fabric_config, want, "{file}");
+        let mesh = MeshDevice::open(cfg).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!((mesh.shape().rows, mesh.shape().cols), shape, "{file}");
+        assert_eq!(mesh.fabric().unwrap().config(), want, "{file}");
+        mesh.close().unwrap();
+    }
+    assert_eq!(
+        MeshConfig::described("galaxy").unwrap().fabric_config,
+        Fabric1D
+    );
+    // One RING dim: the torus on that axis only (dim_types are [rows, cols]).
+    for (kinds, want) in [
+        ("RING, LINE", Fabric2DTorusY),
+        ("LINE, RING", Fabric2DTorusX),
+    ] {
+        let text = format!(
+            "mesh_descriptors {{ name: \"M\" arch: WORMHOLE_B0 \
+             device_topology {{ dims: [ 4, 4 ] dim_types: [ {kinds} ] }} \
+             host_topology {{ dims: [ 1, 1 ] }} channels {{ count: 1 }} }} \
+             top_level_instance {{ mesh {{ mesh_descriptor: \"M\" }} }}"
+        );
+        let g = ttmesh_topologies::parse_mgd_str(&text, "x.textproto").unwrap();
+        assert_eq!(implied_fabric_config(&g), Some(want), "{kinds}");
+    }
+    assert_eq!(
+        implied_fabric_config(&ttmesh_topologies::load("galaxy").unwrap()),
+        None
+    );
+}
+
+/// Every pair of a Galaxy's 32 chips, wired as a torus by its mesh graph descriptor, routes
+/// by the rule (column first, the shorter way round) and its bytes arrive.
+#[test]
+fn every_pair_of_a_torus_galaxy_from_its_descriptor_routes_and_arrives() {
+    every_pair_writes(
+        &mgd("galaxy_torus_xy.textproto"),
+        FabricConfig::Fabric2DTorusXY,
+        (true, true),
+    );
+}

@@ -234,6 +234,23 @@ fn galaxy_rows_recover_from_every_fault() {
     matrix("galaxy", FabricConfig::Fabric1D, Some(1));
 }
 
+/// Under FABRIC_2D, a fault on a link of each dimension: the middle hop of a column (Y) for
+/// collectives along axis 0, of a row (X) along axis 1, and a link of the other axis off the
+/// path.
+#[test]
+fn galaxy_2d_recovers_from_every_fault_on_either_dimension() {
+    matrix("galaxy", FabricConfig::Fabric2D, Some(0));
+    matrix("galaxy", FabricConfig::Fabric2D, Some(1));
+}
+
+/// On a torus, the rows and columns are rings of the fabric (the collectives still run them
+/// as lines); a fault on either dimension ends as on a mesh.
+#[test]
+fn torus_recovers_from_every_fault_on_either_dimension() {
+    matrix("torus-4x4", FabricConfig::Fabric2DTorusXY, Some(0));
+    matrix("torus-4x4", FabricConfig::Fabric2DTorusXY, Some(1));
+}
+
 /// A mid-sized all_reduce (256 tiles over 8 chips) runs together on two threads, the
 /// meeting's and a pool thread (ccl's `pair`): a fault still fails every chip naming the link,
 /// no thread is left waiting, and the next run is right.

@@ -10,8 +10,7 @@ use common::*;
 use parking_lot::Mutex;
 use ttmesh::graph::{self, RunMode};
 use ttmesh::*;
-use ttmesh_chip::device::CommandObserver;
-use ttmesh_chip::Chip;
+use ttmesh_chip::observe::{ChipObserver, Submission};
 
 static TURN: Mutex<()> = parking_lot::const_mutex(());
 
@@ -48,13 +47,12 @@ fn mlp_block_trace(mesh: &MeshDevice) -> ttmesh::Result<MeshTraceId> {
 #[derive(Default)]
 struct CapturedBytes(Mutex<Vec<u8>>);
 
-impl CommandObserver for CapturedBytes {
-    fn submitted(&self, _chip: &Chip, _cq: CqId, bytes: &[u8], captured: bool) {
-        if captured {
-            self.0.lock().extend_from_slice(bytes);
+impl ChipObserver for CapturedBytes {
+    fn submitted(&self, s: &Submission<'_>) {
+        if s.captured {
+            self.0.lock().extend_from_slice(s.bytes());
         }
     }
-    fn host_waits(&self, _chip: u32, _cq: CqId) {}
 }
 
 /// Per chip: the bytes captured into the block's trace, and the trace's command size, with
@@ -67,7 +65,7 @@ fn trace_bytes(mode: Option<RunMode>) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
         .iter()
         .map(|c| {
             let o = Arc::new(CapturedBytes::default());
-            c.set_command_observer(Some(o.clone()));
+            c.add_observer(o.clone());
             o
         })
         .collect();
@@ -88,7 +86,7 @@ fn trace_bytes(mode: Option<RunMode>) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
             let info = info.expect("every chip holds the trace");
             let stored =
                 (mode != Some(RunMode::NoDispatch)).then(|| c.read_trace_commands(&info).unwrap());
-            c.set_command_observer(None);
+            c.remove_observer(&(o.clone() as Arc<dyn ChipObserver>));
             (o.0.lock().clone(), info.command_bytes, stored)
         })
         .collect();

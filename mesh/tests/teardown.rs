@@ -18,11 +18,16 @@ fn rss_bytes() -> Option<u64> {
 
 /// Opens a galaxy, runs an all_reduce and an all_gather on its rows (odd rounds also replay a
 /// traced all_reduce and fail an all_gather over a down link), closes it and drops
-/// everything; returns weak references to what must now be gone.
+/// everything; returns weak references to what must now be gone. Every other pair of rounds
+/// opens it with FABRIC_2D, whose routers serve rows and columns at once.
 fn one_mesh(round: u64) -> (Vec<Weak<ttmesh_chip::Chip>>, Weak<ttmesh_fabric::Fabric>) {
     let mesh = open_with(MeshConfig {
         topology: "galaxy".into(),
-        fabric_config: FabricConfig::Fabric1D,
+        fabric_config: if round % 4 >= 2 {
+            FabricConfig::Fabric2D
+        } else {
+            FabricConfig::Fabric1D
+        },
         trace_region_size: 1 << 20,
         operation_timeout: Some(std::time::Duration::from_secs(3)),
         ..Default::default()
@@ -51,6 +56,31 @@ fn one_mesh(round: u64) -> (Vec<Weak<ttmesh_chip::Chip>>, Weak<ttmesh_fabric::Fa
         fabric.inject(link, ttmesh_fabric::Fault::Down).unwrap();
         let _failed = ccl::all_gather(&x, 3, &args).unwrap();
         assert!(mesh.synchronize_device().is_err());
+        if fabric.config().is_2d() {
+            // A send that turns from column 0 into row 3, over a down link of row 3 (X).
+            let (src, dst) = (mesh.chips()[0].id(), mesh.chips()[31].id());
+            let route = fabric.route_chips(src, dst).unwrap();
+            let (a, b) = (route[route.len() - 2], route[route.len() - 1]);
+            let last = (0..fabric.spec().links.len())
+                .filter(|&i| fabric.spec().links[i].joins(a, b))
+                .collect::<Vec<_>>();
+            for &l in &last {
+                fabric.inject(l, ttmesh_fabric::Fault::Down).unwrap();
+            }
+            let tx = fabric.sender(src).unwrap();
+            let at = ttmesh_fabric::NocAddr::dram(0, 1 << 20);
+            let sent = tx
+                .write_and_inc(dst, at, &[7u8; 4096], 9, 1)
+                .and_then(|_| tx.flush());
+            let e = sent.expect_err("a send over a down link fails");
+            let said = e.to_string();
+            assert!(
+                said.contains("is down")
+                    && said.contains(&format!("chip {a} port"))
+                    && said.contains(&format!("chip {b} port")),
+                "{said}"
+            );
+        }
     }
     let chips = mesh.chips().iter().map(Arc::downgrade).collect();
     let fabric = Arc::downgrade(mesh.fabric().unwrap());

@@ -39,12 +39,23 @@ pub struct DeviceDecodeConfig {
     pub max_positions: usize,
     /// FLOAT32 or BFLOAT16: everything on the device. BFLOAT8_B: the projection weights and
     /// the LM head; the rest in BFLOAT16 (see [`DeviceDecodeConfig::activation_dtype`]).
+    /// BFLOAT4_B: tt-metal's "performance" LLM configuration, the MLP weights in BFLOAT4_B,
+    /// attention weights and the LM head in BFLOAT8_B, the rest in BFLOAT16.
     pub dtype: DataType,
 }
 
 impl DeviceDecodeConfig {
-    /// The projection weights' and the LM head's format: `dtype`.
+    /// The attention projections' and the LM head's format: `dtype` (BFLOAT8_B for
+    /// BFLOAT4_B, whose precision tt-metal keeps for the MLP only).
     pub fn matrix_dtype(&self) -> DataType {
+        match self.dtype {
+            DataType::BFloat4B => DataType::BFloat8B,
+            d => d,
+        }
+    }
+
+    /// The MLP weights' format (gate, up, down): `dtype`.
+    pub fn mlp_dtype(&self) -> DataType {
         self.dtype
     }
 
@@ -55,7 +66,7 @@ impl DeviceDecodeConfig {
     /// run bfp8 weights with bf16 activations.
     pub fn activation_dtype(&self) -> DataType {
         match self.dtype {
-            DataType::BFloat8B => DataType::BFloat16,
+            d if d.is_block_float() => DataType::BFloat16,
             d => d,
         }
     }
@@ -139,6 +150,31 @@ fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
         }
     }
     out
+}
+
+/// `w` (row-major `[rows][cols]`) with zero rows appended up to `len` values: the FFN's
+/// padding outputs of the gate and up projections. Borrowed when nothing is added.
+fn zero_rows_to(w: &[f32], len: usize) -> Cow<'_, [f32]> {
+    if w.len() >= len {
+        return Cow::Borrowed(w);
+    }
+    let mut v = Vec::with_capacity(len);
+    v.extend_from_slice(w);
+    v.resize(len, 0.0);
+    Cow::Owned(v)
+}
+
+/// `w` (row-major `[rows][cols]`) with every row widened to `to` columns by zeros: the down
+/// projection's inputs from the FFN's padding. Borrowed when nothing is added.
+fn zero_cols_to(w: &[f32], rows: usize, cols: usize, to: usize) -> Cow<'_, [f32]> {
+    if to <= cols {
+        return Cow::Borrowed(w);
+    }
+    let mut v = vec![0f32; rows * to];
+    for (out, row) in v.chunks_exact_mut(to).zip(w.chunks_exact(cols)) {
+        out[..cols].copy_from_slice(row);
+    }
+    Cow::Owned(v)
 }
 
 /// How a weight is laid over the mesh.
@@ -261,7 +297,7 @@ impl DeviceLlama {
             });
         }
         let shape = mesh.shape();
-        let parallel = TensorParallel::plan(&c, shape.rows, shape.cols)?;
+        let parallel = TensorParallel::plan_for(&c, shape.rows, shape.cols, mesh.fabric_config())?;
         // Heads padded and replicated so they divide over the group (identity on one chip),
         // block by block as each attention weight is placed (`HeadLayout::query_rows`, ...):
         // a laid out copy of the whole model was the largest of placement's host copies.
@@ -308,24 +344,37 @@ impl DeviceLlama {
                 e => device(format!("placing {name}"))(e),
             })
         };
-        let (h, f, hd) = (c.hidden_size, c.ffn_size, c.head_dim);
+        // The FFN as placed: the model's, or padded to whole tiles per chip (zeros).
+        let (h, f, hd) = (c.hidden_size, parallel.ffn_size, c.head_dim);
         let (q_dim, kv_dim) = (
             parallel.heads.padded_head_count() * hd,
             parallel.heads.padded_kv_head_count() * hd,
         );
-        let (matrix, other) = (decode.matrix_dtype(), decode.activation_dtype());
+        let (matrix, mlp, other) = (
+            decode.matrix_dtype(),
+            decode.mlp_dtype(),
+            decode.activation_dtype(),
+        );
         // `[out, in]` weights go to the device as `[in, out]`: a column-parallel one is split
         // by output columns (dim 1), a row-parallel one by input rows (dim 0).
-        let column =
-            |name: &str, w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>, out: usize, inp: usize| {
-                place(name, vec![inp, out], Placement::Sharded(1), matrix, &|m| {
-                    transpose(&w(m), out, inp)
-                })
-            };
-        let row = |name: &str, w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>, out: usize, inp: usize| {
-            place(name, vec![inp, out], Placement::Sharded(0), matrix, &|m| {
-                transpose(&w(m), out, inp)
-            })
+        let weight = |name: &str,
+                      w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>,
+                      (out, inp): (usize, usize),
+                      split: usize,
+                      dtype: DataType| {
+            place(
+                name,
+                vec![inp, out],
+                Placement::Sharded(split),
+                dtype,
+                &|m| transpose(&w(m), out, inp),
+            )
+        };
+        let column = |name: &str, w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>, out, inp| {
+            weight(name, w, (out, inp), 1, matrix)
+        };
+        let row = |name: &str, w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>, out, inp| {
+            weight(name, w, (out, inp), 0, matrix)
         };
         let vector = |name: &str, v: &dyn Fn(&LlamaWeights) -> &[f32]| {
             place(name, vec![1, h], Placement::Replicated, other, &|m| {
@@ -370,18 +419,26 @@ impl DeviceLlama {
                     q_dim,
                 )?,
                 ffn_norm: vector(&n("ffn_norm"), &|m| &m.blocks[i].ffn_norm)?,
-                w_gate: column(
+                w_gate: weight(
                     &n("ffn_gate"),
-                    &|m| Cow::from(&m.blocks[i].w_gate[..]),
-                    f,
-                    h,
+                    &|m| zero_rows_to(&m.blocks[i].w_gate, f * h),
+                    (f, h),
+                    1,
+                    mlp,
                 )?,
-                w_up: column(&n("ffn_up"), &|m| Cow::from(&m.blocks[i].w_up[..]), f, h)?,
-                w_down: row(
+                w_up: weight(
+                    &n("ffn_up"),
+                    &|m| zero_rows_to(&m.blocks[i].w_up, f * h),
+                    (f, h),
+                    1,
+                    mlp,
+                )?,
+                w_down: weight(
                     &n("ffn_down"),
-                    &|m| Cow::from(&m.blocks[i].w_down[..]),
-                    h,
-                    f,
+                    &|m| zero_cols_to(&m.blocks[i].w_down, h, c.ffn_size, f),
+                    (h, f),
+                    0,
+                    mlp,
                 )?,
                 k_cache: cache(&n("k_cache"))?,
                 v_cache: cache(&n("v_cache"))?,
@@ -504,8 +561,8 @@ impl DeviceLlama {
         (weights, cache)
     }
 
-    /// DRAM bytes each chip needs for (weights, KV cache) of `config` on a `rows x cols` mesh,
-    /// from the tensor specs alone (no device, no values): what
+    /// DRAM bytes each chip needs for (weights, KV cache) of `config` on a `rows x cols` mesh
+    /// with `fabric`, from the tensor specs alone (no device, no values): what
     /// [`DeviceLlama::dram_bytes_per_chip`] reports once placed. Says by how much a model
     /// that cannot be placed misses.
     pub fn dram_bytes_needed(
@@ -513,11 +570,12 @@ impl DeviceLlama {
         decode: DeviceDecodeConfig,
         rows: usize,
         cols: usize,
+        fabric: ttmesh::FabricConfig,
     ) -> Result<(u64, u64)> {
-        let p = TensorParallel::plan(config, rows, cols)?;
+        let p = TensorParallel::plan_for(config, rows, cols, fabric)?;
         let (h, f, hd, v) = (
             config.hidden_size,
-            config.ffn_size,
+            p.ffn_size,
             config.head_dim,
             config.vocab_size,
         );
@@ -530,6 +588,7 @@ impl DeviceLlama {
         };
         let size = |shape, placement| size_in(decode.activation_dtype(), shape, placement);
         let matrix = |shape, placement| size_in(decode.matrix_dtype(), shape, placement);
+        let mlp = |shape, placement| size_in(decode.mlp_dtype(), shape, placement);
         let (rep, col, row) = (
             Placement::Replicated,
             Placement::Sharded(1),
@@ -539,8 +598,8 @@ impl DeviceLlama {
             + matrix(vec![h, q_dim], col)?
             + 2 * matrix(vec![h, kv_dim], col)?
             + matrix(vec![q_dim, h], row)?
-            + 2 * matrix(vec![h, f], col)?
-            + matrix(vec![f, h], row)?;
+            + 2 * mlp(vec![h, f], col)?
+            + mlp(vec![f, h], row)?;
         let lm_head = match p.lm_head {
             LmHead::Sharded => col,
             LmHead::Replicated => rep,

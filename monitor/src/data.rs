@@ -106,6 +106,9 @@ pub struct ChipCounters {
     pub weights_bytes: u64,
     /// Bytes per chip the program labelled as KV cache.
     pub kv_cache_bytes: u64,
+    /// Host bytes behind the chip's memory: its own chunks plus an equal share of those it
+    /// holds with other chips (equal contents are stored once).
+    pub host_bytes: u64,
 }
 
 impl ChipCounters {
@@ -145,6 +148,9 @@ pub struct ChipSnapshot {
     pub weights_bytes: u64,
     /// Bytes per chip the program labelled as KV cache.
     pub kv_cache_bytes: u64,
+    /// Host bytes behind the chip's memory: its own chunks plus an equal share of those it
+    /// holds with other chips (equal contents are stored once).
+    pub host_bytes: u64,
 }
 
 impl ChipSnapshot {
@@ -159,6 +165,7 @@ impl ChipSnapshot {
             replays: self.replays,
             weights_bytes: self.weights_bytes,
             kv_cache_bytes: self.kv_cache_bytes,
+            host_bytes: self.host_bytes,
         }
     }
 

@@ -160,6 +160,7 @@ impl<const EXCL: bool> ChipCore<EXCL> {
         c.replays = self.slot.get(C_REPLAYS);
         c.weights_bytes = self.slot.get(C_WEIGHTS);
         c.kv_cache_bytes = self.slot.get(C_KV_CACHE);
+        c.host_bytes = self.slot.get(C_HOST_BYTES);
         // If `f` panics the guard still ends the update, and nothing was stored yet.
         f(&mut c);
         for kind in MemoryKind::ALL {
@@ -175,6 +176,7 @@ impl<const EXCL: bool> ChipCore<EXCL> {
         self.slot.set(C_REPLAYS, c.replays);
         self.slot.set(C_WEIGHTS, c.weights_bytes);
         self.slot.set(C_KV_CACHE, c.kv_cache_bytes);
+        self.slot.set(C_HOST_BYTES, c.host_bytes);
     }
 
     fn snapshot(&self) -> Option<ChipSnapshot> {
@@ -397,6 +399,7 @@ pub(crate) fn chip_from_words(w: &[u64; CHIP_USED_WORDS]) -> ChipSnapshot {
         replays: w[C_REPLAYS],
         weights_bytes: w[C_WEIGHTS],
         kv_cache_bytes: w[C_KV_CACHE],
+        host_bytes: w[C_HOST_BYTES],
     }
 }
 

@@ -55,8 +55,10 @@ pub(crate) const C_REPLAYS: usize = 26;
 /// Bytes the program labelled as model weights / as KV cache (zero when it labels nothing).
 pub(crate) const C_WEIGHTS: usize = 27;
 pub(crate) const C_KV_CACHE: usize = 28;
+/// Host bytes behind the chip's memory (its share of chunks stored once for many chips).
+pub(crate) const C_HOST_BYTES: usize = 29;
 /// Words a reader copies (the rest are reserved).
-pub(crate) const CHIP_USED_WORDS: usize = 29;
+pub(crate) const CHIP_USED_WORDS: usize = 30;
 
 // Link slot words.
 pub(crate) const LINK_WORDS: usize = LINK_SLOT_SIZE / 8;

@@ -43,8 +43,10 @@
 //! `[3]` column, then for DRAM, L1, L1_SMALL, TRACE in that order five words each (allocated,
 //! capacity, live buffers, peak, largest free block) at `[4..24]`, `[24]` live traces,
 //! `[25]` trace bytes, `[26]` replays, `[27]` bytes the program labelled as model weights,
-//! `[28]` bytes it labelled as KV cache, `[29..32]` reserved. (Words 27 and 28 were reserved,
-//! hence zero, before labels existed: an older writer's segment reads as "nothing labelled".)
+//! `[28]` bytes it labelled as KV cache, `[29]` host bytes behind the chip's memory (its share
+//! of chunks stored once for several chips), `[30..32]` reserved. (Words 27 to 29 were
+//! reserved, hence zero, before they were used: an older writer's segment reads as "nothing
+//! labelled" and no host bytes.)
 //!
 //! Link slot `j` at `links offset + 128 * j`, 16 u64 words: `[0]` sequence, `[1]` chip a,
 //! `[2]` port a, `[3]` chip b, `[4]` port b, `[5]` packets, `[6]` bytes, `[7]` stalls,

@@ -162,6 +162,8 @@ fn chip_table(chips: &[ChipSnapshot]) -> String {
     }
     header.push("traces".to_string());
     header.push("replays".to_string());
+    // Beside the devices' figures, the host memory behind them (equal chunks stored once).
+    header.push("host".to_string());
     // What the program says its memory holds, shown only when it labelled something.
     let labelled = chips
         .iter()
@@ -178,6 +180,7 @@ fn chip_table(chips: &[ChipSnapshot]) -> String {
         }
         row.push(c.traces.to_string());
         row.push(c.replays.to_string());
+        row.push(human_bytes(c.host_bytes));
         if labelled {
             row.push(human_bytes(c.weights_bytes));
             row.push(human_bytes(c.kv_cache_bytes));
@@ -196,6 +199,12 @@ fn chip_table(chips: &[ChipSnapshot]) -> String {
         }
         row.push(chips.iter().map(|c| c.traces).sum::<u64>().to_string());
         row.push(chips.iter().map(|c| c.replays).sum::<u64>().to_string());
+        row.push(human_bytes(
+            chips
+                .iter()
+                .map(|c| c.host_bytes)
+                .fold(0, u64::saturating_add),
+        ));
         if labelled {
             let sum =
                 |f: fn(&ChipSnapshot) -> u64| chips.iter().map(f).fold(0u64, u64::saturating_add);
@@ -204,7 +213,7 @@ fn chip_table(chips: &[ChipSnapshot]) -> String {
         }
         rows.push(row);
     }
-    let mut numeric = vec![true, false, false, false, false, false, true, true];
+    let mut numeric = vec![true, false, false, false, false, false, true, true, true];
     if labelled {
         numeric.extend([true, true]);
     }
@@ -356,6 +365,7 @@ pub fn render_json(processes: &[ProcessSnapshot], problems: &[(String, MonitorEr
                     "trace": trace,
                     "weights_bytes": c.weights_bytes,
                     "kv_cache_bytes": c.kv_cache_bytes,
+                    "host_bytes": c.host_bytes,
                 })
             })
             .collect();

@@ -94,6 +94,7 @@ fn publish_then_read_back_exact_values() {
         c.trace.allocated = 16_252_928;
         c.weights_bytes = 2_000_000_000;
         c.kv_cache_bytes = 75_497_472;
+        c.host_bytes = 123_456;
     });
     let l2 = p.link(2).unwrap();
     l2.set_endpoints(1, 8, 2, 9);
@@ -135,6 +136,7 @@ fn publish_then_read_back_exact_values() {
         replays: 7,
         weights_bytes: 2_000_000_000,
         kv_cache_bytes: 75_497_472,
+        host_bytes: 123_456,
     };
     assert_eq!(s.chips[5], expected);
     assert_eq!(c5.snapshot(), Some(expected));
@@ -201,6 +203,29 @@ fn labelled_memory_is_shown_when_present() {
         json["processes"][0]["chips"][1]["kv_cache_bytes"],
         512 << 10
     );
+}
+
+/// Host bytes sit beside the devices' figures for every chip and summed, in the table and
+/// the JSON.
+#[test]
+fn host_bytes_are_shown_per_chip_and_summed() {
+    let p = Publisher::create(&info_for(2), 2, 0).unwrap();
+    for i in 0..2 {
+        p.chip(i)
+            .unwrap()
+            .update(|c| c.host_bytes = (i as u64 + 1) << 20);
+    }
+    let s = read_segment(p.name()).unwrap();
+    let table = crate::render_table(std::slice::from_ref(&s), &[]);
+    let header = table.lines().find(|l| l.contains("chip")).unwrap();
+    assert!(header.contains("host"), "{table}");
+    let all = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("all"))
+        .unwrap();
+    assert!(all.contains("3.00 MiB"), "{table}");
+    let json = crate::render_json(std::slice::from_ref(&s), &[]);
+    assert_eq!(json["processes"][0]["chips"][1]["host_bytes"], 2 << 20);
 }
 
 #[test]
@@ -752,7 +777,7 @@ mod props {
         fn any_counters_round_trip(
             dram in mem(), l1 in mem(), l1_small in mem(), trace in mem(),
             traces in any::<u64>(), trace_bytes in any::<u64>(), replays in any::<u64>(),
-            weights_bytes in any::<u64>(), kv_cache_bytes in any::<u64>(),
+            weights_bytes in any::<u64>(), kv_cache_bytes in any::<u64>(), host_bytes in any::<u64>(),
             id in any::<u32>(), r in 0u32..8, c in 0u32..8,
         ) {
             // A reader refuses a coordinate outside the mesh shape: the shape holds (r, c),
@@ -764,6 +789,7 @@ mod props {
             let chip = p.chip(0).unwrap();
             let want = ChipCounters {
                 dram, l1, l1_small, trace, traces, trace_bytes, replays, weights_bytes, kv_cache_bytes,
+                host_bytes,
             };
             chip.update(|x| *x = want);
             chip.set_identity(id, (r, c));

@@ -175,11 +175,12 @@ calibration! {
     /// Per-op device cost a published TT-NN decode pays beyond ttmesh's op set (its extra
     /// data-movement, reshard and typecast ops between the matmuls, and their firmware),
     /// added to `kernel_fixed_ns` in predictions only (`plan decode --predict`, `bench
-    /// predict`), never in `--profile` of ttmesh's own programs. Source: calibrated by `ttmesh
-    /// bench predict` on one row, Llama-3.2-1B on an n150 at batch 1 (87.8 tokens/s/user,
-    /// models/tt_transformers/PERF.md); every other row is held out. Blackhole: the same (no
-    /// Blackhole row in the fit).
-    predict_op_extra_ns: NonNegative = 14797.0, 14797.0;
+    /// predict`, a profile's predicted block), never in a profile's own timeline. Source:
+    /// calibrated by `ttmesh bench predict` on one row, Llama-3.2-1B on an n150 at batch 1
+    /// (87.8 tokens/s/user, models/tt_transformers/PERF.md, bfp4_b MLP and bfp8_b attention
+    /// weights as published); every other row is held out. Blackhole: the same (no Blackhole
+    /// row in the fit).
+    predict_op_extra_ns: NonNegative = 19524.0, 19524.0;
 }
 
 impl Calibration {

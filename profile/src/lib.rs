@@ -8,7 +8,7 @@
 //! step alone ([`predict`]: what `ttmesh plan decode --predict` prints).
 //!
 //! Must not touch: how chips run commands. It only observes (through the chip's
-//! `CommandObserver`) and reads what kernels declare (`Kernel::cost`); it knows no mesh.
+//! `ChipObserver`) and reads what kernels declare (`Kernel::cost`); it knows no mesh.
 
 pub mod calibration;
 pub mod error;
@@ -32,6 +32,7 @@ use ttmesh_chip::{ArchSpec, Chip};
 
 /// The files a profile folder receives.
 pub const OPS_REPORT: &str = "ops_perf_results.csv";
+pub const DEVICE_LOG: &str = "profile_log_device.csv";
 pub const TRACE_JSON: &str = "trace.json";
 pub const TIMELINE_SVG: &str = "timeline.svg";
 pub const CALIBRATION_TOML: &str = "calibration.toml";
@@ -64,7 +65,7 @@ pub struct Profiler {
 impl Drop for Profiler {
     /// A run that fails before `finish` leaves no recorder on the chips.
     fn drop(&mut self) {
-        Recorder::detach(&self.chips);
+        self.recorder.detach(&self.chips);
     }
 }
 
@@ -72,6 +73,10 @@ impl Drop for Profiler {
 pub struct ProfileOutput {
     pub timeline: Timeline,
     pub summary: Summary,
+    /// When the program captured a trace: the programs it captured (per chip and queue, in
+    /// order) replayed back to back as the hardware would, the same prediction `plan decode
+    /// --predict` makes of a decode step.
+    pub predicted: Option<TokenPrediction>,
     pub files: Vec<PathBuf>,
 }
 
@@ -109,42 +114,71 @@ impl Profiler {
     /// Stops recording, models the timeline and writes the reports. The summary counts one
     /// iteration per replay, and `untraced_iterations` when nothing was traced.
     pub fn finish(self, untraced_iterations: usize) -> Result<ProfileOutput> {
-        Recorder::detach(&self.chips);
-        let timeline = timeline::build(&self.recorder.events(), &self.model, self.host_model);
+        self.recorder.detach(&self.chips);
+        let events = self.recorder.events();
+        let timeline = timeline::build(&events, &self.model, self.host_model);
         let summary = Summary::of(&timeline, untraced_iterations);
-        let workers = self.arch.num_compute_cores();
-        let json = report::chrome::trace(&timeline);
-        let files = [
-            (
-                OPS_REPORT,
-                report::csv::ops_report(
-                    &timeline,
-                    self.arch.name,
-                    self.model.cal.clock_hz,
-                    workers,
-                ),
-            ),
-            (TRACE_JSON, json.to_string()),
-            (TIMELINE_SVG, report::svg::picture(&timeline)),
-            (CALIBRATION_TOML, self.model.cal.to_toml()),
-            (
-                SUMMARY_JSON,
-                serde_json::to_string_pretty(&summary.to_json()).unwrap_or_default(),
-            ),
-        ];
-        let mut written = Vec::new();
-        for (name, text) in files {
-            let path = self.dir.join(name);
-            std::fs::write(&path, text).map_err(|source| ProfileError::Write {
-                path: path.clone(),
-                source,
-            })?;
-            written.push(path);
-        }
+        let predicted = predict::traced_token(&events, &self.model);
+        let files = write_reports(
+            &self.dir,
+            &timeline,
+            &summary,
+            predicted.as_ref(),
+            &self.model,
+            &self.arch,
+        )?;
         Ok(ProfileOutput {
             timeline,
             summary,
-            files: written,
+            predicted,
+            files,
         })
     }
+}
+
+/// Writes a modeled timeline's reports into `dir` (which [`check_dir`] accepted): the ops
+/// report and the device log (together, a performance report ttnn-visualizer opens), the
+/// Perfetto trace, the SVG, the calibration and the summary (with the predicted traced token,
+/// when there is one). A profile and a
+/// prediction write the same files, so TT-NN's tools read either.
+pub fn write_reports(
+    dir: &Path,
+    timeline: &Timeline,
+    summary: &Summary,
+    predicted: Option<&TokenPrediction>,
+    model: &DeviceModel,
+    arch: &ArchSpec,
+) -> Result<Vec<PathBuf>> {
+    let mut summary_json = summary.to_json();
+    if let Some(p) = predicted {
+        summary_json["predicted"] = p.to_json(predict::TOP_OPS);
+    }
+    let workers = arch.num_compute_cores();
+    let files = [
+        (
+            OPS_REPORT,
+            report::csv::ops_report(timeline, arch.name, model.cal.clock_hz, workers),
+        ),
+        (
+            DEVICE_LOG,
+            report::device_log::device_log(timeline, arch.name, model.cal.clock_hz, workers),
+        ),
+        (TRACE_JSON, report::chrome::trace(timeline).to_string()),
+        (TIMELINE_SVG, report::svg::picture(timeline)),
+        (CALIBRATION_TOML, model.cal.to_toml()),
+        (
+            SUMMARY_JSON,
+            serde_json::to_string_pretty(&summary_json).unwrap_or_default(),
+        ),
+    ];
+    let mut written = Vec::new();
+    for (name, text) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|source| ProfileError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        written.push(path);
+    }
+    Ok(written)
 }

@@ -69,10 +69,11 @@ impl DeviceModel {
         let kernel_ns = match &cost.collective {
             Some(c) => {
                 // The busiest link direction streams its bytes; every step also pays a hop
-                // and a semaphore handshake; DRAM reads and writes overlap the link.
+                // and a semaphore handshake, every phase a start-up; DRAM reads and writes
+                // overlap the link.
                 let link = self.transfer_ns(cost.fabric_bytes, 0, c.links)
                     + c.steps as f64 * (self.cal.hop_latency_ns + self.cal.ccl_step_sync_ns)
-                    + self.cal.ccl_fixed_ns;
+                    + c.phases.max(1) as f64 * self.cal.ccl_fixed_ns;
                 link.max(memory)
             }
             None => {
@@ -185,6 +186,7 @@ mod tests {
                 chips: 8,
                 steps: 7,
                 links: 1,
+                phases: 1,
             }),
             ..Default::default()
         };

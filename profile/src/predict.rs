@@ -15,6 +15,9 @@ use crate::model::DeviceModel;
 use crate::recorder::{Command, HostEvent, ProgramInfo};
 use crate::timeline::{self, HostModel, Timeline};
 
+/// Op kinds a summary lists by default.
+pub const TOP_OPS: usize = 12;
+
 /// One kind of op in the token (an op name with its input shapes).
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpShare {
@@ -60,6 +63,35 @@ pub struct TokenPrediction {
 impl TokenPrediction {
     pub fn tokens_per_s_per_user(&self) -> f64 {
         1e9 / self.token_ns.max(1e-9)
+    }
+
+    /// The figures for a person: the token, its rate and the `top` op kinds by share.
+    pub fn describe(&self, top: usize) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "predicted on the hardware (the captured trace replayed back to back, modeled as plan decode --predict does: each op also pays predict_op_extra_ns): {:.1} us per replay = {:.1} replays/s, {} ops per chip on {} chips; kernels {:.1} us, dispatch and firmware {:.1} us, waiting at collectives {:.1} us",
+            self.token_ns / 1e3,
+            self.tokens_per_s_per_user(),
+            self.ops_per_chip,
+            self.chips,
+            self.kernel_ns / 1e3,
+            self.overhead_ns / 1e3,
+            self.collective_wait_ns / 1e3,
+        );
+        for o in self.ops.iter().take(top) {
+            let _ = writeln!(
+                s,
+                "  {:>6.1}% {:>9.1} us  x{:<4} {}{}",
+                o.share * 100.0,
+                o.ns / 1e3,
+                o.count,
+                o.op,
+                if o.collective { "  (collective)" } else { "" }
+            );
+        }
+        s
     }
 
     pub fn to_json(&self, top: usize) -> serde_json::Value {
@@ -169,10 +201,11 @@ fn op_kind(p: &ProgramInfo) -> String {
             format!("[{}]", dims.join(","))
         })
         .collect();
-    // The largest input's dtype decides a DRAM-bound op's time (a matmul's weight).
+    // The largest input's dtype decides a DRAM-bound op's time (a matmul's weight); a
+    // collective's UINT32 scratch is not what it moves.
     let dtype = inputs
         .iter()
-        .max_by_key(|s| s.volume())
+        .max_by_key(|s| (s.dtype.is_float(), s.volume()))
         .map_or("", |s| s.dtype.as_str());
     format!("{} {} {dtype}", p.name, shapes.join("x"))
 }
@@ -192,6 +225,32 @@ fn replay_end(t: &Timeline, per_queue: usize, replay: usize) -> HashMap<(u32, u8
 
 /// Models `events`' captured trace replayed back to back; `None` when nothing was captured.
 pub fn traced_token(events: &[HostEvent], model: &DeviceModel) -> Option<TokenPrediction> {
+    traced(events, model).map(|(token, _)| token)
+}
+
+/// The steady-state token of a replayed timeline: its ops and device spans (EXEC_BUF) on every
+/// chip after `warm`, host spans dropped (a prediction models no host).
+fn steady_token(t: Timeline, per_queue: usize, warm: f64) -> Timeline {
+    Timeline {
+        ops: t
+            .ops
+            .into_iter()
+            .filter(|o| o.call_count as usize > per_queue)
+            .collect(),
+        device: t
+            .device
+            .into_iter()
+            .filter(|d| d.start_ns >= warm)
+            .collect(),
+        host: Vec::new(),
+        queues: t.queues,
+        host_model: None,
+    }
+}
+
+/// [`traced_token`] with the modeled timeline of the steady-state token on every chip: what
+/// `--profile` writes for a run, so a prediction gives the same ops report and trace.
+pub fn traced(events: &[HostEvent], model: &DeviceModel) -> Option<(TokenPrediction, Timeline)> {
     let model = &predicting(model);
     let trace: Vec<QueueTrace> = captured_programs(events)
         .into_iter()
@@ -279,7 +338,7 @@ pub fn traced_token(events: &[HostEvent], model: &DeviceModel) -> Option<TokenPr
                 .sum::<f64>()
         })
         .fold(0.0, f64::max);
-    Some(TokenPrediction {
+    let token = TokenPrediction {
         token_ns,
         chips: trace.len(),
         ops_per_chip: per_queue,
@@ -291,7 +350,8 @@ pub fn traced_token(events: &[HostEvent], model: &DeviceModel) -> Option<TokenPr
         collective_ns,
         dram_ns_per_chip,
         ops: shares,
-    })
+    };
+    Some((token, steady_token(t, per_queue, warm)))
 }
 
 /// Time to first token for a prompt of `prompt_len` tokens, estimated from the decode step's
@@ -422,6 +482,7 @@ mod tests {
                     chips,
                     steps: chips - 1,
                     links: 1,
+                    phases: 1,
                 }),
                 ..Default::default()
             },
@@ -462,9 +523,9 @@ mod tests {
             |k: usize, n: usize| (k * n) as f64 * 1088.0 / 1024.0 + (32 * (k + n) * 2) as f64;
         let dram = |b: f64| b / (288e9 * 0.87) * 1e9;
         let launch = 512.0 / 20e9 * 1e9 + 512.0 / 10e9 * 1e9 + 300.0;
-        // Predictions add predict_op_extra_ns (14,797 ns) to each op's 600 ns fixed cost.
+        // Predictions add predict_op_extra_ns (19,524 ns) to each op's 600 ns fixed cost.
         let expect = 1000.0
-            + 2.0 * (launch + 600.0 + 14_797.0)
+            + 2.0 * (launch + 600.0 + 19_524.0)
             + dram(bytes(4096, 4096))
             + dram(bytes(4096, 1024));
         assert!(
@@ -535,6 +596,38 @@ mod tests {
         let p4k = prefill_ns(&ev, &m, 4096).unwrap();
         assert!((p32 - token).abs() < 1e-6 * token, "{p32} vs {token}");
         assert!(p32 <= p128 && p128 < p4k, "{p32} {p128} {p4k}");
+    }
+
+    #[test]
+    fn the_predicted_timeline_is_one_token_on_every_chip_in_the_profile_columns() {
+        let m = model();
+        let step = [
+            matmul(4096, 512, DataType::BFloat8B),
+            all_gather(8, 458_752.0),
+        ];
+        let (token, t) = traced(&captured(8, &step), &m).unwrap();
+        assert_eq!(t.ops.len(), 8 * step.len());
+        assert_eq!(t.device.iter().filter(|d| d.name == "EXEC_BUF").count(), 8);
+        // The critical chip's ops end where the token does, after the warm-up replay.
+        let last = t.ops.iter().map(|o| o.end_ns).fold(0.0, f64::max);
+        let first = t
+            .ops
+            .iter()
+            .map(|o| o.start_ns)
+            .fold(f64::INFINITY, f64::min);
+        assert!(
+            last - first <= token.token_ns,
+            "{} > {}",
+            last - first,
+            token.token_ns
+        );
+        let csv = crate::report::csv::ops_report(&t, "wormhole_b0", 1e9, 64);
+        assert_eq!(csv.lines().count(), 1 + 8 * step.len());
+        assert!(csv
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("Matmul,tt_dnn_device,3,"));
     }
 
     #[test]

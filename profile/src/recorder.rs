@@ -1,4 +1,4 @@
-//! The recorder: a [`CommandObserver`] set on every chip of a run. It keeps, per submission,
+//! The recorder: a [`ChipObserver`] attached to every chip of a run. It keeps, per submission,
 //! the host's timestamp and the commands in it (programs with their declared work, tensor
 //! writes and reads, events, trace replays with the trace's own commands read back from the
 //! chip's DRAM). Nothing is modeled here: the timeline is computed afterwards.
@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use ttmesh_chip::command::{decode, Opcode, Record, HEADER_BYTES, RECORD_ALIGN};
-use ttmesh_chip::device::CommandObserver;
+use ttmesh_chip::command::Record;
+use ttmesh_chip::observe::{ChipObserver, Commands, Interests, Submission};
 use ttmesh_chip::program::KernelCost;
 use ttmesh_chip::{Chip, CqId, TensorSpec, TraceId};
 
@@ -192,26 +192,17 @@ impl State {
             .collect()
     }
 
-    /// Appends the commands of `bytes` to `raw`; a replayed trace is read back from the chip
-    /// the first time it is seen.
-    fn scan(&mut self, chip: &Chip, bytes: &[u8], in_trace: bool) {
-        let mut at = 0;
+    /// Appends `commands` (decoded by the chip) to `raw`; a replayed trace is read back from
+    /// the chip the first time it is seen.
+    fn scan(&mut self, chip: &Chip, commands: Commands<'_>, in_trace: bool) {
         // A replay behind a host callback in the same submission is a mesh's lockstep replay
         // (the callback is its start barrier).
         let mut after_callback = false;
         // (program id, first seen, cores, bytes so far) of a launch awaiting its go signal.
         let mut launch: Option<(u32, bool, u32, usize)> = None;
-        while at < bytes.len() {
-            // Records that change nothing in the model are skipped on their header alone.
-            if let Some(next) = skip(bytes, at, &mut after_callback) {
-                at = next;
-                continue;
-            }
-            let Ok((rec, next)) = decode(bytes, at) else {
-                break;
-            };
-            let size = next - at;
-            at = next;
+        for (rec, size) in commands {
+            // Records that change nothing in the model (stalls, go-signal resets, frees, a
+            // host callback but for the replay it marks) fall through.
             after_callback |= matches!(rec, Record::HostCallback { .. });
             match rec {
                 Record::LaunchProgram {
@@ -261,7 +252,7 @@ impl State {
                                 .unwrap_or_default();
                             // The trace's records, resolved at once into their own list.
                             let mark = self.raw.len();
-                            self.scan(chip, &bytes, true);
+                            self.scan(chip, Commands::new(&bytes), true);
                             let commands = self.resolve(&self.raw[mark..]);
                             self.raw.truncate(mark);
                             self.traces.push((key, Arc::new(commands)));
@@ -276,30 +267,9 @@ impl State {
     }
 }
 
-/// The end of the record at `at` if the model ignores it (stalls, go-signal resets, host
-/// callbacks, which only mark a lockstep replay, ...); `None` to decode it.
-fn skip(bytes: &[u8], at: usize, after_callback: &mut bool) -> Option<usize> {
-    let h = bytes.get(at..at + HEADER_BYTES)?;
-    let op = Opcode::from_u8(h[0])?;
-    let ignored = match op {
-        Opcode::HostCallback => {
-            *after_callback = true;
-            true
-        }
-        Opcode::Stall | Opcode::ResetGo | Opcode::ExecBufEnd | Opcode::Discard => true,
-        _ => false,
-    };
-    if !ignored {
-        return None;
-    }
-    let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
-    let next = at + HEADER_BYTES + len.div_ceil(RECORD_ALIGN) * RECORD_ALIGN;
-    (next <= bytes.len()).then_some(next)
-}
-
-/// Records every chip's submissions; set it on chips with [`Recorder::attach`]. On the
-/// dispatch path it only timestamps, scans record headers and appends small copies; programs
-/// and traces are looked up once each.
+/// Records every chip's submissions; attach it to chips with [`Recorder::attach`]. On the
+/// dispatch path it only timestamps, reads the decoded records and appends small copies;
+/// programs and traces are looked up once each.
 pub struct Recorder {
     start: Instant,
     state: Mutex<State>,
@@ -319,17 +289,19 @@ impl Recorder {
         Arc::new(Recorder::default())
     }
 
-    /// Sets this recorder as the observer of every chip in `chips`.
+    /// Attaches this recorder to every chip in `chips`.
     pub fn attach(self: &Arc<Self>, chips: &[Arc<Chip>]) {
+        let me: Arc<dyn ChipObserver> = self.clone();
         for c in chips {
-            c.set_command_observer(Some(self.clone()));
+            c.add_observer(me.clone());
         }
     }
 
-    /// Removes every chip's observer.
-    pub fn detach(chips: &[Arc<Chip>]) {
+    /// Detaches this recorder from every chip in `chips`.
+    pub fn detach(self: &Arc<Self>, chips: &[Arc<Chip>]) {
+        let me: Arc<dyn ChipObserver> = self.clone();
         for c in chips {
-            c.set_command_observer(None);
+            c.remove_observer(&me);
         }
     }
 
@@ -370,12 +342,16 @@ impl Recorder {
     }
 }
 
-impl CommandObserver for Recorder {
-    fn submitted(&self, chip: &Chip, cq: CqId, bytes: &[u8], captured: bool) {
+impl ChipObserver for Recorder {
+    fn interests(&self) -> Interests {
+        Interests::SUBMISSIONS.and(Interests::HOST_WAITS)
+    }
+    fn submitted(&self, s: &Submission<'_>) {
+        let (chip, cq, captured) = (s.chip, s.cq, s.captured);
         let host_ns = self.now();
         let mut state = self.state.lock();
         let start = state.raw.len();
-        state.scan(chip, bytes, false);
+        state.scan(chip, s.commands(), false);
         let len = state.raw.len() - start;
         if len == 0 {
             return;

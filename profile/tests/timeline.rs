@@ -66,11 +66,19 @@ fn untraced_host_bound_gaps_and_traced_replay_without_them() {
     let per_iter = untraced.len() / (ITERS * n);
     assert!(per_iter >= 3, "{per_iter} ops per iteration");
     assert_eq!(traced.len(), untraced.len());
-    // Every untraced op after the first waits for the host: > 6.5 us at 16 us per op.
+    // Every untraced op after the first waits for the host: at 16 us of host time per op, more
+    // than 6.5 us after an op shorter than 9.5 us (a two-phase all_reduce is longer: the host
+    // has caught up by its end, and the next op waits less).
+    let span: HashMap<(u32, u64), f64> = untraced
+        .iter()
+        .map(|o| ((o.chip, o.call_count), o.end_ns - o.start_ns))
+        .collect();
     for o in untraced.iter().filter(|o| o.call_count > 1) {
+        let before = span[&(o.chip, o.call_count - 1)];
+        let floor = if before < 9500.0 { 6500.0 } else { 0.0 };
         assert!(
-            o.op_to_op_ns > 6500.0,
-            "{} on chip {}: gap {} ns",
+            o.op_to_op_ns > floor,
+            "{} on chip {}: gap {} ns after an op of {before} ns",
             o.program.name,
             o.chip,
             o.op_to_op_ns

@@ -12,6 +12,7 @@ pub enum DataType {
     FLOAT32 = 1,
     UINT32 = 2,
     BFLOAT8_B = 3,
+    BFLOAT4_B = 4,
     INT32 = 7,
 }
 
@@ -22,6 +23,7 @@ impl DataType {
             DataType::FLOAT32 => RDt::Float32,
             DataType::UINT32 | DataType::INT32 => RDt::UInt32,
             DataType::BFLOAT8_B => RDt::BFloat8B,
+            DataType::BFLOAT4_B => RDt::BFloat4B,
         }
     }
     pub fn of(d: RDt, int32: bool) -> DataType {
@@ -31,6 +33,7 @@ impl DataType {
             RDt::UInt32 if int32 => DataType::INT32,
             RDt::UInt32 => DataType::UINT32,
             RDt::BFloat8B => DataType::BFLOAT8_B,
+            RDt::BFloat4B => DataType::BFLOAT4_B,
         }
     }
 }

@@ -42,7 +42,9 @@ pub fn profile_start(
 #[pymethods]
 impl Profile {
     /// Stops recording, models the timeline and writes the folder. Returns (summary as JSON
-    /// text, summary for a person, files written). `untraced_iterations` divides an untraced
+    /// text, summary for a person, files written); the JSON's "predicted" holds the captured
+    /// trace replayed back to back as the hardware would (as `plan decode --predict`), when
+    /// the block captured one. `untraced_iterations` divides an untraced
     /// run's figures per iteration (a traced run counts its replays).
     #[pyo3(signature = (untraced_iterations = 1))]
     fn finish(
@@ -54,9 +56,15 @@ impl Profile {
             value_error("this profile was already finished; start another with ttmesh.profile(...)")
         })?;
         let out = chip_work(py, || p.finish(untraced_iterations.max(1)))?;
+        let mut json = out.summary.to_json();
+        let mut text = out.summary.to_string();
+        if let Some(p) = &out.predicted {
+            json["predicted"] = p.to_json(ttmesh_profile::predict::TOP_OPS);
+            text.push_str(&p.describe(5));
+        }
         Ok((
-            out.summary.to_json().to_string(),
-            out.summary.to_string(),
+            json.to_string(),
+            text,
             out.files.iter().map(|f| f.display().to_string()).collect(),
         ))
     }

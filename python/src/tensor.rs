@@ -104,12 +104,12 @@ fn host_from_bytes(
         ("u32", DataType::UINT32 | DataType::INT32) => {
             HostTensor::from_u32(shape, words.map(u32::from_ne_bytes).collect())
         }
-        ("f32", DataType::BFLOAT16 | DataType::FLOAT32 | DataType::BFLOAT8_B) => {
+        ("f32", DataType::BFLOAT16 | DataType::FLOAT32 | DataType::BFLOAT8_B | DataType::BFLOAT4_B) => {
             HostTensor::from_f32(shape, dtype.chip(), words.map(f32::from_ne_bytes).collect())
         }
         _ => {
             return Err(type_error(format!(
-                "{kind} data cannot be held as {dtype:?}: pass integer data for ttnn.uint32 / ttnn.int32 and float data for ttnn.bfloat16 / ttnn.float32 / ttnn.bfloat8_b"
+                "{kind} data cannot be held as {dtype:?}: pass integer data for ttnn.uint32 / ttnn.int32 and float data for ttnn.bfloat16 / ttnn.float32 / ttnn.bfloat8_b / ttnn.bfloat4_b"
             )))
         }
     };

@@ -25,7 +25,8 @@ def test_profile_context_writes_the_folder(device, rng, tmp_path):
     with ttmesh.profile(tmp_path / "prof", device=device, host_model="python", iterations=3, quiet=True) as p:
         run_ops(device, rng)
     names = {f.split("/")[-1] for f in p.files}
-    assert names == {"ops_perf_results.csv", "trace.json", "timeline.svg", "calibration.toml", "summary.json"}
+    assert names == {"ops_perf_results.csv", "profile_log_device.csv", "trace.json", "timeline.svg", "calibration.toml", "summary.json"}
+    assert p.predicted is None  # nothing was captured into a trace
     with open(tmp_path / "prof" / "ops_perf_results.csv") as f:
         rows = list(csv.DictReader(f))
     assert rows and {"OP CODE", "DEVICE ID", "DEVICE KERNEL DURATION [ns]", "HOST DURATION [ns]"} <= set(rows[0])
@@ -33,6 +34,30 @@ def test_profile_context_writes_the_folder(device, rng, tmp_path):
     json.loads((tmp_path / "prof" / "trace.json").read_text())
     with pytest.raises(ValueError, match="host model|host_model|unknown"):
         ttmesh.profile(tmp_path / "p2", device=device, host_model="fortran").__enter__()
+
+
+def test_a_traced_block_gets_the_prediction_plan_decode_makes(rng, tmp_path):
+    device = ttnn.open_device(device_id=0, trace_region_size=800768)
+    try:
+        w = ttnn.from_torch(rng.standard_normal((1, 1, 1024, 1024), dtype=np.float32), dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=device)
+        x = ttnn.from_torch(np.zeros((1, 1, 32, 1024), np.float32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=device)
+        ttnn.relu(ttnn.matmul(x, w))  # compile
+        with ttmesh.profile(tmp_path / "prof", device=device, quiet=True) as p:
+            tid = ttnn.begin_trace_capture(device, cq_id=0)
+            ttnn.relu(ttnn.matmul(x, w))
+            ttnn.end_trace_capture(device, tid, cq_id=0)
+            for _ in range(2):
+                ttnn.execute_trace(device, tid, cq_id=0, blocking=True)
+        ttnn.release_trace(device, tid)
+    finally:
+        ttnn.close_device(device)
+    pred = p.predicted
+    assert pred is not None and pred["chips"] == 1 and pred["ops_per_chip"] == 2
+    assert pred["token_us"] > 0 and "predicted on the hardware" in p.text
+    ops = [o["op"].split(" ")[0] for o in pred["top_ops"]]
+    assert "Matmul" in ops, ops
+    saved = json.loads((tmp_path / "prof" / "summary.json").read_text())
+    assert saved["predicted"] == pred
 
 
 def test_profile_from_the_environment(monkeypatch, rng, tmp_path):

@@ -19,6 +19,10 @@ def test_dtypes_round_trip(device, rng):
     t = ttnn.from_torch(x, dtype=ttnn.bfloat8_b, layout=ttnn.TILE_LAYOUT, device=device)
     assert t.dtype == ttnn.bfloat8_b
     np.testing.assert_allclose(to_np(t), x, atol=0.05 * np.abs(x).max())
+    # bfloat4_b: 3 magnitude bits per value, within 2^-3 of its 16-value block's largest.
+    t4 = ttnn.from_torch(x, dtype=ttnn.bfloat4_b, layout=ttnn.TILE_LAYOUT, device=device)
+    assert t4.dtype == ttnn.bfloat4_b and t4.dtype == ttnn.DataType.BFLOAT4_B
+    np.testing.assert_allclose(to_np(t4), x, atol=0.125 * np.abs(x).max())
     u = np.arange(64 * 32, dtype=np.uint32).reshape(64, 32)
     tu = ttnn.from_torch(u, dtype=ttnn.uint32, layout=ttnn.ROW_MAJOR_LAYOUT, device=device)
     assert tu.dtype == ttnn.uint32

@@ -35,13 +35,16 @@ class profile:
     trace.json (Perfetto), timeline.svg, calibration.toml and summary.json, as ``ttmesh run
     --profile`` does. ``host_model``: "python" (TT-NN's Python dispatch cost per op), "cpp"
     or "measured". ``iterations`` divides an untraced block's figures per iteration. After
-    the block, ``.summary`` (a dict), ``.text`` and ``.files`` hold what was written.
+    the block, ``.summary`` (a dict), ``.text`` and ``.files`` hold what was written, and
+    ``.predicted`` (a dict, or None when the block captured no trace) the captured trace
+    replayed back to back as the hardware would: ``token_us`` per replay and the top ops by
+    share, the same model as ``ttmesh plan decode --predict``.
     ``TTMESH_PROFILE=DIR`` profiles every device a program opens, written when it closes."""
 
     def __init__(self, dir, device=None, calibration=None, host_model="python", iterations=1, quiet=False):
         self.dir, self.device, self.calibration = str(dir), device, calibration
         self.host_model, self.iterations, self.quiet = host_model, iterations, quiet
-        self.summary = self.text = self.files = None
+        self.summary = self.text = self.files = self.predicted = None
         self._p = None
 
     def __enter__(self):
@@ -61,6 +64,7 @@ class profile:
 
         summary, self.text, self.files = self._p.finish(self.iterations)
         self.summary = json.loads(summary)
+        self.predicted = self.summary.get("predicted")
         if not self.quiet:
             print(self.text, end="")
             for f in self.files:

@@ -201,9 +201,12 @@ fn case_seed(seed: u64, index: u64) -> u64 {
 /// Tiles the smallest input of `op` on `t` needs (a reduction must split over every line).
 pub fn min_tiles(t: &TopologyChoice, op: OpKind) -> u64 {
     match op {
-        OpKind::ReduceScatter | OpKind::AllReduce => {
-            t.axes().iter().map(|&(_, n)| n as u64).product()
-        }
+        OpKind::ReduceScatter | OpKind::AllReduce => t
+            .axis_choices()
+            .iter()
+            .map(|axes| axes.iter().map(|&(_, n)| n as u64).product())
+            .max()
+            .unwrap_or(1),
         _ => 1,
     }
 }
@@ -222,8 +225,22 @@ pub fn generate(spec: &StressSpec, seed: u64, index: u64) -> Case {
         .filter(|&d| spec.fits(&topology, op, d))
         .collect();
     let dtype = *r.pick(&dtypes);
-    let axes = topology.axes();
-    let max_tiles = (spec.max_size / tile_bytes(dtype)).max(1);
+    // Drawn only where there is a choice, so the other topologies' cases stay as they were.
+    let choices = topology.axis_choices();
+    let axes = if choices.len() > 1 && op != OpKind::Send {
+        r.pick(&choices).clone()
+    } else {
+        topology.axes()
+    };
+    let mut max_tiles = (spec.max_size / tile_bytes(dtype)).max(1);
+    // A 2D fabric's gather over both axes or the whole mesh leaves every chip with all chips'
+    // inputs (32x on a Galaxy): its output is held to 4x --max-size, so one case stays well
+    // inside the operation timeout on a loaded 2-core host (a 3.7 MB-per-chip Galaxy gather
+    // took 1.5 to 5.6 s there). galaxy-2d keeps drawing the large ones.
+    if choices.len() > 1 && op == OpKind::AllGather {
+        let ways: u64 = axes.iter().map(|&(_, n)| n as u64).product();
+        max_tiles = max_tiles.min((4 * spec.max_size / ways.max(1) / tile_bytes(dtype)).max(1));
+    }
 
     // Units per dim of the [b, c, h, w] input: b and c count rows of tiles' batches, h and w
     // tiles. Each reduction step needs its dim to split over its line.
@@ -278,7 +295,14 @@ pub fn generate(spec: &StressSpec, seed: u64, index: u64) -> Case {
     ];
 
     let (_, (rows, cols), _) = topology.mesh_key();
+    let any_two = topology.axis_choices().len() > 1;
     let send = (op == OpKind::Send).then(|| {
+        if any_two {
+            // Any two chips of a 2D fabric: most such routes turn from a column into a row.
+            let n = (rows * cols) as u64;
+            let a = r.below(n);
+            return (a as usize, ((a + 1 + r.below(n - 1)) % n) as usize);
+        }
         // Both ends on one line of the first axis: a row (or the whole line).
         let (axis, n) = axes[0];
         let a = r.below(n as u64) as usize;
@@ -328,8 +352,9 @@ pub fn generate(spec: &StressSpec, seed: u64, index: u64) -> Case {
             *r.pick(&weighted)
         }
     };
-    // One axis of a 2D mesh: the other axis's links are off the op's path.
-    let cross_links = axes.len() == 1 && axes[0].0.is_some();
+    // One axis of a 2D mesh: the other axis's links are off the op's path; so are the links a
+    // 2D fabric's send does not cross.
+    let cross_links = (axes.len() == 1 && axes[0].0.is_some()) || (any_two && op == OpKind::Send);
     let fault = match kind {
         FaultKind::None => FaultPlan::None,
         FaultKind::Stall => FaultPlan::Stall {
@@ -343,7 +368,7 @@ pub fn generate(spec: &StressSpec, seed: u64, index: u64) -> Case {
                 _ => 0,
             },
             // Links off the op's path exist only across the other axis of a 2D mesh.
-            on_path: !(cross_links && op != OpKind::Send && r.chance(1, 4)),
+            on_path: !(cross_links && (op != OpKind::Send || any_two) && r.chance(1, 4)),
             hop: r.below(64) as usize,
             delay_us: *r.pick(&[0, 0, 0, 200, 2000]),
         },

@@ -2,12 +2,12 @@
 //! before anything opens: an unknown name or a size that cannot split is refused naming the
 //! value and the choices.
 
-use ttmesh::DataType;
+use ttmesh::{DataType, FabricConfig};
 
 use crate::error::{bad, Result, StressError};
 
 /// A mesh and the axes its collectives run on.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TopologyChoice {
     N300,
     /// A T3K as 1x8 (the line through its 8 chips), Fabric1D: Linear collectives.
@@ -28,13 +28,25 @@ pub enum TopologyChoice {
         rows: usize,
         cols: usize,
     },
+    /// A topology opened with a fabric config of its own: `NAME@FABRIC` (e.g. `galaxy@2d`,
+    /// `torus-4x4@2d-torus-x`), `mesh-RxC` (FABRIC_2D), `torus-RxC` (the torus its wrap links
+    /// close), or a mesh graph descriptor (the config its dim types imply). On a 2D mesh each
+    /// case draws its collectives along axis 0, axis 1, both, or the whole mesh, and a send
+    /// between any two chips (a 2D route when they differ in row and column).
+    Fabric {
+        topology: String,
+        rows: usize,
+        cols: usize,
+        config: FabricConfig,
+    },
 }
 
 /// The names `--topology all` runs.
-pub const DEFAULT_TOPOLOGIES: &str =
-    "n300,t3k-line,t3k-ring,galaxy-rows,galaxy-cols,galaxy-2d,line-4,ring-6";
-const TOPOLOGY_CHOICES: &str =
-    "n300, t3k-line, t3k-ring, galaxy-rows, galaxy-cols, galaxy-2d, line-N, ring-N (N = 2..64), a topology TOML file, or all";
+pub const DEFAULT_TOPOLOGIES: &str = "n300,t3k-line,t3k-ring,galaxy-rows,galaxy-cols,galaxy-2d,\
+     line-4,ring-6,galaxy@2d,mesh-2x4,torus-4x4,torus-3x4@2d-torus-x,torus-4x3@2d-torus-y";
+const TOPOLOGY_CHOICES: &str = "n300, t3k-line, t3k-ring, galaxy-rows, galaxy-cols, galaxy-2d, \
+     line-N, ring-N (N = 2..64), mesh-RxC, torus-RxC, a topology TOML file or mesh graph \
+     descriptor, any of those as NAME@FABRIC (e.g. galaxy@2d, torus-4x4@2d-torus-x), or all";
 
 impl TopologyChoice {
     pub fn parse(s: &str) -> Result<TopologyChoice> {
@@ -69,8 +81,20 @@ impl TopologyChoice {
             "galaxy-rows" => TopologyChoice::GalaxyRows,
             "galaxy-cols" => TopologyChoice::GalaxyCols,
             "galaxy-2d" => TopologyChoice::Galaxy2d,
+            _ if s.contains('@') => {
+                let (topology, fabric) = s.rsplit_once('@').expect("has an @");
+                let config = FabricConfig::from_name(fabric)
+                    .map_err(|e| bad("--topology", s, format!("after @: {e}")))?;
+                with_fabric(s, topology, Some(config))?
+            }
             _ if s.starts_with("line-") => sized(&s[5..], false)?,
             _ if s.starts_with("ring-") => sized(&s[5..], true)?,
+            _ if s.starts_with("mesh-") || s.starts_with("torus-") => with_fabric(s, s, None)?,
+            _ if std::path::Path::new(s).is_file()
+                && ttmesh_topologies::load(s)?.dim_kinds().is_some() =>
+            {
+                with_fabric(s, s, None)?
+            }
             _ if s.ends_with(".toml") || std::path::Path::new(s).is_file() => {
                 let g = ttmesh_topologies::load(s)?;
                 let (rows, cols) = g.mesh_shape();
@@ -102,24 +126,47 @@ impl TopologyChoice {
             TopologyChoice::Line(n) => format!("line-{n}"),
             TopologyChoice::Ring(n) => format!("ring-{n}"),
             TopologyChoice::File { path, .. } => path.clone(),
+            TopologyChoice::Fabric {
+                topology, config, ..
+            } => format!("{topology}@{}", config.short_name()),
         }
     }
 
-    /// What the mesh is opened with: topology name, mesh shape, ring-capable fabric.
-    pub fn mesh_key(&self) -> (String, (usize, usize), bool) {
+    /// What the mesh is opened with: topology name, mesh shape, fabric config.
+    pub fn mesh_key(&self) -> (String, (usize, usize), FabricConfig) {
+        use FabricConfig::{Fabric1D, Fabric1DRing};
         match self {
-            TopologyChoice::N300 => ("n300".into(), (1, 2), false),
-            TopologyChoice::T3kLine => ("t3k".into(), (1, 8), false),
-            TopologyChoice::T3kRing => ("t3k".into(), (1, 8), true),
+            TopologyChoice::N300 => ("n300".into(), (1, 2), Fabric1D),
+            TopologyChoice::T3kLine => ("t3k".into(), (1, 8), Fabric1D),
+            TopologyChoice::T3kRing => ("t3k".into(), (1, 8), Fabric1DRing),
             TopologyChoice::GalaxyRows | TopologyChoice::GalaxyCols | TopologyChoice::Galaxy2d => {
-                ("galaxy".into(), (4, 8), true)
+                ("galaxy".into(), (4, 8), Fabric1DRing)
             }
-            TopologyChoice::Line(n) => (format!("line-{n}"), (1, *n), false),
+            TopologyChoice::Line(n) => (format!("line-{n}"), (1, *n), Fabric1D),
             // Two chips make no ring (the mesh refuses a ring fabric there), and a file may
             // have none: both run under FABRIC_1D.
-            TopologyChoice::Ring(n) => (format!("ring-{n}"), (1, *n), *n > 2),
-            TopologyChoice::File { path, rows, cols } => (path.clone(), (*rows, *cols), false),
+            TopologyChoice::Ring(n) => (
+                format!("ring-{n}"),
+                (1, *n),
+                if *n > 2 { Fabric1DRing } else { Fabric1D },
+            ),
+            TopologyChoice::File { path, rows, cols } => (path.clone(), (*rows, *cols), Fabric1D),
+            TopologyChoice::Fabric {
+                topology,
+                rows,
+                cols,
+                config,
+            } => (topology.clone(), (*rows, *cols), *config),
         }
+    }
+
+    /// Whether the mesh opens in the cluster's own shape (a file, a `NAME@FABRIC`) rather
+    /// than a shape of its own (a T3K as 1x8).
+    pub fn own_shape(&self) -> bool {
+        matches!(
+            self,
+            TopologyChoice::File { .. } | TopologyChoice::Fabric { .. }
+        )
     }
 
     /// The cluster axes a collective runs on, in order, with the chips per line of each.
@@ -129,12 +176,89 @@ impl TopologyChoice {
             TopologyChoice::GalaxyRows => vec![(Some(1), cols)],
             TopologyChoice::GalaxyCols => vec![(Some(0), rows)],
             TopologyChoice::Galaxy2d => vec![(Some(0), rows), (Some(1), cols)],
-            TopologyChoice::File { .. } if rows > 1 && cols > 1 => {
+            TopologyChoice::File { .. } | TopologyChoice::Fabric { .. } if rows > 1 && cols > 1 => {
                 vec![(Some(0), rows), (Some(1), cols)]
             }
             _ => vec![(None, rows * cols)],
         }
     }
+
+    /// The axis sets a case may draw from: one set, [`TopologyChoice::axes`], except on a 2D
+    /// mesh opened with a fabric of its own, where a case runs along axis 0, axis 1, both, or
+    /// over the whole mesh (`cluster_axis` None).
+    pub fn axis_choices(&self) -> Vec<Vec<(Option<usize>, usize)>> {
+        let (_, (rows, cols), _) = self.mesh_key();
+        match self {
+            TopologyChoice::Fabric { .. } if rows > 1 && cols > 1 => vec![
+                vec![(Some(0), rows)],
+                vec![(Some(1), cols)],
+                vec![(Some(0), rows), (Some(1), cols)],
+                vec![(None, rows * cols)],
+            ],
+            _ => vec![self.axes()],
+        }
+    }
+}
+
+/// A `Fabric` choice for `name` (as given, for messages): `topology` opened with `config`,
+/// or with what it implies (a mesh graph descriptor's dim types, `torus-RxC`'s wrap links,
+/// else FABRIC_2D on a grid and FABRIC_1D on a line). Refuses a config the topology cannot
+/// carry, saying what would.
+fn with_fabric(name: &str, topology: &str, config: Option<FabricConfig>) -> Result<TopologyChoice> {
+    use FabricConfig::*;
+    let g = ttmesh_topologies::load(topology)?;
+    let (rows, cols) = g.mesh_shape();
+    if g.num_chips() < 2 {
+        return Err(bad(
+            "--topology",
+            name,
+            "the cluster has one chip: collectives need 2 or more",
+        ));
+    }
+    let rows_ring = (0..rows).all(|r| g.row(r).is_ring);
+    let cols_ring = (0..cols).all(|c| g.col(c).is_ring);
+    let grid = rows > 1 && cols > 1;
+    let config = match config {
+        Some(c) => c,
+        None => match ttmesh::implied_fabric_config(&g) {
+            Some(c) => c,
+            None if grid => match (rows_ring, cols_ring) {
+                (true, true) => Fabric2DTorusXY,
+                (true, false) => Fabric2DTorusX,
+                (false, true) => Fabric2DTorusY,
+                (false, false) => Fabric2D,
+            },
+            None => Fabric1D,
+        },
+    };
+    let (wrap_x, wrap_y) = config.wraps();
+    let unfit = if config == Disabled {
+        Some("collectives need a fabric")
+    } else if config.is_2d() && !grid {
+        Some("2D fabrics need 2 or more rows and columns")
+    } else if wrap_x && !rows_ring {
+        Some("a torus along X needs every row closed by a wrap link (3 or more chips)")
+    } else if wrap_y && !cols_ring {
+        Some("a torus along Y needs every column closed by a wrap link (3 or more chips)")
+    } else {
+        None
+    };
+    if let Some(why) = unfit {
+        return Err(bad(
+            "--topology",
+            name,
+            format!(
+                "{why}; {topology} is {rows}x{cols}: use 2d on mesh-RxC or galaxy, a torus \
+                 config on torus-RxC, or a 1d config on a line"
+            ),
+        ));
+    }
+    Ok(TopologyChoice::Fabric {
+        topology: topology.to_string(),
+        rows,
+        cols,
+        config,
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -232,6 +356,7 @@ pub fn dtype_name(d: DataType) -> &'static str {
         DataType::BFloat16 => "bf16",
         DataType::Float32 => "f32",
         DataType::BFloat8B => "bfloat8_b",
+        DataType::BFloat4B => "bfloat4_b",
         DataType::UInt32 => "uint32",
     }
 }
@@ -378,5 +503,54 @@ impl StressSpec {
     /// Whether the smallest case of `op` on `t` in `d` fits `max_size`.
     pub fn fits(&self, t: &TopologyChoice, op: OpKind, d: DataType) -> bool {
         crate::cases::min_tiles(t, op) * tile_bytes(d) <= self.max_size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> (String, (usize, usize), FabricConfig) {
+        TopologyChoice::parse(s).unwrap().mesh_key()
+    }
+
+    #[test]
+    fn fabric_choices_open_with_their_config() {
+        use FabricConfig::*;
+        assert_eq!(key("galaxy@2d"), ("galaxy".into(), (4, 8), Fabric2D));
+        assert_eq!(key("mesh-2x4"), ("mesh-2x4".into(), (2, 4), Fabric2D));
+        assert_eq!(
+            key("torus-4x4"),
+            ("torus-4x4".into(), (4, 4), Fabric2DTorusXY)
+        );
+        assert_eq!(key("torus-2x4").2, Fabric2DTorusX);
+        assert_eq!(
+            key("torus-4x4@FABRIC_2D_TORUS_Y"),
+            ("torus-4x4".into(), (4, 4), Fabric2DTorusY)
+        );
+        let mgd = format!(
+            "{}/../topologies/tests/data/galaxy_torus_xy.textproto",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        assert_eq!(key(&mgd), (mgd.clone(), (8, 4), Fabric2DTorusXY));
+        // The name reparses to the same choice (a failure's rerun command uses it).
+        for s in ["galaxy@2d", "torus-4x4", mgd.as_str()] {
+            let t = TopologyChoice::parse(s).unwrap();
+            assert_eq!(TopologyChoice::parse(&t.name()).unwrap(), t);
+            assert_eq!(t.axis_choices().len(), 4);
+        }
+    }
+
+    #[test]
+    fn configs_a_topology_cannot_carry_are_refused() {
+        for (s, says) in [
+            ("galaxy@2d-torus-x", "every row closed"),
+            ("n300@2d", "2 or more rows and columns"),
+            ("galaxy@disabled", "need a fabric"),
+            ("galaxy@3d", "after @"),
+        ] {
+            let e = TopologyChoice::parse(s).unwrap_err().to_string();
+            assert!(e.contains(says), "{s}: {e}");
+        }
     }
 }

@@ -34,14 +34,25 @@ pub enum TopologyError {
     },
 
     /// `arch` names an architecture ttmesh does not know.
-    #[error(
-        "{source_name}:{line}: unknown arch \"{arch}\"; known archs: {known}",
-        known = crate::ArchName::ALL_NAMES.join(", ")
-    )]
+    #[error("{source_name}:{line}: unknown arch \"{arch}\"; known archs: {known}")]
     UnknownArch {
         source_name: String,
         line: usize,
         arch: String,
+        /// The spellings this kind of descriptor takes, e.g. "wormhole_b0, blackhole".
+        known: String,
+    },
+
+    /// A mesh graph descriptor names a field its message does not have (a typo, or a field
+    /// of another message).
+    #[error("{source_name}:{line}: unknown field `{field}` in {message}; it takes {known} (check the spelling and the braces it sits in)")]
+    UnknownField {
+        source_name: String,
+        line: usize,
+        field: String,
+        /// Where the field sits, e.g. "mesh_descriptors \"M0\"".
+        message: String,
+        known: String,
     },
 
     /// Two `[[chips]]` entries share an id.
@@ -178,6 +189,7 @@ impl TopologyError {
             | MissingField { line, .. }
             | InvalidValue { line, .. }
             | UnknownArch { line, .. }
+            | UnknownField { line, .. }
             | DuplicateChipId { line, .. }
             | ChipIdOutOfRange { line, .. }
             | CoordOutOfMesh { line, .. }

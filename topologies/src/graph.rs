@@ -53,6 +53,26 @@ impl std::fmt::Display for ArchName {
     }
 }
 
+/// How a mesh graph descriptor declares one dimension of the device grid: `LINE` (no wrap
+/// link) or `RING` (its last chip links back to its first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum DimKind {
+    #[serde(rename = "LINE")]
+    Line,
+    #[serde(rename = "RING")]
+    Ring,
+}
+
+impl DimKind {
+    /// The descriptor spelling, `LINE` or `RING`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DimKind::Line => "LINE",
+            DimKind::Ring => "RING",
+        }
+    }
+}
+
 /// One chip: its id, its mesh coordinate `(row, col)` and an optional board label.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Chip {
@@ -97,6 +117,10 @@ pub struct ClusterGraph {
     /// Sorted by id, so `chips[id].id == id`.
     chips: Vec<Chip>,
     links: Vec<Link>,
+    /// `[rows, cols]` kinds as a mesh graph descriptor declared them; None for a TOML
+    /// descriptor, which lists its links instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dim_kinds: Option<[DimKind; 2]>,
     /// Row-major: `grid[r * cols + c]` is the chip at `(r, c)`.
     #[serde(skip)]
     grid: Vec<ChipId>,
@@ -143,9 +167,23 @@ impl ClusterGraph {
             mesh_shape,
             chips,
             links,
+            dim_kinds: None,
             grid,
             adj,
         }
+    }
+
+    /// The same graph, recording the dimension kinds its mesh graph descriptor declared.
+    pub(crate) fn with_dim_kinds(mut self, kinds: [DimKind; 2]) -> ClusterGraph {
+        self.dim_kinds = Some(kinds);
+        self
+    }
+
+    /// `[rows, cols]`: whether each dimension was declared `LINE` or `RING` by the mesh graph
+    /// descriptor this graph was read from; None for a TOML descriptor or a generated name.
+    /// The mesh turns this into the fabric config the descriptor implies.
+    pub fn dim_kinds(&self) -> Option<[DimKind; 2]> {
+        self.dim_kinds
     }
 
     pub fn name(&self) -> &str {

@@ -1,5 +1,6 @@
 //! ttmesh-topologies: cluster descriptors (which chips, where in the mesh, which ethernet
-//! ports link them) as TOML, and the parser that turns one into a checked [`ClusterGraph`].
+//! ports link them) as TOML or as tt-metal's mesh graph descriptor (MGD 2.0 textproto), and
+//! the parsers that turn one into a checked [`ClusterGraph`].
 //!
 //! This crate owns the descriptor schema, the shipped descriptors (compiled into the binary,
 //! no files needed at run time) and graph queries (neighbours, hop distances, rows, columns,
@@ -14,7 +15,19 @@
 //!   (1 Blackhole), `p300` (2 Blackhole, 1x2, 2 links: ttmesh's assumption);
 //! * generated: `line-N` and `ring-N`, N in 2..=64 (see [`generate`]: 1xN Wormhole, one link
 //!   per neighbour pair, the ring closes N-1 -> 0);
-//! * anything else is taken as the path of a descriptor file.
+//! * anything else is taken as the path of a descriptor file: a mesh graph descriptor when
+//!   its name ends in `.textproto` (`.txtpb`, `.pbtxt`, `.prototxt`), or when a file not named
+//!   `.toml` starts with an MGD top-level field; TOML otherwise.
+//!
+//! # Mesh graph descriptors
+//!
+//! tt-metal's MGD 2.0 (see [`parse_mgd_str`] and `src/mgd.rs`): the mesh that
+//! `top_level_instance` names (directly, or as the one mesh of a graph) becomes a grid of
+//! `device_topology` `dims` (`[rows, cols]`, or `[n]` for 1 x n), chip ids row-major,
+//! `channels` `count` links between grid neighbours, and wrap links closing each dimension
+//! whose `dim_types` entry is `RING`. [`ClusterGraph::dim_kinds`] keeps the declared kinds, from
+//! which the mesh picks the fabric config (`FABRIC_2D`, a torus, `FABRIC_1D_RING`, ...).
+//! Errors name the line, the field and the fix, as for TOML; unknown fields are refused.
 //!
 //! # Descriptor schema
 //!
@@ -51,14 +64,17 @@
 mod error;
 pub mod generate;
 mod graph;
+mod mgd;
 mod parse;
+mod textproto;
 mod write;
 
 use std::path::Path;
 
 pub use error::TopologyError;
 pub use generate::GENERATED_FAMILIES;
-pub use graph::{ArchName, Chip, ChipId, ClusterGraph, Line, Link};
+pub use graph::{ArchName, Chip, ChipId, ClusterGraph, DimKind, Line, Link};
+pub use mgd::{parse_mgd_str, MGD_EXTENSIONS};
 pub use parse::{parse_str, MAX_CHIPS};
 
 /// The shipped descriptors: (name, TOML text).
@@ -98,6 +114,24 @@ fn special_file_kind(t: &std::fs::FileType) -> &'static str {
     }
 }
 
+/// A descriptor file's text: a mesh graph descriptor when its name ends in one of
+/// [`MGD_EXTENSIONS`] (or, with another ending than `.toml`, when its first field is an MGD
+/// top-level field), else TOML.
+fn parse_file_text(text: &str, path: &str) -> Result<ClusterGraph, TopologyError> {
+    let ext = Path::new(path)
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let is_mgd =
+        MGD_EXTENSIONS.contains(&ext.as_str()) || (ext != "toml" && mgd::looks_like_mgd(text));
+    if is_mgd {
+        parse_mgd_str(text, path)
+    } else {
+        parse_str(text, path)
+    }
+}
+
 /// Loads a topology by name or path. Order: a built-in name, then a well-formed `line-N` /
 /// `ring-N`, then an existing file at `name_or_path`; a `line-`/`ring-` name with a bad N
 /// reports that N, a path that exists but is no file is [`TopologyError::NotADescriptor`], and
@@ -116,7 +150,7 @@ pub fn load(name_or_path: &str) -> Result<ClusterGraph, TopologyError> {
             path: path.to_path_buf(),
             source,
         })?;
-        return parse_str(&text, name_or_path);
+        return parse_file_text(&text, name_or_path);
     }
     if let Some(Err(e)) = generated {
         return Err(e);

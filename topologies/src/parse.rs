@@ -210,6 +210,7 @@ pub fn parse_str(text: &str, source_name: &str) -> Result<ClusterGraph, Topology
         source_name: cx.src(),
         line: cx.line_of(&arch_s),
         arch: arch_s.get_ref().clone(),
+        known: ArchName::ALL_NAMES.join(", "),
     })?;
     let shape_s = raw.mesh_shape.ok_or_else(|| {
         cx.missing(

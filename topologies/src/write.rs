@@ -55,6 +55,14 @@ impl ClusterGraph {
             self.links().len(),
             self.arch().num_eth_ports()
         );
+        if let Some([r, c]) = self.dim_kinds() {
+            let _ = writeln!(
+                s,
+                "declared by a mesh graph descriptor: rows {}, cols {}",
+                r.as_str(),
+                c.as_str()
+            );
+        }
         let w = self.num_chips().saturating_sub(1).to_string().len().max(3) + 2;
         let _ = write!(s, "\nmesh (chip id per cell):\n{:>7}", "");
         for c in 0..cols {

@@ -89,6 +89,24 @@ proptest! {
     #[test]
     fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
         let _ = parse_str(&text, "fuzz.toml");
+        let _ = ttmesh_topologies::parse_mgd_str(&text, "fuzz.textproto");
+    }
+
+    /// Text made of textproto's own tokens: a graph or an error at a line inside the text.
+    #[test]
+    fn textproto_token_soup_errors_point_inside_the_text(
+        tokens in prop::collection::vec(prop::sample::select(vec![
+            "mesh_descriptors", "top_level_instance", "device_topology", "dims", "channels",
+            "count", "name", "arch", "WORMHOLE_B0", "{", "}", ":", "[", "]", ",", "\"M0\"",
+            "4", "-1", "\n", "# c\n", "<", ">", "'", "mesh", "mesh_descriptor",
+        ]), 0..80)
+    ) {
+        let text = tokens.join(" ");
+        let lines = text.lines().count().max(1);
+        if let Err(e) = ttmesh_topologies::parse_mgd_str(&text, "soup.textproto") {
+            let line = e.line().unwrap();
+            prop_assert!((1..=lines).contains(&line), "{} (text has {} lines)", e, lines);
+        }
     }
 
     /// Replacing any one number of the T3K file with another gives a graph or an error whose

@@ -73,6 +73,7 @@ impl Message<'_> {
                 v[1] = match at.space {
                     MemSpace::Dram => 0,
                     MemSpace::L1 => 1,
+                    MemSpace::Host => 2,
                 };
                 v.extend_from_slice(data);
                 v
@@ -117,6 +118,7 @@ impl Message<'_> {
                     space: match b[1] {
                         0 => MemSpace::Dram,
                         1 => MemSpace::L1,
+                        2 => MemSpace::Host,
                         _ => return None,
                     },
                     bank: a,

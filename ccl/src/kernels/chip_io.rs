@@ -417,8 +417,7 @@ impl Local<'_> {
 /// The fabric's address of chip memory (collective buffers are in DRAM or L1).
 pub(crate) fn noc(me: u32, space: MemSpace, bank: u32, addr: u64) -> Result<NocAddr, StepError> {
     match space {
-        MemSpace::Dram => Ok(NocAddr::dram(bank, addr)),
-        MemSpace::L1 => Ok(NocAddr::l1(bank, addr)),
+        MemSpace::Dram | MemSpace::L1 => Ok(NocAddr::new(space, bank, addr)),
         MemSpace::Host => Err(StepError::Fabric(FabricError::KernelFailed {
             chip: me,
             reason: "a collective's buffers must be in DRAM or L1, not host memory".into(),

@@ -31,7 +31,8 @@ use super::chip_io::{
     StepError,
 };
 use super::elements::{fill_le_bf16, fill_le_bf16_sum};
-use super::execute::{message_bytes, sized, Buffers, Endpoint, Span};
+use super::execute::{message_bytes, Endpoint};
+use super::work::{sized, Buffers, Span};
 
 impl Endpoint {
     /// Writes this chip's bf16 sums of block `chunk`'s bytes `ba..be` plus chip `dest`'s

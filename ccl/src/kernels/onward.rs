@@ -19,7 +19,8 @@ use ttmesh_fabric::HeldMemory;
 
 use super::chip_io::{input_spans, FusedIo, Local, StepError};
 use super::elements::fill_le_bf16_sum;
-use super::execute::{message_bytes, sized, Endpoint, Side};
+use super::execute::{message_bytes, Endpoint, Side};
+use super::work::sized;
 use super::SEM_SLOT_BASE;
 
 /// Where a piece's sums go and the buffers a fill that must stage uses.

@@ -13,7 +13,7 @@ use ttmesh_chip::tensor::{DataType, Layout, TensorSpec};
 use ttmesh_chip::ChipError;
 
 use super::chip_io::FusedIo;
-use super::execute::{piece_count, Work};
+use super::work::{piece_count, Work};
 use super::Run;
 
 /// A split of a tensor's pages along one page dim: `outer` runs of `extent * inner` pages.

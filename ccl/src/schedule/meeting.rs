@@ -19,7 +19,8 @@ use ttmesh_chip::ChipError;
 use ttmesh_fabric::{Fabric, FabricError};
 
 use crate::kernels::chip_io::StepError;
-use crate::kernels::execute::{Endpoint, Step, Work};
+use crate::kernels::execute::{Endpoint, Step};
+use crate::kernels::work::Work;
 
 use super::{one_thread, two_threads};
 

@@ -25,7 +25,8 @@ use ttmesh_chip::ChipError;
 
 use super::{OWN_THREAD_MIN_SLOT_BYTES as MIN_SLOT_BYTES, OWN_THREAD_REGIONS as REGIONS};
 use crate::kernels::chip_io::Local;
-use crate::kernels::execute::{Side, Step, Work};
+use crate::kernels::execute::{Side, Step};
+use crate::kernels::work::Work;
 use crate::kernels::{Run, SEM_FREE_BASE};
 
 /// Runs this chip's `steps` on `work` here, after the handshake (`writes_left`: the steps

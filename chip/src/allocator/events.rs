@@ -1,7 +1,8 @@
 //! The allocator's event stream and the usage counters built from it.
 //!
 //! Allocation data has one source: these events. Counters (allocated, live buffers, peak), graph
-//! capture and the monitor subscribe; none of them recounts from other state.
+//! capture and the monitor observe them (`observe::ChipObserver::allocator_event`); none of
+//! them recounts from other state.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -54,12 +55,6 @@ impl AllocatorEvent {
     }
 }
 
-/// Anything that wants to see allocations as they happen. Called with the allocator locked, so
-/// events arrive in order; keep it cheap.
-pub trait AllocatorListener: Send + Sync {
-    fn on_event(&self, event: &AllocatorEvent);
-}
-
 /// Live per-type counters fed by the event stream (per-bank bytes, as the statistics are).
 #[derive(Default, Debug)]
 pub struct UsageCounters {
@@ -95,8 +90,8 @@ impl UsageCounters {
     }
 }
 
-impl AllocatorListener for UsageCounters {
-    fn on_event(&self, e: &AllocatorEvent) {
+impl crate::observe::ChipObserver for UsageCounters {
+    fn allocator_event(&self, e: &AllocatorEvent) {
         // Events arrive under the allocator's lock, so plain load/store pairs cannot race.
         let c = &self.per_type[e.buffer_type as usize];
         match e.kind {

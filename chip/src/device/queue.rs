@@ -406,6 +406,7 @@ impl Dispatcher {
                 let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
                 check_pages(memory, space, len, std::iter::once((bank, addr)), false)?;
                 memory.write(space, bank, addr as u64, data)?;
+                memory.share_written(space, len, std::iter::once((bank, addr as u64)));
             }
             Record::WritePaged {
                 space,
@@ -419,6 +420,8 @@ impl Dispatcher {
                     let page = &data[i * page_size as usize..(i + 1) * page_size as usize];
                     memory.write(space, bank, addr as u64, page)?;
                 }
+                let pages = locations.iter().map(|(bank, addr)| (bank, addr as u64));
+                memory.share_written(space, page_size, pages);
             }
             Record::LaunchProgram {
                 program_id,

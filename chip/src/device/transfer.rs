@@ -85,8 +85,10 @@ pub struct PendingRead {
 impl PendingRead {
     pub fn wait(self) -> Result<Vec<u8>> {
         self.shared
-            .observer
-            .with(|o| o.host_waits(self.shared.id, self.cq));
+            .observers
+            .each(crate::observe::Interests::HOST_WAITS, |o| {
+                o.host_waits(self.shared.id, self.cq)
+            });
         let timeout = self.shared.config.operation_timeout;
         let deadline = Instant::now() + timeout;
         let mut g = self.slot.data.lock();

@@ -36,9 +36,9 @@ pub const BFP8_TILE_BYTES: usize = BFP8_EXPONENT_BYTES + TILE_ELEMS;
 pub const BFP8_EXPONENT_BYTES: usize = TILE_ELEMS / BLOCK;
 
 /// Values that share one exponent.
-const BLOCK: usize = 16;
+pub(super) const BLOCK: usize = 16;
 /// Exponent byte marking a block that holds NaN or infinity.
-const NON_FINITE_EXP: u32 = 255;
+pub(super) const NON_FINITE_EXP: u32 = 255;
 /// Magnitude byte for infinity inside a non-finite block (the "1.0" significand, like IEEE).
 const INF_MAG: u8 = 64;
 /// Magnitude byte for NaN inside a non-finite block (a set fraction bit, like a quiet NaN).
@@ -127,7 +127,7 @@ pub fn quantize_bfp8(tiles: &mut [f32]) -> Result<(), FormatError> {
     })
 }
 
-fn whole_tiles(what: &'static str, len: usize) -> Result<usize, FormatError> {
+pub(super) fn whole_tiles(what: &'static str, len: usize) -> Result<usize, FormatError> {
     let n = len / TILE_ELEMS;
     // Report the nearest whole-tile length so the message says what to pass.
     check_len(what, n.max(1) * TILE_ELEMS, len).map(|()| n)
@@ -165,10 +165,10 @@ fn pack_block(block: &[f32], mant: &mut [u8]) -> u8 {
 }
 
 /// 2^23: the magnitude above which every f32 is an integer.
-const ROUNDER: f32 = 8_388_608.0;
+pub(super) const ROUNDER: f32 = 8_388_608.0;
 
 /// 2^e as f32 for |e| <= 126.
-fn pow2(e: i32) -> f32 {
+pub(super) fn pow2(e: i32) -> f32 {
     f32::from_bits(((e + 127) as u32) << 23)
 }
 

@@ -82,11 +82,11 @@ fn spec_with(a: &Tensor, f: impl FnOnce(&mut TensorSpec)) -> TensorSpec {
 
 /// Converts values to another dtype (floats round to the new format; to UINT32 rounds and clamps at 0).
 pub fn typecast(a: &Tensor, dtype: DataType, opts: &OpOptions) -> Result<Tensor> {
-    if dtype == DataType::BFloat8B && a.spec().layout != Layout::Tile {
+    if dtype.is_block_float() && a.spec().layout != Layout::Tile {
         return Err(ChipError::Unsupported {
             op: "typecast".into(),
-            what: format!("BFLOAT8_B output from ROW_MAJOR {}", a.name()),
-            hint: "bfloat8_b exists only in TILE layout; convert with to_layout first".into(),
+            what: format!("{dtype} output from ROW_MAJOR {}", a.name()),
+            hint: format!("{dtype} exists only in TILE layout; convert with to_layout first"),
         });
     }
     let spec = spec_with(a, |s| {
@@ -131,10 +131,10 @@ pub fn reshard(
 
 /// Tilizes or untilizes on the device.
 pub fn to_layout(a: &Tensor, layout: Layout, opts: &OpOptions) -> Result<Tensor> {
-    if layout == Layout::RowMajor && a.dtype() == DataType::BFloat8B {
+    if layout == Layout::RowMajor && a.dtype().is_block_float() {
         return Err(ChipError::Unsupported {
             op: "to_layout".into(),
-            what: format!("ROW_MAJOR from BFLOAT8_B {}", a.name()),
+            what: format!("ROW_MAJOR from {} {}", a.dtype(), a.name()),
             hint: "typecast to BFLOAT16 first".into(),
         });
     }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{split_over_grid, OpOptions};
-use crate::device::CqId;
+use crate::device::{Chip, CqId};
 use crate::error::{ChipError, Result};
 use crate::program::{program_key, Access, CoreSplit, Kernel, OperandInfo, Program, ProgramKey};
 use crate::tensor::{Tensor, TensorSpec};
@@ -77,7 +77,9 @@ pub fn launch(
         addresses.push(address as u32);
         ids.push(id);
     }
-    let misses_before = crate::observe::active().then(|| chip.program_cache().counters().misses);
+    let misses_before = chip
+        .launches_observed()
+        .then(|| chip.program_cache().counters().misses);
     let program =
         chip.program_cache()
             .get_or_compile(l.key, !chip.is_capturing(l.cq), describe, || {
@@ -109,13 +111,13 @@ pub fn launch(
             })?;
     chip.enqueue_program(l.cq, &program, &addresses, &ids)?;
     if let Some(misses) = misses_before {
-        observe_launch(l, chip.id(), &program, misses);
+        observe_launch(l, chip, &program, misses);
     }
     Ok(program)
 }
 
-/// Tells the process's chip observer (graph capture) about a launch just enqueued.
-fn observe_launch(l: &Launch<'_>, chip: u32, program: &Program, misses_before: u64) {
+/// Tells the chip's observers and the process's (graph capture) about a launch just enqueued.
+fn observe_launch(l: &Launch<'_>, chip: &Chip, program: &Program, misses_before: u64) {
     let page_sizes: Vec<u64> = l
         .operands
         .iter()
@@ -127,8 +129,8 @@ fn observe_launch(l: &Launch<'_>, chip: u32, program: &Program, misses_before: u
         .map(|(t, _)| t.spec().memory_config.buffer_type)
         .collect();
     let hit = misses_before == chip_misses(l);
-    crate::observe::program_launched(&crate::observe::LaunchEvent {
-        chip,
+    let launch = crate::observe::LaunchEvent {
+        chip: chip.id(),
         cq: l.cq,
         name: l.name,
         program,
@@ -139,7 +141,8 @@ fn observe_launch(l: &Launch<'_>, chip: u32, program: &Program, misses_before: u
             .operands
             .first()
             .map_or((0, 0), |(t, _)| t.chip().arch().compute_grid),
-    });
+    };
+    chip.observe_launch(&launch);
 }
 
 fn chip_misses(l: &Launch<'_>) -> u64 {

@@ -15,7 +15,7 @@ use super::io::{read_logical, recycle_f32, write_logical};
 use super::{default_memory_config, run_op, OpLaunch, OpOptions};
 use crate::error::{ChipError, Result};
 use crate::program::{Kernel, KernelContext, KernelCost};
-use crate::tensor::{DataType, HostData, Tensor, TensorSpec};
+use crate::tensor::{HostData, Tensor, TensorSpec};
 
 /// How the output's values come from the inputs', in logical row-major order.
 #[derive(Clone, Debug)]
@@ -186,12 +186,14 @@ fn shape_error(op: &str, detail: String) -> ChipError {
 
 /// The dtypes these ops move exactly, and no dtype change asked of them.
 fn check_movable(op: &str, t: &Tensor, opts: &OpOptions) -> Result<()> {
-    if t.dtype() == DataType::BFloat8B {
+    if t.dtype().is_block_float() {
         return Err(ChipError::Unsupported {
             op: op.into(),
-            what: format!("BFLOAT8_B {}", t.name()),
-            hint: "moving bfloat8_b values re-quantizes their blocks; typecast to BFLOAT16 first"
-                .into(),
+            what: format!("{} {}", t.dtype(), t.name()),
+            hint: format!(
+                "moving {} values re-quantizes their blocks; typecast to BFLOAT16 first",
+                t.dtype()
+            ),
         });
     }
     match opts.dtype {

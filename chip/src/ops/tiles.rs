@@ -6,7 +6,8 @@
 use crate::allocator::MemSpace;
 use crate::error::{ChipError, Result};
 use crate::format::{
-    self, tiled_position, BFP8_TILE_BYTES, FACE_WIDTH, TILE_ELEMS, TILE_HEIGHT, TILE_WIDTH,
+    self, tiled_position, BFP4_TILE_BYTES, BFP8_TILE_BYTES, FACE_WIDTH, TILE_ELEMS, TILE_HEIGHT,
+    TILE_WIDTH,
 };
 use crate::program::KernelContext;
 use crate::tensor::{DataType, HostData, Layout, TensorPages, TensorSpec};
@@ -90,6 +91,7 @@ impl TileRows {
                 }
             }
             DataType::BFloat8B => format::unpack_bfp8_tile(bytes, &mut s.faces)?,
+            DataType::BFloat4B => format::unpack_bfp4_tile(bytes, &mut s.faces)?,
             DataType::UInt32 => return Err(not_float()),
         }
         for r in 0..TILE_HEIGHT {
@@ -126,6 +128,7 @@ impl TileRows {
                 }
             }
             DataType::BFloat8B => format::pack_bfp8_tile(&s.faces, &mut bytes[..BFP8_TILE_BYTES])?,
+            DataType::BFloat4B => format::pack_bfp4_tile(&s.faces, &mut bytes[..BFP4_TILE_BYTES])?,
             DataType::UInt32 => return Err(not_float()),
         }
         let (bank, addr) = self.location(slice, tile_row, tile_col);
@@ -254,6 +257,11 @@ fn decode_face_run(dtype: DataType, page: &[u8], at: usize, dst: &mut [f32]) -> 
         DataType::BFloat8B => {
             let mut block = [0f32; FACE_WIDTH];
             format::unpack_bfp8_block(&page[..BFP8_TILE_BYTES], at / FACE_WIDTH, &mut block);
+            dst.copy_from_slice(&block[..dst.len()]);
+        }
+        DataType::BFloat4B => {
+            let mut block = [0f32; FACE_WIDTH];
+            format::unpack_bfp4_block(&page[..BFP4_TILE_BYTES], at / FACE_WIDTH, &mut block);
             dst.copy_from_slice(&block[..dst.len()]);
         }
         DataType::UInt32 => return Err(not_float()),

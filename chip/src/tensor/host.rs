@@ -8,7 +8,7 @@ use crate::par;
 
 use super::spec::{DataType, Layout, TensorSpec};
 use crate::error::{ChipError, Result};
-use crate::format::{self, BFP8_TILE_BYTES, TILE_ELEMS};
+use crate::format::{self, BFP4_TILE_BYTES, BFP8_TILE_BYTES, TILE_ELEMS};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum HostData {
@@ -56,7 +56,7 @@ impl HostTensor {
                     c.iter_mut().for_each(|x| *x = format::round_bf16(*x))
                 });
             }
-            DataType::Float32 | DataType::BFloat8B => {}
+            DataType::Float32 | DataType::BFloat8B | DataType::BFloat4B => {}
         }
         Ok(HostTensor {
             shape,
@@ -152,6 +152,7 @@ fn encode_words<const N: usize, T: Copy + Sync>(
 fn encode_float_tiles(dtype: DataType, tiled: &[f32], out: &mut [u8]) -> Result<()> {
     match dtype {
         DataType::BFloat8B => Ok(format::pack_bfp8_tiles(tiled, out)?),
+        DataType::BFloat4B => Ok(format::pack_bfp4_tiles(tiled, out)?),
         _ => encode_elems(dtype, tiled, out),
     }
 }
@@ -163,10 +164,10 @@ fn encode_elems(dtype: DataType, v: &[f32], out: &mut [u8]) -> Result<()> {
         }),
         DataType::Float32 => encode_words(v, out, f32::to_le_bytes),
         DataType::UInt32 => encode_words(v, out, |f: f32| (f as u32).to_le_bytes()),
-        DataType::BFloat8B => {
-            return Err(ChipError::Data(
-                "BFLOAT8_B exists only in TILE layout".into(),
-            ));
+        DataType::BFloat8B | DataType::BFloat4B => {
+            return Err(ChipError::Data(format!(
+                "{dtype} exists only in TILE layout"
+            )));
         }
     }
     Ok(())
@@ -206,6 +207,11 @@ pub fn decode_floats(dtype: DataType, bytes: &[u8]) -> Result<Vec<f32>> {
         DataType::BFloat8B => {
             let mut out = vec![0f32; bytes.len() / BFP8_TILE_BYTES * TILE_ELEMS];
             format::unpack_bfp8_tiles(bytes, &mut out)?;
+            out
+        }
+        DataType::BFloat4B => {
+            let mut out = vec![0f32; bytes.len() / BFP4_TILE_BYTES * TILE_ELEMS];
+            format::unpack_bfp4_tiles(bytes, &mut out)?;
             out
         }
     })

@@ -6,7 +6,7 @@ use std::fmt;
 use crate::allocator::{round_up, AllocationRequest, BufferType, PageMap, Placement};
 use crate::arch::ArchSpec;
 use crate::error::{ChipError, Result};
-use crate::format::BFP8_TILE_BYTES;
+use crate::format::{BFP4_TILE_BYTES, BFP8_TILE_BYTES};
 
 pub const TILE: usize = 32;
 
@@ -15,6 +15,8 @@ pub enum DataType {
     BFloat16,
     Float32,
     BFloat8B,
+    /// 4-bit block float (Wormhole and Blackhole; TILE layout only).
+    BFloat4B,
     UInt32,
 }
 
@@ -24,18 +26,24 @@ impl DataType {
             DataType::BFloat16 => "BFLOAT16",
             DataType::Float32 => "FLOAT32",
             DataType::BFloat8B => "BFLOAT8_B",
+            DataType::BFloat4B => "BFLOAT4_B",
             DataType::UInt32 => "UINT32",
         }
     }
     pub fn is_float(self) -> bool {
         !matches!(self, DataType::UInt32)
     }
-    /// Bytes of one element in ROW_MAJOR layout (bfloat8_b has no row-major form).
+    /// bfloat8_b and bfloat4_b: values share an exponent per block of 16 in a tile, so they
+    /// exist only in TILE layout, and moving them between blocks re-quantizes them.
+    pub fn is_block_float(self) -> bool {
+        matches!(self, DataType::BFloat8B | DataType::BFloat4B)
+    }
+    /// Bytes of one element in ROW_MAJOR layout (block floats have no row-major form).
     pub fn row_major_elem_bytes(self) -> Option<u64> {
         match self {
             DataType::BFloat16 => Some(2),
             DataType::Float32 | DataType::UInt32 => Some(4),
-            DataType::BFloat8B => None,
+            DataType::BFloat8B | DataType::BFloat4B => None,
         }
     }
     /// Bytes of one 32x32 tile.
@@ -44,6 +52,7 @@ impl DataType {
             DataType::BFloat16 => 2048,
             DataType::Float32 | DataType::UInt32 => 4096,
             DataType::BFloat8B => BFP8_TILE_BYTES as u64,
+            DataType::BFloat4B => BFP4_TILE_BYTES as u64,
         }
     }
 }
@@ -305,11 +314,14 @@ impl TensorSpec {
                 ),
             });
         }
-        if self.layout == Layout::RowMajor && self.dtype == DataType::BFloat8B {
+        if self.layout == Layout::RowMajor && self.dtype.is_block_float() {
             return Err(ChipError::Unsupported {
                 op: name.to_string(),
-                what: "BFLOAT8_B in ROW_MAJOR layout".into(),
-                hint: "bfloat8_b is a block format of tiles; use Layout::Tile".into(),
+                what: format!("{} in ROW_MAJOR layout", self.dtype),
+                hint: format!(
+                    "{} is a block format of tiles; use Layout::Tile",
+                    self.dtype
+                ),
             });
         }
         let mc = &self.memory_config;
@@ -522,6 +534,7 @@ mod tests {
         assert_eq!(s(DataType::BFloat16).page_size(), 2048);
         assert_eq!(s(DataType::Float32).page_size(), 4096);
         assert_eq!(s(DataType::BFloat8B).page_size(), 1088);
+        assert_eq!(s(DataType::BFloat4B).page_size(), 576);
         assert_eq!(s(DataType::BFloat16).num_pages(), 4);
         let rm = TensorSpec::new(
             vec![3, 5, 7],

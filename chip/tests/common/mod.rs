@@ -60,6 +60,7 @@ pub fn read(t: &Tensor) -> Vec<f32> {
 /// - BFLOAT16: rounding to bf16 is within half an ulp, `2^-8 |want|` (plus the f32 error before it).
 /// - BFLOAT8_B: each value is within `2^-7` of the largest magnitude of its 16-value block (one
 ///   face row: 16 consecutive columns of one row, 16-aligned), see format::bfp8.
+/// - BFLOAT4_B: the same with `2^-3` (format::bfp4).
 pub fn check_stored(
     got: &[f32],
     want: &[f32],
@@ -80,7 +81,8 @@ pub fn check_stored(
         let bound = match dtype {
             DataType::Float32 | DataType::UInt32 => rtol_f32 * x64.abs() + atol,
             DataType::BFloat16 => (2f64.powi(-8) + rtol_f32) * x64.abs() + atol,
-            DataType::BFloat8B => {
+            DataType::BFloat8B | DataType::BFloat4B => {
+                let step = if dtype == DataType::BFloat8B { -7 } else { -3 };
                 let row = i / w;
                 let start = row * w + (i % w) / 16 * 16;
                 let end = (start + 16).min(row * w + w);
@@ -88,7 +90,7 @@ pub fn check_stored(
                     .iter()
                     .map(|v| v.abs() as f64)
                     .fold(0.0, f64::max);
-                2f64.powi(-7) * max * (1.0 + 1e-6) + rtol_f32 * x64.abs() + atol
+                2f64.powi(step) * max * (1.0 + 1e-6) + rtol_f32 * x64.abs() + atol
             }
         };
         // Written so that a NaN difference fails too.

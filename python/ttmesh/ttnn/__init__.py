@@ -110,6 +110,7 @@ from ._tensor import (  # noqa: F401
     TensorToMesh,
     allocate_tensor_on_device,
     bfloat8_b,
+    bfloat4_b,
     bfloat16,
     concat_mesh_to_tensor_composer,
     copy_host_to_device_tensor,

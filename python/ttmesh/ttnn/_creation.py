@@ -17,7 +17,7 @@ def full(shape, fill_value, dtype=None, layout=t.ROW_MAJOR_LAYOUT, device=None, 
     """TT-NN's ``full(shape, fill_value, dtype=None, layout=ROW_MAJOR_LAYOUT, device=None,
     memory_config=None)`` (bfloat16 when dtype is None)."""
     dtype = t.bfloat16 if dtype is None else dtype
-    np_type = np.float32 if dtype in (t.bfloat16, t.float32, t.bfloat8_b) else (np.int32 if dtype == t.int32 else np.uint32)
+    np_type = np.float32 if dtype in (t.bfloat16, t.float32, t.bfloat8_b, t.bfloat4_b) else (np.int32 if dtype == t.int32 else np.uint32)
     return t.from_torch(np.full(_shape(shape), fill_value, dtype=np_type), dtype=dtype, layout=layout, device=device, memory_config=memory_config)
 
 

@@ -118,7 +118,7 @@ def _scalar(op, value, like):
 
         from . import _tensor as tensors  # noqa: PLC0415
 
-        dtype = like.dtype if like.dtype != tensors.bfloat8_b else tensors.bfloat16
+        dtype = like.dtype if like.dtype not in (tensors.bfloat8_b, tensors.bfloat4_b) else tensors.bfloat16
         t = tensors.from_torch(np.full([1] * len(like.shape), value, dtype=np.float32), dtype=dtype, layout=like.layout, device=device)
         _scalars[key] = t
     return t
@@ -341,20 +341,20 @@ def _positions(fn, index, users, device):
     raise TypeError(f"ttnn.{fn}: the position must be a device ttnn.Tensor of UINT32 positions or an int, not {type(index).__name__}")
 
 
-def all_gather(input_tensor, dim, cluster_axis=None, mesh_device=None, *, num_links=1, memory_config=None, topology=None, output_tensor=None, queue_id=None, cq_id=None, **kwargs):
+def all_gather(input_tensor, dim, cluster_axis=None, mesh_device=None, *, num_links=None, memory_config=None, topology=None, output_tensor=None, queue_id=None, cq_id=None, **kwargs):
     """TT-NN's ``ttnn.all_gather(input_tensor, dim, cluster_axis=None, ...)``: along each line
     of the mesh ``cluster_axis`` picks (0 columns, 1 rows, None all devices) ``shape[dim] *= n``."""
     _reject("all_gather", kwargs, {"subdevice_id", "sub_device_id", "use_optimal_ccl_for_llama", "barrier_semaphore", "chunks_per_sync", "num_workers_per_link", "num_buffers_per_channel"})
     return _collective("all_gather", input_tensor, dim, cluster_axis, num_links, topology, memory_config, output_tensor, _cq(queue_id, cq_id))
 
 
-def reduce_scatter(input_tensor, dim, cluster_axis=None, mesh_device=None, *, num_links=1, memory_config=None, topology=None, output_tensor=None, queue_id=None, cq_id=None, **kwargs):
+def reduce_scatter(input_tensor, dim, cluster_axis=None, mesh_device=None, *, num_links=None, memory_config=None, topology=None, output_tensor=None, queue_id=None, cq_id=None, **kwargs):
     """TT-NN's ``ttnn.reduce_scatter(input_tensor, dim, ...)``: the sum over each line, ``shape[dim] /= n``."""
     _reject("reduce_scatter", kwargs, {"subdevice_id", "sub_device_id", "math_op", "barrier_semaphore", "chunks_per_sync", "num_workers_per_link", "num_buffers_per_channel", "intermediate_memory_config"})
     return _collective("reduce_scatter", input_tensor, dim, cluster_axis, num_links, topology, memory_config, output_tensor, _cq(queue_id, cq_id))
 
 
-def all_reduce(input_tensor, cluster_axis=None, mesh_device=None, *, num_links=1, memory_config=None, topology=None, output_tensor=None, queue_id=None, cq_id=None, **kwargs):
+def all_reduce(input_tensor, cluster_axis=None, mesh_device=None, *, num_links=None, memory_config=None, topology=None, output_tensor=None, queue_id=None, cq_id=None, **kwargs):
     """TT-NN's ``ttnn.all_reduce(input_tensor, cluster_axis=None, ...)``: the sum over each line on every device of it."""
     _reject("all_reduce", kwargs, {"subdevice_id", "sub_device_id", "math_op", "barrier_semaphores", "rs_global_semaphores", "ag_global_semaphores"})
     return _collective("all_reduce", input_tensor, 0, cluster_axis, num_links, topology, memory_config, output_tensor, _cq(queue_id, cq_id))
@@ -364,8 +364,11 @@ def _collective(op, input_tensor, dim, cluster_axis, num_links, topology, memory
     t = _tensor(op, "input_tensor", input_tensor)
     if cluster_axis is not None and cluster_axis not in (0, 1):
         raise ValueError(f"ttnn.{op}: cluster_axis must be 0 (along columns), 1 (along rows) or None (all devices), not {cluster_axis!r}")
-    if isinstance(num_links, bool) or not isinstance(num_links, int) or num_links < 1:
-        raise ValueError(f"ttnn.{op}: num_links must be an int >= 1, not {num_links!r}")
+    # None (TT-NN's newer default): the links and the topology are chosen for the mesh.
+    if num_links is None:
+        num_links = 0
+    elif isinstance(num_links, bool) or not isinstance(num_links, int) or num_links < 1:
+        raise ValueError(f"ttnn.{op}: num_links must be an int >= 1 or None (chosen for the mesh), not {num_links!r}")
     if topology is not None and not isinstance(topology, _n.Topology):
         raise TypeError(f"ttnn.{op}: topology must be ttnn.Topology.Ring or ttnn.Topology.Linear, not {topology!r}")
     return _n.collective(op, t, int(dim), cluster_axis, num_links, topology, memory_config, _out(op, output_tensor), cq)

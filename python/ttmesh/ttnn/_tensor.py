@@ -20,6 +20,7 @@ StorageType = _n.StorageType
 bfloat16 = DataType.BFLOAT16
 float32 = DataType.FLOAT32
 bfloat8_b = DataType.BFLOAT8_B
+bfloat4_b = DataType.BFLOAT4_B
 uint32 = DataType.UINT32
 int32 = DataType.INT32
 
@@ -90,7 +91,7 @@ def _infer_dtype(arr, torch_name):
 
 def _encode(arr, dtype):
     """(bytes, kind) the native side takes: f32 for float dtypes, u32 bits for integers."""
-    if dtype in (bfloat16, float32, bfloat8_b):
+    if dtype in (bfloat16, float32, bfloat8_b, bfloat4_b):
         return np.ascontiguousarray(arr, dtype=np.float32).tobytes(), "f32"
     if dtype == uint32:
         if arr.dtype.kind in "iub":

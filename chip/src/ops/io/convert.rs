@@ -1,9 +1,11 @@
-//! Pure conversion between tile pages (four 16x16 faces, bf16 / f32 / bfloat8_b) and bands
+//! Pure conversion between tile pages (four 16x16 faces, bf16 / f32 / bfloat8_b / bfloat4_b) and bands
 //! of logical row-major f32 values: no device memory here. `io` reads and writes the pages;
 //! these loops are compiled for AVX-512 or AVX2 where the host has them.
 
 use crate::error::{ChipError, Result};
-use crate::format::{self, BFP8_TILE_BYTES, FACE_ELEMS, FACE_WIDTH, TILE_HEIGHT, TILE_WIDTH};
+use crate::format::{
+    self, BFP4_TILE_BYTES, BFP8_TILE_BYTES, FACE_ELEMS, FACE_WIDTH, TILE_HEIGHT, TILE_WIDTH,
+};
 use crate::tensor::DataType;
 
 /// The 16-value face rows of tile column `tc` that hold logical columns: (face column, first
@@ -34,22 +36,33 @@ fn decode_tile(
     let size = match dtype {
         DataType::BFloat16 => 2,
         DataType::Float32 => 4,
-        DataType::BFloat8B => {
-            // Each 16-value block is one face row: unpacked straight into its place.
-            let page = &bytes[..BFP8_TILE_BYTES];
-            let block: &mut [f32; FACE_WIDTH] =
-                (&mut tile[..FACE_WIDTH]).try_into().expect("a face row");
-            for r in 0..rows {
-                for (fc, col, n) in face_cols(tc, w) {
-                    let j = face_offset(r, fc) / FACE_WIDTH;
-                    match <&mut [f32; FACE_WIDTH]>::try_from(&mut band[r * w + col..][..n]) {
-                        Ok(dst) => format::unpack_bfp8_block(page, j, dst),
-                        Err(_) => {
-                            format::unpack_bfp8_block(page, j, block);
-                            band[r * w + col..][..n].copy_from_slice(&block[..n]);
+        // Each 16-value block is one face row: unpacked straight into its place. A macro,
+        // not a function taking the unpacker: each arm keeps its own inlined loop (see below).
+        DataType::BFloat8B | DataType::BFloat4B => {
+            macro_rules! unpack_rows {
+                ($page:expr, $unpack:path) => {{
+                    let page = $page;
+                    let block: &mut [f32; FACE_WIDTH] =
+                        (&mut tile[..FACE_WIDTH]).try_into().expect("a face row");
+                    for r in 0..rows {
+                        for (fc, col, n) in face_cols(tc, w) {
+                            let j = face_offset(r, fc) / FACE_WIDTH;
+                            let dst = &mut band[r * w + col..][..n];
+                            match <&mut [f32; FACE_WIDTH]>::try_from(dst) {
+                                Ok(dst) => $unpack(page, j, dst),
+                                Err(_) => {
+                                    $unpack(page, j, block);
+                                    band[r * w + col..][..n].copy_from_slice(&block[..n]);
+                                }
+                            }
                         }
                     }
-                }
+                }};
+            }
+            if dtype == DataType::BFloat8B {
+                unpack_rows!(&bytes[..BFP8_TILE_BYTES], format::unpack_bfp8_block);
+            } else {
+                unpack_rows!(&bytes[..BFP4_TILE_BYTES], format::unpack_bfp4_block);
             }
             return Ok(());
         }
@@ -295,7 +308,7 @@ fn encode_tile(
     let size = match dtype {
         DataType::BFloat16 => 2,
         DataType::Float32 => 4,
-        DataType::BFloat8B => {
+        DataType::BFloat8B | DataType::BFloat4B => {
             if !full {
                 tile.fill(0.0);
             }
@@ -304,7 +317,12 @@ fn encode_tile(
                     tile[face_offset(r, fc)..][..n].copy_from_slice(&band[r * w + col..][..n]);
                 }
             }
-            return Ok(format::pack_bfp8_tile(tile, &mut bytes[..BFP8_TILE_BYTES])?);
+            if dtype == DataType::BFloat8B {
+                format::pack_bfp8_tile(tile, &mut bytes[..BFP8_TILE_BYTES])?;
+            } else {
+                format::pack_bfp4_tile(tile, &mut bytes[..BFP4_TILE_BYTES])?;
+            }
+            return Ok(());
         }
         DataType::UInt32 => return Err(not_float()),
     };
