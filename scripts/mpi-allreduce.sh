@@ -28,6 +28,9 @@ tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 if [ "$quick" = --quick ]; then
   run 8 50 36864 >> "$tmp"
+  # `bench ranks`: all_reduce across 2 ranks at 36 KiB and 16 MiB.
+  run 2 50 36864 >> "$tmp"
+  run 2 3 16777216 >> "$tmp"
 else
   for n in 2 4 8; do run "$n" 100 4096 36864 262144 >> "$tmp"; done
   run 32 30 4096 36864 262144 >> "$tmp"

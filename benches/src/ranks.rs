@@ -8,7 +8,9 @@
 //!
 //! Speed (2 ranks only): all_reduce of 36 KiB and 16 MiB per chip on an n300 split one chip
 //! per rank, next to OpenMPI's MPI_Allreduce between 2 processes on this host
-//! (`scripts/mpi-allreduce.sh`), with the ratio. Prints figures; asserts nothing.
+//! (`scripts/mpi-allreduce.sh`), with the ratio. On 4 ranks: a 128-chip all_reduce (four
+//! Galaxies as one mesh, a Galaxy per rank), its time and each rank's peak memory. Prints
+//! figures; asserts nothing.
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -175,16 +177,84 @@ fn speed(quick: bool, out: &mut String) -> Result<(), String> {
     mesh.close().map_err(|e| e.to_string())
 }
 
+/// Peak resident memory of this process (VmHWM), in MiB; 0 where /proc does not say.
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// A 128-chip all_reduce (four Galaxies as one mesh, one per rank) over all chips: time and
+/// each rank's peak memory.
+fn big_mesh(quick: bool, ranks: u32, out: &mut String) -> Result<(), String> {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../topologies/descriptors/4xgalaxy.toml"
+    );
+    let mesh = open(file, FabricConfig::Fabric1D, ranks)?;
+    let timeout = Duration::from_secs(120);
+    let sizes: &[(usize, usize)] = if quick {
+        &[(32, 576)]
+    } else {
+        &[(32, 576), (512, 1024)]
+    };
+    writeln!(
+        out,
+        "all_reduce over all 128 chips of 4xgalaxy on {ranks} ranks (one host)\n{:>10} {:>12} {:>22}",
+        "size", "us", "peak RSS per rank MiB"
+    )
+    .unwrap();
+    for &(rows, cols) in sizes {
+        let x = inputs(&mesh, rows, cols, 11)?;
+        let args = CclArgs::default();
+        let once = || -> Result<Duration, String> {
+            let t = Instant::now();
+            let y = ccl::all_reduce(&x, &args).map_err(|e| e.to_string())?;
+            mesh.finish(CqId(0)).map_err(|e| e.to_string())?;
+            let took = t.elapsed();
+            y.deallocate(true).map_err(|e| e.to_string())?;
+            Ok(took)
+        };
+        once()?;
+        let iters = if quick { 3 } else { 10 };
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            total += once()?;
+        }
+        let mine = total.as_secs_f64() * 1e6 / iters as f64;
+        let us = ttmesh::ranks::exchange_f64(&mesh, mine, timeout)?
+            .into_iter()
+            .fold(0.0, f64::max);
+        let rss = ttmesh::ranks::exchange_f64(&mesh, peak_rss_mib(), timeout)?;
+        let rss: Vec<String> = rss.iter().map(|m| format!("{m:.0}")).collect();
+        writeln!(
+            out,
+            "{:>10} {us:>12.1} {:>22}",
+            rows * cols * 2,
+            rss.join(" ")
+        )
+        .unwrap();
+        x.deallocate(true).map_err(|e| e.to_string())?;
+    }
+    mesh.close().map_err(|e| e.to_string())
+}
+
 /// The benchmark: the bits on every split, then (on 2 ranks) the speed beside MPI.
 pub fn run(quick: bool) -> Result<RanksReport, String> {
     let launch = ttmesh_settings::settings().mpi_launch.clone();
     let ranks = launch.as_ref().map_or(1, |l| l.size);
     let mut text = format!("ranks: {ranks}\n");
     bits(quick, ranks, &mut text)?;
-    if ranks == 2 {
-        speed(quick, &mut text)?;
-    } else {
-        text.push_str("speed beside MPI_Allreduce: run under mpirun -np 2\n");
+    match ranks {
+        2 => speed(quick, &mut text)?,
+        4 => big_mesh(quick, ranks, &mut text)?,
+        _ => text.push_str(
+            "speed beside MPI_Allreduce: run under mpirun -np 2; a 128-chip mesh: -np 4\n",
+        ),
     }
     Ok(RanksReport {
         text,

@@ -334,6 +334,8 @@ fn decode_on(
     let (mut timings, mut comparison) = (Timings::default(), Timings::default());
     let mut input = prompt[0];
     let mut out = std::io::stdout();
+    // Over MPI ranks every rank decodes the same tokens; rank 0 speaks for the job.
+    let speaks = mesh.rank().unwrap_or(0) == 0;
     // Prefill runs the decode step once per prompt token: a long prompt must not look hung.
     let prefill_bar = if args.on.json || prompt.len() < 2 {
         ProgressBar::hidden()
@@ -381,7 +383,7 @@ fn decode_on(
         }
         input = next[0];
         generated.push(input);
-        if !args.on.json {
+        if !args.on.json && speaks {
             print!("{}", stream.push(input).map_err(|e| e.to_string())?);
             let _ = out.flush();
         }
@@ -392,7 +394,7 @@ fn decode_on(
     let wire_bytes_per_token = steady_bytes_from
         .filter(|_| steady_steps > 0)
         .map(|from| (fabric_bytes(mesh) - from) as f64 / steady_steps as f64);
-    if !args.on.json {
+    if !args.on.json && speaks {
         println!("{}", stream.finish().map_err(|e| e.to_string())?);
     }
     let untraced_first = (!comparison.step.is_empty()).then(|| comparison.steady(false));
@@ -412,7 +414,7 @@ fn decode_on(
         untraced_first,
         wire_bytes_per_token,
     };
-    if args.on.json {
+    if speaks && args.on.json {
         let mut v = report.json();
         if let Some(p) = &profile {
             v["profile"] = crate::profile::to_json(p);
@@ -421,7 +423,7 @@ fn decode_on(
             "{}",
             serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
         );
-    } else {
+    } else if speaks {
         report.print();
         profile.iter().for_each(crate::profile::print);
     }

@@ -201,10 +201,15 @@ fn every_cli_flag_the_readme_shows_exists() {
                 "--no-fail-fast",
                 "--profiler-path",
                 "--test",
+                // mpirun's
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "--hostfile",
+                "--map-by",
             ]
             .contains(&f.as_str())
         {
-            continue; // cargo's and other tools' flags
+            continue; // cargo's, mpirun's and other tools' flags
         }
         assert!(
             all_help.contains(&f),

@@ -85,6 +85,10 @@ struct Exchange {
 
 /// Started by `Transport::init`: reports (rank, size), or None if MPI would not start, on
 /// `ready`, then serves `cmds` until finalised.
+/// How long after its last message in or out the progress thread keeps polling instead of
+/// sleeping between polls.
+const HOT: Duration = Duration::from_millis(1);
+
 /// How often a rank tells each other rank it is alive, when it sent it nothing else.
 const HEARTBEAT: Duration = Duration::from_millis(100);
 
@@ -111,13 +115,22 @@ pub(crate) fn run(cmds: Receiver<Cmd>, ready: Sender<Option<(u32, u32)>>, silenc
     let mut reported: Vec<Option<u32>> = vec![None; size as usize];
     loop {
         let mut busy = false;
-        // Commands first: a burst of deliveries goes out before we look for replies.
-        let wait = if idle_since.elapsed() < Duration::from_millis(20) {
-            Duration::from_micros(20)
+        // Commands first: a burst of deliveries goes out before we look for replies. Incoming
+        // messages wake nobody (MPI progresses only inside our calls), so while traffic is
+        // recent the loop polls, yielding the core between polls; a timed sleep costs at
+        // least the kernel's timer slack (~50 us) per hop, which small collectives feel.
+        // Idle longer, it sleeps up to 1 ms between polls.
+        let idle = idle_since.elapsed();
+        let first = if idle < HOT {
+            std::thread::yield_now();
+            cmds.try_recv().map_err(|e| match e {
+                crossbeam_channel::TryRecvError::Empty => RecvTimeoutError::Timeout,
+                crossbeam_channel::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+            })
         } else {
-            Duration::from_millis(1)
+            cmds.recv_timeout(Duration::from_millis(1))
         };
-        let mut first = match cmds.recv_timeout(wait) {
+        let mut first = match first {
             Ok(c) => Some(c),
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => Some(Cmd::Finalize {
