@@ -21,20 +21,13 @@
 //! saturated max by less than a step). NaN and infinity follow bfloat8_b's rule: `E = 255`,
 //! magnitude 4 decodes to ±inf, magnitudes above 4 to NaN, below 4 to ±0.
 
-use super::bfp8::{pow2, whole_tiles, BLOCK, NON_FINITE_EXP, ROUNDER};
+use super::bfp8::{pack_block_codes, unpack_block_codes, whole_tiles, BLOCK};
 use super::{check_len, FormatError, TILE_ELEMS};
 
 /// Shared exponent bytes at the start of a packed tile (one per block of 16 values).
 pub const BFP4_EXPONENT_BYTES: usize = TILE_ELEMS / BLOCK;
 /// Bytes of one packed bfloat4_b tile: 64 exponents + 1024 nibbles.
 pub const BFP4_TILE_BYTES: usize = BFP4_EXPONENT_BYTES + TILE_ELEMS / 2;
-
-/// Magnitude for infinity inside a non-finite block (the "1.0" significand).
-const INF_MAG: u8 = 4;
-/// Magnitude for NaN inside a non-finite block (a set fraction bit).
-const NAN_MAG: u8 = 6;
-/// The largest magnitude.
-const MAX_MAG: f32 = 7.0;
 
 /// Packs one tile (1024 f32 values in TILE order) into 576 bfloat4_b bytes.
 pub fn pack_bfp4_tile(tile: &[f32], out: &mut [u8]) -> Result<(), FormatError> {
@@ -125,57 +118,13 @@ pub fn quantize_bfp4(tiles: &mut [f32]) -> Result<(), FormatError> {
 
 /// Encodes one block of 16 values into 16 nibbles; returns its shared exponent byte.
 fn pack_block(block: &[f32], nibbles: &mut [u8; BLOCK]) -> u8 {
-    let field = |x: f32| (x.to_bits() >> 23) & 0xFF;
-    let sign = |x: f32| ((x.to_bits() >> 28) & 0x8) as u8;
-    let shared = block.iter().map(|&x| field(x)).max().unwrap_or(0);
-    if shared == NON_FINITE_EXP {
-        for (n, &x) in nibbles.iter_mut().zip(block) {
-            *n = sign(x)
-                | match (field(x) == NON_FINITE_EXP, x.is_nan()) {
-                    (true, true) => NAN_MAG,
-                    (true, false) => INF_MAG,
-                    (false, _) => 0,
-                };
-        }
-        return NON_FINITE_EXP as u8;
-    }
-    // |x| / step = |x| * 2^(129 - shared), as two exact power-of-two multiplies (see bfp8).
-    let total = 129 - shared as i32;
-    let (s1, s2) = (pow2(total / 2), pow2(total - total / 2));
-    for (n, &x) in nibbles.iter_mut().zip(block) {
-        let y = x.abs() * s1 * s2;
-        let mag = ((y + ROUNDER) - ROUNDER).min(MAX_MAG) as u8;
-        *n = sign(x) | mag;
-    }
-    shared as u8
+    pack_block_codes::<3>(block, nibbles)
 }
 
 /// Decodes 16 nibbles with shared exponent `exp`.
 #[inline(always)]
 fn unpack_block(exp: u8, nibbles: &[u8; BLOCK], out: &mut [f32; BLOCK]) {
-    let exp = u32::from(exp);
-    if exp == NON_FINITE_EXP {
-        for (o, &n) in out.iter_mut().zip(nibbles) {
-            let mag = match n & 0x7 {
-                INF_MAG => f32::INFINITY,
-                x if x > INF_MAG => f32::NAN,
-                _ => 0.0,
-            };
-            *o = if n & 0x8 != 0 { -mag } else { mag };
-        }
-        return;
-    }
-    // step = 2^(exp - 129): normal for exp >= 3, a subnormal power of two below; m * step is
-    // exact either way (m has 3 bits).
-    let step = if exp >= 3 {
-        f32::from_bits((exp - 2) << 23)
-    } else {
-        f32::from_bits(1 << (exp + 20))
-    };
-    for (o, &n) in out.iter_mut().zip(nibbles) {
-        let mag = f32::from(n & 0x7) * step;
-        *o = if n & 0x8 != 0 { -mag } else { mag };
-    }
+    unpack_block_codes::<3>(exp, nibbles, out)
 }
 
 #[cfg(test)]

@@ -39,10 +39,6 @@ pub const BFP8_EXPONENT_BYTES: usize = TILE_ELEMS / BLOCK;
 pub(super) const BLOCK: usize = 16;
 /// Exponent byte marking a block that holds NaN or infinity.
 pub(super) const NON_FINITE_EXP: u32 = 255;
-/// Magnitude byte for infinity inside a non-finite block (the "1.0" significand, like IEEE).
-const INF_MAG: u8 = 64;
-/// Magnitude byte for NaN inside a non-finite block (a set fraction bit, like a quiet NaN).
-const NAN_MAG: u8 = 0x60;
 
 /// Packs one tile (1024 f32 values in TILE order) into 1088 bfloat8_b bytes.
 pub fn pack_bfp8_tile(tile: &[f32], out: &mut [u8]) -> Result<(), FormatError> {
@@ -133,72 +129,102 @@ pub(super) fn whole_tiles(what: &'static str, len: usize) -> Result<usize, Forma
     check_len(what, n.max(1) * TILE_ELEMS, len).map(|()| n)
 }
 
-/// Encodes one block of 16 values; returns its shared exponent byte.
+/// Encodes one block of 16 values as bfloat8_b; returns its shared exponent byte.
 fn pack_block(block: &[f32], mant: &mut [u8]) -> u8 {
+    let mant: &mut [u8; BLOCK] = mant.try_into().expect("16 mantissa bytes");
+    pack_block_codes::<7>(block, mant)
+}
+
+/// The block float rule both formats share (bfloat8_b: `MAG_BITS` 7, bfloat4_b: 3): each
+/// value becomes a code of a sign bit above `MAG_BITS` magnitude bits, the block's largest
+/// exponent holding the hidden 1 in the top magnitude bit. Returns the shared exponent byte.
+/// Non-finite blocks (exponent 255) keep signs, infinity as the "1.0" magnitude and NaN as it
+/// with the next bit set (like a quiet NaN); their finite values become zero.
+#[inline(always)]
+pub(super) fn pack_block_codes<const MAG_BITS: u32>(block: &[f32], codes: &mut [u8; BLOCK]) -> u8 {
+    let fraction_bits = MAG_BITS - 1;
+    let inf_mag = 1u8 << fraction_bits;
+    let nan_mag = inf_mag | inf_mag >> 1;
+    let max_mag = ((1u32 << MAG_BITS) - 1) as f32;
     let field = |x: f32| (x.to_bits() >> 23) & 0xFF;
+    let sign = |x: f32| ((x.to_bits() >> (31 - MAG_BITS)) & (1 << MAG_BITS)) as u8;
     let shared = block.iter().map(|&x| field(x)).max().unwrap_or(0);
     if shared == NON_FINITE_EXP {
-        for (m, &x) in mant.iter_mut().zip(block) {
-            let sign = ((x.to_bits() >> 24) & 0x80) as u8;
-            *m = sign
+        for (c, &x) in codes.iter_mut().zip(block) {
+            *c = sign(x)
                 | match (field(x) == NON_FINITE_EXP, x.is_nan()) {
-                    (true, true) => NAN_MAG,
-                    (true, false) => INF_MAG,
+                    (true, true) => nan_mag,
+                    (true, false) => inf_mag,
                     (false, _) => 0,
                 };
         }
         return NON_FINITE_EXP as u8;
     }
-    // |x| / step = |x| * 2^(133 - shared), done as two exact power-of-two multiplies (one
-    // would overflow f32 for small `shared`). Each factor is at most 2^67, and any value that
-    // can round to a nonzero magnitude stays normal in between, so y is exact where it matters.
-    let total = 133 - shared as i32;
+    // |x| / step = |x| * 2^(127 + fraction_bits - shared), done as two exact power-of-two
+    // multiplies (one would overflow f32 for small `shared`). Each factor is at most 2^67,
+    // and any value that can round to a nonzero magnitude stays normal in between, so y is
+    // exact where it matters.
+    let total = (127 + fraction_bits) as i32 - shared as i32;
     let (s1, s2) = (pow2(total / 2), pow2(total - total / 2));
-    for (m, &x) in mant.iter_mut().zip(block) {
+    for (c, &x) in codes.iter_mut().zip(block) {
         let y = x.abs() * s1 * s2;
         // Adding and removing 2^23 rounds y (< 2^23) to an integer, ties to even, in the
         // default rounding mode; all of this vectorises, unlike per-lane integer shifts.
-        let mag = ((y + ROUNDER) - ROUNDER).min(127.0) as u8;
-        *m = ((x.to_bits() >> 24) & 0x80) as u8 | mag;
+        let mag = ((y + ROUNDER) - ROUNDER).min(max_mag) as u8;
+        *c = sign(x) | mag;
     }
     shared as u8
 }
 
 /// 2^23: the magnitude above which every f32 is an integer.
-pub(super) const ROUNDER: f32 = 8_388_608.0;
+const ROUNDER: f32 = 8_388_608.0;
 
 /// 2^e as f32 for |e| <= 126.
-pub(super) fn pow2(e: i32) -> f32 {
+fn pow2(e: i32) -> f32 {
     f32::from_bits(((e + 127) as u32) << 23)
 }
 
-/// Decodes one block of 16 mantissa bytes with shared exponent `exp`.
+/// Decodes one block of 16 bfloat8_b mantissa bytes with shared exponent `exp`.
+#[inline(always)]
+fn unpack_block(exp: u8, mant: &[u8; BLOCK], out: &mut [f32; BLOCK]) {
+    unpack_block_codes::<7>(exp, mant, out)
+}
+
+/// Decodes one block of 16 codes (see [`pack_block_codes`]) with shared exponent `exp`.
 /// Fixed-size arrays so the finite path compiles to a few vector instructions (where the
 /// caller is compiled for AVX2, eight values per instruction).
 #[inline(always)]
-fn unpack_block(exp: u8, mant: &[u8; BLOCK], out: &mut [f32; BLOCK]) {
+pub(super) fn unpack_block_codes<const MAG_BITS: u32>(
+    exp: u8,
+    codes: &[u8; BLOCK],
+    out: &mut [f32; BLOCK],
+) {
+    let fraction_bits = MAG_BITS - 1;
+    let inf_mag = 1u8 << fraction_bits;
+    let (sign_bit, mag_mask) = (1u8 << MAG_BITS, ((1u32 << MAG_BITS) - 1) as u8);
     let exp = u32::from(exp);
     if exp == NON_FINITE_EXP {
-        for (o, &m) in out.iter_mut().zip(mant) {
-            let mag = match m & 0x7F {
-                INF_MAG => f32::INFINITY,
-                x if x > INF_MAG => f32::NAN,
+        for (o, &c) in out.iter_mut().zip(codes) {
+            let mag = match c & mag_mask {
+                m if m == inf_mag => f32::INFINITY,
+                m if m > inf_mag => f32::NAN,
                 _ => 0.0,
             };
-            *o = if m & 0x80 != 0 { -mag } else { mag };
+            *o = if c & sign_bit != 0 { -mag } else { mag };
         }
         return;
     }
-    // step = 2^(exp - 133): a normal f32 for exp >= 7, a subnormal power of two below that.
-    // Either way m * step is exact (m has 7 bits), so decoding never rounds.
-    let step = if exp >= 7 {
-        f32::from_bits((exp - 6) << 23)
+    // step = 2^(exp - 127 - fraction_bits): a normal f32 when that exponent is at least -126,
+    // a subnormal power of two below. Either way m * step is exact (m has MAG_BITS bits), so
+    // decoding never rounds.
+    let step = if exp > fraction_bits {
+        f32::from_bits((exp - fraction_bits) << 23)
     } else {
-        f32::from_bits(1 << (exp + 16))
+        f32::from_bits(1 << (exp + 22 - fraction_bits))
     };
-    for (o, &m) in out.iter_mut().zip(mant) {
-        let mag = f32::from(m & 0x7F) * step;
-        *o = if m & 0x80 != 0 { -mag } else { mag };
+    for (o, &c) in out.iter_mut().zip(codes) {
+        let mag = f32::from(c & mag_mask) * step;
+        *o = if c & sign_bit != 0 { -mag } else { mag };
     }
 }
 
