@@ -52,6 +52,12 @@ pub struct DecodeArgs {
     /// Enqueue the decode step's ops one by one instead of replaying a captured trace.
     #[arg(long)]
     pub no_trace: bool,
+    /// Teacher forcing: after the prompt, feed these token ids (comma-separated, such as the
+    /// host f32 reference's) instead of the model's own picks, and report how many of its
+    /// greedy picks equal them. Free-running decode diverges for good after one different
+    /// token; this measures top-1 agreement at every position.
+    #[arg(long, value_name = "IDS")]
+    pub score_against: Option<String>,
     /// Bytes per chip reserved for the decode trace.
     #[arg(long, default_value_t = 64 << 20, allow_negative_numbers = true,
           value_parser = crate::limits::whole::<u64>("a number of bytes per chip, 0 or more"))]
@@ -82,6 +88,27 @@ pub(crate) fn parse_dtype(s: &str) -> Result<DataType, String> {
     }
 }
 
+/// The ids of `--score-against`: at least one per generated token.
+pub(crate) fn parse_forced_ids(text: &str, max_new_tokens: usize) -> Result<Vec<u32>, String> {
+    let ids = text
+        .split(',')
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<u32>().map_err(|_| {
+                format!("--score-against: {t:?} is not a token id; give ids like 1,2,3 (whole numbers from 0)")
+            })
+        })
+        .collect::<Result<Vec<u32>, String>>()?;
+    if ids.len() < max_new_tokens {
+        return Err(format!(
+            "--score-against has {} ids for --max-new-tokens {max_new_tokens}: give one id per generated token, or lower --max-new-tokens",
+            ids.len()
+        ));
+    }
+    Ok(ids)
+}
+
 fn check_flags(args: &DecodeArgs) -> Result<DataType, String> {
     args.on.fabric_config()?;
     if args.batch == 0 || args.batch > MAX_BATCH {
@@ -104,6 +131,9 @@ fn check_flags(args: &DecodeArgs) -> Result<DataType, String> {
     }
     if args.prompt.is_empty() {
         return Err("--prompt is empty: give at least one character to start from".into());
+    }
+    if let Some(ids) = &args.score_against {
+        parse_forced_ids(ids, args.max_new_tokens)?;
     }
     parse_dtype(&args.dtype)
 }
@@ -331,6 +361,10 @@ fn decode_on(
     };
     let mut stream = TextStream::new(tokenizer);
     let mut generated = Vec::with_capacity(args.max_new_tokens);
+    let forced = match &args.score_against {
+        Some(ids) => Some(parse_forced_ids(ids, args.max_new_tokens)?),
+        None => None,
+    };
     let (mut timings, mut comparison) = (Timings::default(), Timings::default());
     let mut input = prompt[0];
     let mut out = std::io::stdout();
@@ -381,10 +415,13 @@ fn decode_on(
                 print!("{}", args.prompt);
             }
         }
-        input = next[0];
-        generated.push(input);
+        let picked = next[0];
+        generated.push(picked);
+        input = forced
+            .as_ref()
+            .map_or(picked, |ids| ids[generated.len() - 1]);
         if !args.on.json && speaks {
-            print!("{}", stream.push(input).map_err(|e| e.to_string())?);
+            print!("{}", stream.push(picked).map_err(|e| e.to_string())?);
             let _ = out.flush();
         }
     }
@@ -407,6 +444,7 @@ fn decode_on(
         model: &model,
         prompt_tokens: prompt.len(),
         generated: &generated,
+        forced: forced.as_deref(),
         text: &text,
         total,
         step,
@@ -445,6 +483,8 @@ struct Report<'a> {
     model: &'a DeviceLlama,
     prompt_tokens: usize,
     generated: &'a [u32],
+    /// The ids fed after the prompt under `--score-against`.
+    forced: Option<&'a [u32]>,
     text: &'a str,
     total: Duration,
     /// Median step and host dispatch time of the requested mode's steady state.
@@ -463,6 +503,18 @@ impl Report<'_> {
     fn tokens_per_s(&self) -> f64 {
         (self.generated.len() * self.args.batch) as f64
             / self.total.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+
+    /// Under `--score-against`: how many greedy picks equal the ids fed, of how many.
+    fn teacher_forced_agreement(&self) -> Option<(usize, usize)> {
+        let forced = self.forced?;
+        let agree = self
+            .generated
+            .iter()
+            .zip(forced)
+            .filter(|(a, b)| a == b)
+            .count();
+        Some((agree, self.generated.len()))
     }
 
     fn json(&self) -> serde_json::Value {
@@ -494,6 +546,7 @@ impl Report<'_> {
             "dtype": self.args.dtype, "batch": self.args.batch, "traced": self.traced(),
             "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated.len(),
             "token_ids": self.generated, "text": self.text,
+            "teacher_forced": self.teacher_forced_agreement().map(|(agree, of)| json!({"fed_ids": self.forced, "top1_agree": agree, "of": of})),
             "tokens_per_s": self.tokens_per_s(),
             "median_step_ms": ms(self.step),
             "host_ms_per_token": ms(self.host),
@@ -603,6 +656,11 @@ impl Report<'_> {
             println!("replay skew between chips (last step): {:.1} us", r.skew_us);
         }
         println!("token ids: {:?}", self.generated);
+        if let Some((agree, of)) = self.teacher_forced_agreement() {
+            println!(
+                "teacher forced (--score-against): {agree} of {of} greedy picks equal the ids fed"
+            );
+        }
     }
 }
 

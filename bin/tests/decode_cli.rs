@@ -97,3 +97,58 @@ fn bad_decode_flags_exit_1_naming_the_flag() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn score_against_feeds_the_given_ids_and_counts_agreement() {
+    // Fed ids that are not the model's own picks: each step's pick must be the host reference's
+    // argmax after the same forced inputs, and the agreement the count of equal positions.
+    let path =
+        std::env::temp_dir().join(format!("ttmesh-decode-forced-{}.gguf", std::process::id()));
+    write_synthetic_llama(&path, &SyntheticConfig::small()).unwrap();
+    let weights = Arc::new(LlamaWeights::load(&path, LoadOptions::default()).unwrap());
+    let prompt = GgufTokenizer::load(&path)
+        .unwrap()
+        .encode("Once upon a time")
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    let n = 8;
+    let fed: Vec<u32> = (0..n as u32).map(|i| 3 + 7 * i).collect();
+    let mut host = HostReference::new(weights, 1, prompt.len() + n).unwrap();
+    let inputs: Vec<u32> = prompt.iter().chain(&fed).copied().collect();
+    let mut expected = Vec::new();
+    for (pos, &token) in inputs.iter().enumerate().take(prompt.len() + n - 1) {
+        let logits = host.forward_decode(&[token], &[pos]).unwrap();
+        if pos + 1 >= prompt.len() {
+            expected.push(ttmesh_models::argmax(&logits));
+        }
+    }
+    let agree = expected.iter().zip(&fed).filter(|(a, b)| a == b).count();
+    let fed_text: Vec<String> = fed.iter().map(|t| t.to_string()).collect();
+    let fed_text = fed_text.join(", ");
+    let out = ttmesh(&[
+        "decode",
+        "--mesh",
+        "n300",
+        "--dtype",
+        "f32",
+        "--max-new-tokens",
+        "8",
+        "--score-against",
+        &fed_text,
+        "--json",
+    ]);
+    assert_eq!(token_ids(&out), expected);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["teacher_forced"]["top1_agree"], agree as u64);
+    assert_eq!(v["teacher_forced"]["of"], n as u64);
+
+    for (ids, needle) in [
+        ("1, 2", "has 2 ids for --max-new-tokens 8"),
+        ("1,x", "\"x\" is not a token id"),
+    ] {
+        let out = ttmesh(&["decode", "--max-new-tokens", "8", "--score-against", ids]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{ids}: {err}");
+        assert!(err.contains(needle), "{ids}: {err}");
+    }
+}
