@@ -15,8 +15,8 @@ use serde_json::json;
 use ttmesh::{DataType, MeshConfig, MeshDevice};
 use ttmesh_models::synthetic::{write_synthetic_llama, SyntheticConfig};
 use ttmesh_models::{
-    DeviceDecodeConfig, DeviceLlama, GgufTokenizer, LlamaWeights, LoadOptions, TextStream,
-    MAX_BATCH,
+    DeviceDecodeConfig, DeviceLlama, GgufTokenizer, HostReference, LlamaWeights, LoadOptions,
+    TextStream, MAX_BATCH,
 };
 
 /// The longest --hold: a day.
@@ -34,6 +34,15 @@ pub struct DecodeArgs {
     /// weights, GQA, tied embeddings) is written to a temporary file and used.
     #[arg(long, value_name = "PATH.gguf")]
     pub model: Option<PathBuf>,
+    /// Without --model: the synthetic llama's shape, random weights at the size of a real model
+    /// (small, smollm2-135m or llama-3.2-1b), for memory and speed at that size.
+    #[arg(
+        long,
+        value_name = "SHAPE",
+        default_value = "small",
+        conflicts_with = "model"
+    )]
+    pub synthetic: String,
     #[arg(long, default_value = "Once upon a time")]
     pub prompt: String,
     /// Tokens to generate after the prompt.
@@ -52,12 +61,17 @@ pub struct DecodeArgs {
     /// Enqueue the decode step's ops one by one instead of replaying a captured trace.
     #[arg(long)]
     pub no_trace: bool,
-    /// Teacher forcing: after the prompt, feed these token ids (comma-separated, such as the
-    /// host f32 reference's) instead of the model's own picks, and report how many of its
+    /// Teacher forcing: after the prompt, feed these token ids (comma-separated, or `host` for
+    /// the host f32 reference's) instead of the model's own picks, and report how many of its
     /// greedy picks equal them. Free-running decode diverges for good after one different
     /// token; this measures top-1 agreement at every position.
     #[arg(long, value_name = "IDS")]
     pub score_against: Option<String>,
+    /// Also run the host's f32 reference (written apart from the device path) on the same
+    /// weights and prompt first, and report whether the device's greedy ids equal its ids, or
+    /// where they first differ.
+    #[arg(long)]
+    pub check_host: bool,
     /// Bytes per chip reserved for the decode trace.
     #[arg(long, default_value_t = 64 << 20, allow_negative_numbers = true,
           value_parser = crate::limits::whole::<u64>("a number of bytes per chip, 0 or more"))]
@@ -109,7 +123,17 @@ pub(crate) fn parse_forced_ids(text: &str, max_new_tokens: usize) -> Result<Vec<
     Ok(ids)
 }
 
+fn synthetic_shape(name: &str) -> Result<SyntheticConfig, String> {
+    SyntheticConfig::named(name).ok_or_else(|| {
+        format!(
+            "--synthetic {name}: use one of {}",
+            SyntheticConfig::NAMES.join(", ")
+        )
+    })
+}
+
 fn check_flags(args: &DecodeArgs) -> Result<DataType, String> {
+    synthetic_shape(&args.synthetic)?;
     args.on.fabric_config()?;
     if args.batch == 0 || args.batch > MAX_BATCH {
         return Err(format!(
@@ -132,7 +156,7 @@ fn check_flags(args: &DecodeArgs) -> Result<DataType, String> {
     if args.prompt.is_empty() {
         return Err("--prompt is empty: give at least one character to start from".into());
     }
-    if let Some(ids) = &args.score_against {
+    if let Some(ids) = args.score_against.as_deref().filter(|&ids| ids != "host") {
         parse_forced_ids(ids, args.max_new_tokens)?;
     }
     parse_dtype(&args.dtype)
@@ -210,13 +234,19 @@ fn load(
                 "ttmesh-decode-synthetic-{}.gguf",
                 std::process::id()
             ));
-            write_synthetic_llama(&p, &SyntheticConfig::small()).map_err(|e| e.to_string())?;
+            let shape = synthetic_shape(&args.synthetic)?;
+            progress(&format!("writing the synthetic llama ({})", args.synthetic));
             let guard = RemoveOnDrop(p.clone());
-            (
-                p,
-                "synthetic llama (no --model given)".to_string(),
-                Some(guard),
-            )
+            write_synthetic_llama(&p, &shape).map_err(|e| e.to_string())?;
+            let name = if args.synthetic == "small" {
+                "synthetic llama (no --model given)".to_string()
+            } else {
+                format!(
+                    "synthetic llama at {}'s shape (random weights)",
+                    args.synthetic
+                )
+            };
+            (p, name, Some(guard))
         }
     };
     progress(&format!("loading {model_name}"));
@@ -278,6 +308,12 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
             args.max_new_tokens
         ));
     }
+    let host = if args.check_host || args.score_against.as_deref() == Some("host") {
+        progress("running the host f32 reference on the same prompt");
+        Some(HostRun::run(&weights, &prompt, args.max_new_tokens)?)
+    } else {
+        None
+    };
     progress(&format!(
         "loaded in {:.2} s; opening {} and placing weights, KV cache and RoPE tables in DRAM",
         t.elapsed().as_secs_f64(),
@@ -291,14 +327,15 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
     })
     .map_err(|e| args.on.open_error(e))?;
     let loaded = Loaded {
-        weights: &weights,
+        weights,
         tokenizer: &tokenizer,
         model_name: &model_name,
         prompt: &prompt,
         started: t,
+        host,
     };
     let result = crate::graph_report::capture_to_dir(args.graph.as_deref(), &mesh, || {
-        decode_on(args, &mesh, dtype, &loaded, &progress)
+        decode_on(args, &mesh, dtype, loaded, &progress)
     });
     let closed = mesh.close().map_err(|e| e.to_string());
     result?;
@@ -307,11 +344,39 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
 
 /// What the decode runs with, loaded before the mesh opens.
 struct Loaded<'a> {
-    weights: &'a LlamaWeights,
+    /// Dropped once the model is placed: the chips hold the weights from then on, and the f32
+    /// copy is the largest thing on the host (5 GB for a 1B model).
+    weights: Arc<LlamaWeights>,
     tokenizer: &'a GgufTokenizer,
     model_name: &'a str,
     prompt: &'a [u32],
     started: Instant,
+    host: Option<HostRun>,
+}
+
+/// The host f32 reference's greedy decode of the same prompt (`--check-host`).
+struct HostRun {
+    ids: Vec<u32>,
+    per_token: Duration,
+}
+
+impl HostRun {
+    fn run(weights: &Arc<LlamaWeights>, prompt: &[u32], n: usize) -> Result<HostRun, String> {
+        let started = Instant::now();
+        let ids = HostReference::new(Arc::clone(weights), 1, prompt.len() + n)
+            .and_then(|mut host| host.generate(prompt, n))
+            .map_err(|e| format!("--check-host: the host reference failed: {e}"))?;
+        let steps = (prompt.len() + n - 1).max(1) as u32;
+        Ok(HostRun {
+            ids,
+            per_token: started.elapsed() / steps,
+        })
+    }
+
+    /// The first position where `device` differs from the host's ids, None when all equal.
+    fn first_difference(&self, device: &[u32]) -> Option<usize> {
+        (0..self.ids.len().max(device.len())).find(|&i| self.ids.get(i) != device.get(i))
+    }
 }
 
 /// Places the model on `mesh` and decodes, printing as it goes.
@@ -319,9 +384,10 @@ fn decode_on(
     args: &DecodeArgs,
     mesh: &MeshDevice,
     dtype: DataType,
-    loaded: &Loaded<'_>,
+    loaded: Loaded<'_>,
     progress: &dyn Fn(&str),
 ) -> Result<(), String> {
+    let host_reference = loaded.host.as_ref();
     let (weights, tokenizer, model_name, prompt, t) = (
         loaded.weights,
         loaded.tokenizer,
@@ -335,7 +401,8 @@ fn decode_on(
         max_positions: positions,
         dtype,
     };
-    let mut model = place(args, mesh, weights, decode)?;
+    let mut model = place(args, mesh, &weights, decode)?;
+    drop(weights);
     let profiler = args.profile.start(mesh)?;
     progress(&format!(
         "placed on {} chip(s) in {:.2} s ({}); prefilling {} prompt tokens through the decode step{}",
@@ -361,7 +428,8 @@ fn decode_on(
     };
     let mut stream = TextStream::new(tokenizer);
     let mut generated = Vec::with_capacity(args.max_new_tokens);
-    let forced = match &args.score_against {
+    let forced = match args.score_against.as_deref() {
+        Some("host") => loaded.host.as_ref().map(|h| h.ids.clone()),
         Some(ids) => Some(parse_forced_ids(ids, args.max_new_tokens)?),
         None => None,
     };
@@ -445,6 +513,7 @@ fn decode_on(
         prompt_tokens: prompt.len(),
         generated: &generated,
         forced: forced.as_deref(),
+        host_reference,
         text: &text,
         total,
         step,
@@ -485,6 +554,7 @@ struct Report<'a> {
     generated: &'a [u32],
     /// The ids fed after the prompt under `--score-against`.
     forced: Option<&'a [u32]>,
+    host_reference: Option<&'a HostRun>,
     text: &'a str,
     total: Duration,
     /// Median step and host dispatch time of the requested mode's steady state.
@@ -546,6 +616,7 @@ impl Report<'_> {
             "dtype": self.args.dtype, "batch": self.args.batch, "traced": self.traced(),
             "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated.len(),
             "token_ids": self.generated, "text": self.text,
+            "host_reference": self.host_reference.map(|h| json!({"token_ids": h.ids, "equal": h.first_difference(self.generated).is_none(), "first_difference": h.first_difference(self.generated), "ms_per_token": ms(h.per_token)})),
             "teacher_forced": self.teacher_forced_agreement().map(|(agree, of)| json!({"fed_ids": self.forced, "top1_agree": agree, "of": of})),
             "tokens_per_s": self.tokens_per_s(),
             "median_step_ms": ms(self.step),
@@ -656,6 +727,21 @@ impl Report<'_> {
             println!("replay skew between chips (last step): {:.1} us", r.skew_us);
         }
         println!("token ids: {:?}", self.generated);
+        if let Some(h) = self.host_reference {
+            match h.first_difference(self.generated) {
+                None => println!(
+                    "host f32 reference: the same {} ids ({:.1} ms per token on the host)",
+                    h.ids.len(),
+                    ms(h.per_token)
+                ),
+                Some(i) => println!(
+                    "host f32 reference: ids differ from token {i} on (device {:?}, host {:?}); host ids {:?}",
+                    self.generated.get(i),
+                    h.ids.get(i),
+                    h.ids
+                ),
+            }
+        }
         if let Some((agree, of)) = self.teacher_forced_agreement() {
             println!(
                 "teacher forced (--score-against): {agree} of {of} greedy picks equal the ids fed"

@@ -75,6 +75,10 @@ fn bad_decode_flags_exit_1_naming_the_flag() {
             "--max-new-tokens 0",
         ),
         (&["decode", "--hold", "inf"][..], "--hold inf"),
+        (
+            &["decode", "--synthetic", "llama-70b"][..],
+            "--synthetic llama-70b: use one of small, smollm2-135m, llama-3.2-1b",
+        ),
         (&["decode", "--fabric", "3d"][..], "--fabric 3d"),
         // The synthetic model's FFN (256 = 8 tiles) does not split over 16 chips.
         (
@@ -141,6 +145,27 @@ fn score_against_feeds_the_given_ids_and_counts_agreement() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["teacher_forced"]["top1_agree"], agree as u64);
     assert_eq!(v["teacher_forced"]["of"], n as u64);
+
+    // The host reference run by the command itself: f32 on the device gives its ids, and
+    // feeding them back agrees everywhere.
+    let out = ttmesh(&[
+        "decode",
+        "--mesh",
+        "n300",
+        "--dtype",
+        "f32",
+        "--max-new-tokens",
+        "8",
+        "--check-host",
+        "--score-against",
+        "host",
+        "--json",
+    ]);
+    let ids = token_ids(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["host_reference"]["equal"], true, "{v}");
+    assert_eq!(v["host_reference"]["token_ids"], serde_json::json!(ids));
+    assert_eq!(v["teacher_forced"]["top1_agree"], 8);
 
     for (ids, needle) in [
         ("1, 2", "has 2 ids for --max-new-tokens 8"),

@@ -58,6 +58,54 @@ impl SyntheticConfig {
         }
     }
 
+    /// SmolLM2-135M's shape (30 blocks, hidden 576, 9 query heads over 3 KV heads, FFN 1536,
+    /// vocab 49152), with random weights.
+    pub fn smollm2_135m() -> Self {
+        Self {
+            block_count: 30,
+            hidden_size: 576,
+            ffn_size: 1536,
+            head_count: 9,
+            kv_head_count: 3,
+            vocab_size: 49152,
+            context_length: 8192,
+            rope_base: 100_000.0,
+            rms_norm_eps: 1e-5,
+            seed: 0x5307_1135,
+        }
+    }
+
+    /// Llama-3.2-1B's shape (16 blocks, hidden 2048, 32 query heads over 8 KV heads, FFN 8192,
+    /// vocab 128256, 1.24 B parameters with tied embeddings), with random weights: for sizing
+    /// and timing a model of that size when its real weights are not at hand.
+    pub fn llama_3_2_1b() -> Self {
+        Self {
+            block_count: 16,
+            hidden_size: 2048,
+            ffn_size: 8192,
+            head_count: 32,
+            kv_head_count: 8,
+            vocab_size: 128_256,
+            context_length: 131_072,
+            rope_base: 500_000.0,
+            rms_norm_eps: 1e-5,
+            seed: 0x1a3a_0321,
+        }
+    }
+
+    /// The shapes [`SyntheticConfig::named`] knows.
+    pub const NAMES: [&'static str; 3] = ["small", "smollm2-135m", "llama-3.2-1b"];
+
+    /// A shape by name (one of [`SyntheticConfig::NAMES`]).
+    pub fn named(name: &str) -> Option<Self> {
+        match name {
+            "small" => Some(Self::small()),
+            "smollm2-135m" => Some(Self::smollm2_135m()),
+            "llama-3.2-1b" => Some(Self::llama_3_2_1b()),
+            _ => None,
+        }
+    }
+
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.head_count
     }
@@ -164,6 +212,22 @@ pub fn byte_level_vocabulary(merge_count: usize) -> (Vec<String>, Vec<String>) {
     (tokens, merges)
 }
 
+/// The vocabulary of `vocab_size` tokens and its merges: [`byte_level_vocabulary`], and when
+/// the paragraph teaches too few merges (a few hundred), reserved tokens before the control
+/// tokens (plain tokens no merge reaches, so encoding never produces them), so the embedding
+/// and LM head have the model's real size.
+pub fn synthetic_vocabulary(vocab_size: usize) -> (Vec<String>, Vec<String>) {
+    let merge_count = vocab_size.saturating_sub(256 + CONTROL_TOKENS.len());
+    let (mut tokens, merges) = byte_level_vocabulary(merge_count);
+    let control_at = tokens.len() - CONTROL_TOKENS.len();
+    let missing = vocab_size.saturating_sub(tokens.len());
+    tokens.splice(
+        control_at..control_at,
+        (0..missing).map(|i| format!("<reserved_{i}>")),
+    );
+    (tokens, merges)
+}
+
 /// Uniform bound of the token embedding: small beside the blocks' unit-scale outputs, so the
 /// residual stream is not just the input token's embedding (with tied embeddings, that would make
 /// the model echo its last token forever).
@@ -193,8 +257,7 @@ impl SplitMix64 {
 
 /// The GGUF writer holding the synthetic model `cfg`.
 pub fn synthetic_llama(cfg: &SyntheticConfig) -> GgufWriter {
-    let merge_count = cfg.vocab_size - 256 - CONTROL_TOKENS.len();
-    let (tokens, merges) = byte_level_vocabulary(merge_count);
+    let (tokens, merges) = synthetic_vocabulary(cfg.vocab_size);
     let vocab_size = tokens.len();
     let control_start = vocab_size - CONTROL_TOKENS.len();
     let (h, f, hd) = (cfg.hidden_size, cfg.ffn_size, cfg.head_dim());
