@@ -15,8 +15,8 @@ use serde_json::json;
 use ttmesh::{DataType, MeshConfig, MeshDevice};
 use ttmesh_models::synthetic::{write_synthetic_llama, SyntheticConfig};
 use ttmesh_models::{
-    DeviceDecodeConfig, DeviceLlama, GgufTokenizer, HostReference, LlamaWeights, LoadOptions,
-    TextStream, MAX_BATCH,
+    DeviceDecodeConfig, DeviceLlama, GgufTokenizer, GgufWeights, HostReference, LlamaWeights,
+    LoadOptions, ModelTensors, TextStream, MAX_BATCH,
 };
 
 /// The longest --hold: a day.
@@ -214,12 +214,44 @@ fn fabric_bytes(mesh: &MeshDevice) -> u64 {
 /// Steps a traced run enqueues untraced first, for the side-by-side figures.
 const COMPARISON_STEPS: usize = 4;
 
-/// Loads the weights and tokenizer; the synthetic model when no --model is given.
+/// The model's weights as this run needs them: all of them in f32 when the host reference
+/// computes with them too, else read from the file one block at a time as they are placed (the
+/// host never holds the whole f32 model).
+struct ModelWeights {
+    tensors: Tensors,
+    /// The synthetic model's file, read until the weights are dropped.
+    _file: Option<RemoveOnDrop>,
+}
+
+enum Tensors {
+    Whole(Arc<LlamaWeights>),
+    ByBlock(GgufWeights),
+}
+
+impl ModelWeights {
+    fn tensors(&self) -> &dyn ModelTensors {
+        match &self.tensors {
+            Tensors::Whole(w) => w.as_ref(),
+            Tensors::ByBlock(w) => w,
+        }
+    }
+
+    fn whole(&self) -> Option<&Arc<LlamaWeights>> {
+        match &self.tensors {
+            Tensors::Whole(w) => Some(w),
+            Tensors::ByBlock(_) => None,
+        }
+    }
+}
+
+/// Opens the weights (all of them when `whole`) and tokenizer; the synthetic model when no
+/// --model is given.
 fn load(
     args: &DecodeArgs,
+    whole: bool,
     progress: &dyn Fn(&str),
-) -> Result<(Arc<LlamaWeights>, GgufTokenizer, String), String> {
-    let (path, model_name, _synthetic_file) = match &args.model {
+) -> Result<(ModelWeights, GgufTokenizer, String), String> {
+    let (path, model_name, file) = match &args.model {
         Some(p) => {
             if p.is_dir() {
                 return Err(format!(
@@ -250,11 +282,19 @@ fn load(
         }
     };
     progress(&format!("loading {model_name}"));
-    let weights = Arc::new(
-        LlamaWeights::load(&path, LoadOptions::default())
-            .map_err(|e| format!("--model {}: {e}", path.display()))?,
-    );
+    let bad_file = |e: ttmesh_models::ModelError| format!("--model {}: {e}", path.display());
+    let tensors = if whole {
+        Tensors::Whole(Arc::new(
+            LlamaWeights::load(&path, LoadOptions::default()).map_err(bad_file)?,
+        ))
+    } else {
+        Tensors::ByBlock(GgufWeights::open(&path).map_err(bad_file)?)
+    };
     let tokenizer = GgufTokenizer::load(&path).map_err(|e| e.to_string())?;
+    let weights = ModelWeights {
+        tensors,
+        _file: file,
+    };
     Ok((weights, tokenizer, model_name))
 }
 
@@ -262,13 +302,13 @@ fn load(
 fn place(
     args: &DecodeArgs,
     mesh: &MeshDevice,
-    weights: &LlamaWeights,
+    weights: &dyn ModelTensors,
     decode: DeviceDecodeConfig,
 ) -> Result<DeviceLlama, String> {
     let bar = if args.on.json {
         ProgressBar::hidden()
     } else {
-        ProgressBar::new(weights.config.block_count as u64)
+        ProgressBar::new(weights.config().block_count as u64)
     };
     bar.set_style(
         ProgressStyle::with_template("decode: placing blocks [{bar:30}] {pos}/{len} {elapsed}")
@@ -292,7 +332,8 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         }
     };
     let t = Instant::now();
-    let (weights, tokenizer, model_name) = load(args, &progress)?;
+    let host_reference = args.check_host || args.score_against.as_deref() == Some("host");
+    let (weights, tokenizer, model_name) = load(args, host_reference, &progress)?;
     let prompt = tokenizer
         .encode(&args.prompt)
         .map_err(|e| format!("--prompt: {e}"))?;
@@ -300,7 +341,7 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         return Err("--prompt encodes to no tokens; give some text".into());
     }
     let positions = prompt.len() + args.max_new_tokens;
-    let context = weights.config.context_length;
+    let context = weights.tensors().config().context_length;
     if positions > context {
         return Err(format!(
             "--prompt ({} tokens) + --max-new-tokens ({}) = {positions} positions, beyond the model's context of {context}; shorten one of them",
@@ -308,11 +349,12 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
             args.max_new_tokens
         ));
     }
-    let host = if args.check_host || args.score_against.as_deref() == Some("host") {
-        progress("running the host f32 reference on the same prompt");
-        Some(HostRun::run(&weights, &prompt, args.max_new_tokens)?)
-    } else {
-        None
+    let host = match weights.whole() {
+        Some(whole) if host_reference => {
+            progress("running the host f32 reference on the same prompt");
+            Some(HostRun::run(whole, &prompt, args.max_new_tokens)?)
+        }
+        _ => None,
     };
     progress(&format!(
         "loaded in {:.2} s; opening {} and placing weights, KV cache and RoPE tables in DRAM",
@@ -344,9 +386,9 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
 
 /// What the decode runs with, loaded before the mesh opens.
 struct Loaded<'a> {
-    /// Dropped once the model is placed: the chips hold the weights from then on, and the f32
-    /// copy is the largest thing on the host (5 GB for a 1B model).
-    weights: Arc<LlamaWeights>,
+    /// Dropped once the model is placed: the chips hold the weights from then on (a whole f32
+    /// copy is the largest thing on the host: 5 GB for a 1B model).
+    weights: ModelWeights,
     tokenizer: &'a GgufTokenizer,
     model_name: &'a str,
     prompt: &'a [u32],
@@ -401,7 +443,7 @@ fn decode_on(
         max_positions: positions,
         dtype,
     };
-    let mut model = place(args, mesh, &weights, decode)?;
+    let mut model = place(args, mesh, weights.tensors(), decode)?;
     drop(weights);
     let profiler = args.profile.start(mesh)?;
     progress(&format!(

@@ -1,6 +1,7 @@
 //! A small GGUF v3 writer: enough to write the synthetic models (and test files) that the
 //! reader then loads like any other model.
 
+use std::io::Write as _;
 use std::path::Path;
 
 use half::f16;
@@ -22,7 +23,18 @@ pub struct WriteTensor {
 #[derive(Debug, Default)]
 pub struct GgufWriter {
     metadata: Vec<(String, MetadataValue)>,
-    tensors: Vec<WriteTensor>,
+    tensors: Vec<EncodedTensor>,
+}
+
+/// A tensor as the file stores it. Encoded when given, so the writer of a large model holds
+/// the file's bytes rather than four bytes a value; a value the type cannot encode is reported
+/// when the file is written.
+#[derive(Debug)]
+struct EncodedTensor {
+    name: String,
+    dims: Vec<u64>,
+    ty: GgmlType,
+    data: std::result::Result<Vec<u8>, String>,
 }
 
 impl GgufWriter {
@@ -36,12 +48,36 @@ impl GgufWriter {
     }
 
     pub fn tensor(&mut self, tensor: WriteTensor) -> &mut Self {
-        self.tensors.push(tensor);
+        let data = encode(&tensor);
+        self.tensors.push(EncodedTensor {
+            name: tensor.name,
+            dims: tensor.dims,
+            ty: tensor.ty,
+            data,
+        });
         self
     }
 
     /// The encoded file.
     pub fn to_bytes(&self) -> std::result::Result<Vec<u8>, String> {
+        let mut out = self.header()?;
+        for data in self.data() {
+            out.extend_from_slice(data?);
+            pad(&mut out);
+        }
+        Ok(out)
+    }
+
+    /// Each tensor's data, in file order.
+    fn data(&self) -> impl Iterator<Item = std::result::Result<&[u8], String>> {
+        self.tensors
+            .iter()
+            .map(|t| t.data.as_deref().map_err(Clone::clone))
+    }
+
+    /// Everything before the data section (magic, counts, metadata, tensor infos), padded to
+    /// the alignment the data starts at.
+    fn header(&self) -> std::result::Result<Vec<u8>, String> {
         let mut out = Vec::new();
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&3u32.to_le_bytes());
@@ -52,33 +88,44 @@ impl GgufWriter {
             out.extend_from_slice(&value.type_id().to_le_bytes());
             put_value(&mut out, value);
         }
-        let mut data = Vec::new();
+        let mut offset = 0u64;
         for t in &self.tensors {
-            let encoded = encode(t)?;
+            let len = t.data.as_ref().map_err(Clone::clone)?.len() as u64;
             put_string(&mut out, &t.name);
             out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
             for d in &t.dims {
                 out.extend_from_slice(&d.to_le_bytes());
             }
             out.extend_from_slice(&t.ty.id().to_le_bytes());
-            out.extend_from_slice(&(data.len() as u64).to_le_bytes());
-            data.extend_from_slice(&encoded);
-            pad(&mut data);
+            out.extend_from_slice(&offset.to_le_bytes());
+            offset += len.div_ceil(DEFAULT_ALIGNMENT) * DEFAULT_ALIGNMENT;
         }
         pad(&mut out);
-        out.extend_from_slice(&data);
         Ok(out)
     }
 
+    /// Writes the file piece by piece (a model's file can be GBs; no second copy is built).
     pub fn write(&self, path: &Path) -> Result<()> {
-        let bytes = self.to_bytes().map_err(|problem| ModelError::Write {
+        let problem = |problem| ModelError::Write {
             path: path.to_path_buf(),
             problem,
-        })?;
-        std::fs::write(path, bytes).map_err(|source| ModelError::Io {
+        };
+        let io = |source| ModelError::Io {
             path: path.to_path_buf(),
             source,
-        })
+        };
+        let header = self.header().map_err(problem)?;
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
+        out.write_all(&header).map_err(io)?;
+        let zeros = [0u8; DEFAULT_ALIGNMENT as usize];
+        for data in self.data() {
+            let data = data.map_err(problem)?;
+            out.write_all(data).map_err(io)?;
+            let padding =
+                (data.len() as u64).next_multiple_of(DEFAULT_ALIGNMENT) - data.len() as u64;
+            out.write_all(&zeros[..padding as usize]).map_err(io)?;
+        }
+        out.flush().map_err(io)
     }
 }
 
