@@ -35,7 +35,7 @@ pub struct DecodeArgs {
     #[arg(long, value_name = "PATH.gguf")]
     pub model: Option<PathBuf>,
     /// Without --model: the synthetic llama's shape, random weights at the size of a real model
-    /// (small, smollm2-135m or llama-3.2-1b), for memory and speed at that size.
+    /// (small, smollm2-135m, llama-3.2-1b or llama-3.1-8b), for memory and speed at that size.
     #[arg(
         long,
         value_name = "SHAPE",

@@ -101,7 +101,7 @@ fn bad_decode_flags_exit_1_naming_the_flag() {
         (&["decode", "--hold", "inf"][..], "--hold inf"),
         (
             &["decode", "--synthetic", "llama-70b"][..],
-            "--synthetic llama-70b: use one of small, smollm2-135m, llama-3.2-1b",
+            "--synthetic llama-70b: use one of small, smollm2-135m, llama-3.2-1b, llama-3.1-8b",
         ),
         (&["decode", "--fabric", "3d"][..], "--fabric 3d"),
         // The synthetic model's FFN (256 = 8 tiles) does not split over 16 chips.

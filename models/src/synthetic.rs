@@ -93,8 +93,21 @@ impl SyntheticConfig {
         }
     }
 
+    /// Llama-3.1-8B's shape (32 blocks, hidden 4096, 32 query heads over 8 KV heads, FFN
+    /// 14336, vocab 128256), with random weights; the embedding is tied (the real model has a
+    /// separate LM head), so 7.5 B parameters rather than 8.0 B.
+    pub fn llama_3_1_8b() -> Self {
+        Self {
+            block_count: 32,
+            hidden_size: 4096,
+            ffn_size: 14336,
+            seed: 0x1a3a_1808,
+            ..Self::llama_3_2_1b()
+        }
+    }
+
     /// The shapes [`SyntheticConfig::named`] knows.
-    pub const NAMES: [&'static str; 3] = ["small", "smollm2-135m", "llama-3.2-1b"];
+    pub const NAMES: [&'static str; 4] = ["small", "smollm2-135m", "llama-3.2-1b", "llama-3.1-8b"];
 
     /// A shape by name (one of [`SyntheticConfig::NAMES`]).
     pub fn named(name: &str) -> Option<Self> {
@@ -102,6 +115,7 @@ impl SyntheticConfig {
             "small" => Some(Self::small()),
             "smollm2-135m" => Some(Self::smollm2_135m()),
             "llama-3.2-1b" => Some(Self::llama_3_2_1b()),
+            "llama-3.1-8b" => Some(Self::llama_3_1_8b()),
             _ => None,
         }
     }
@@ -257,13 +271,19 @@ impl SplitMix64 {
 
 /// The GGUF writer holding the synthetic model `cfg`.
 pub fn synthetic_llama(cfg: &SyntheticConfig) -> GgufWriter {
+    let mut w = GgufWriter::new();
+    fill_synthetic_llama(cfg, &mut w);
+    w
+}
+
+/// Gives `w` the synthetic model's metadata and tensors, in file order.
+fn fill_synthetic_llama(cfg: &SyntheticConfig, w: &mut GgufWriter) {
     let (tokens, merges) = synthetic_vocabulary(cfg.vocab_size);
     let vocab_size = tokens.len();
     let control_start = vocab_size - CONTROL_TOKENS.len();
     let (h, f, hd) = (cfg.hidden_size, cfg.ffn_size, cfg.head_dim());
     let (q_dim, kv_dim) = (cfg.head_count * hd, cfg.kv_head_count * hd);
 
-    let mut w = GgufWriter::new();
     let u32v = |v: usize| MetadataValue::U32(v as u32);
     w.metadata(
         "general.architecture",
@@ -382,10 +402,14 @@ pub fn synthetic_llama(cfg: &SyntheticConfig) -> GgufWriter {
         GgmlType::F32,
         rng.fill(h, 0.1, 1.0),
     );
-    w
 }
 
-/// Writes the synthetic model `cfg` to `path` as GGUF v3.
+/// Writes the synthetic model `cfg` to `path` as GGUF v3, holding one tensor at a time (the
+/// data goes to `path` + ".data" as it is made, then after the header into `path`).
 pub fn write_synthetic_llama(path: &Path, cfg: &SyntheticConfig) -> Result<()> {
-    synthetic_llama(cfg).write(path)
+    let mut spill = path.as_os_str().to_owned();
+    spill.push(".data");
+    let mut w = GgufWriter::spilling_to(Path::new(&spill))?;
+    fill_synthetic_llama(cfg, &mut w);
+    w.write(path)
 }

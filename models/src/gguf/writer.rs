@@ -2,7 +2,7 @@
 //! reader then loads like any other model.
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use half::f16;
 
@@ -24,22 +24,67 @@ pub struct WriteTensor {
 pub struct GgufWriter {
     metadata: Vec<(String, MetadataValue)>,
     tensors: Vec<EncodedTensor>,
+    /// Where tensor data goes as it is given, when not kept in memory.
+    spill: Option<Spill>,
 }
 
-/// A tensor as the file stores it. Encoded when given, so the writer of a large model holds
-/// the file's bytes rather than four bytes a value; a value the type cannot encode is reported
-/// when the file is written.
+/// A tensor as the file stores it, encoded when given: the writer holds the file's bytes (or
+/// none, spilling) rather than four bytes a value. A tensor that cannot be encoded or spilled
+/// is reported when the file is written.
 #[derive(Debug)]
 struct EncodedTensor {
     name: String,
     dims: Vec<u64>,
     ty: GgmlType,
-    data: std::result::Result<Vec<u8>, String>,
+    data: Stored,
+}
+
+#[derive(Debug)]
+enum Stored {
+    Bytes(Vec<u8>),
+    /// This many bytes, padded to the alignment, in the spill file.
+    Spilled(u64),
+    Refused(String),
+}
+
+/// The data section written ahead of its header, to a file beside the one being made: a
+/// model of many GB is written holding one tensor at a time. Removed when the writer goes.
+#[derive(Debug)]
+struct Spill {
+    path: PathBuf,
+    out: std::io::BufWriter<std::fs::File>,
+}
+
+impl Drop for Spill {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Zeros after `len` bytes up to the data alignment.
+fn padding(len: usize) -> usize {
+    (len as u64).next_multiple_of(DEFAULT_ALIGNMENT) as usize - len
 }
 
 impl GgufWriter {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A writer whose tensors' data goes to `spill_path` as each is given (then into the file
+    /// [`GgufWriter::write`] makes, and the spill file is removed).
+    pub fn spilling_to(spill_path: &Path) -> Result<Self> {
+        let file = std::fs::File::create(spill_path).map_err(|source| ModelError::Io {
+            path: spill_path.to_path_buf(),
+            source,
+        })?;
+        Ok(Self {
+            spill: Some(Spill {
+                path: spill_path.to_path_buf(),
+                out: std::io::BufWriter::new(file),
+            }),
+            ..Self::default()
+        })
     }
 
     pub fn metadata(&mut self, key: &str, value: MetadataValue) -> &mut Self {
@@ -48,7 +93,26 @@ impl GgufWriter {
     }
 
     pub fn tensor(&mut self, tensor: WriteTensor) -> &mut Self {
-        let data = encode(&tensor);
+        let data = match (encode(&tensor), &mut self.spill) {
+            (Err(problem), _) => Stored::Refused(problem),
+            (Ok(bytes), None) => Stored::Bytes(bytes),
+            (Ok(bytes), Some(spill)) => {
+                let zeros = [0u8; DEFAULT_ALIGNMENT as usize];
+                match spill
+                    .out
+                    .write_all(&bytes)
+                    .and_then(|()| spill.out.write_all(&zeros[..padding(bytes.len())]))
+                    .and_then(|()| spill.out.flush())
+                {
+                    Ok(()) => Stored::Spilled(bytes.len() as u64),
+                    Err(e) => Stored::Refused(format!(
+                        "tensor {}: writing it to {}: {e}",
+                        tensor.name,
+                        spill.path.display()
+                    )),
+                }
+            }
+        };
         self.tensors.push(EncodedTensor {
             name: tensor.name,
             dims: tensor.dims,
@@ -58,21 +122,23 @@ impl GgufWriter {
         self
     }
 
-    /// The encoded file.
+    /// The encoded file (of a writer that keeps its tensors in memory).
     pub fn to_bytes(&self) -> std::result::Result<Vec<u8>, String> {
         let mut out = self.header()?;
-        for data in self.data() {
-            out.extend_from_slice(data?);
+        for t in &self.tensors {
+            match &t.data {
+                Stored::Bytes(b) => out.extend_from_slice(b),
+                Stored::Spilled(_) => {
+                    return Err(format!(
+                        "tensor {} was spilled to a file: make the GGUF with write()",
+                        t.name
+                    ))
+                }
+                Stored::Refused(problem) => return Err(problem.clone()),
+            }
             pad(&mut out);
         }
         Ok(out)
-    }
-
-    /// Each tensor's data, in file order.
-    fn data(&self) -> impl Iterator<Item = std::result::Result<&[u8], String>> {
-        self.tensors
-            .iter()
-            .map(|t| t.data.as_deref().map_err(Clone::clone))
     }
 
     /// Everything before the data section (magic, counts, metadata, tensor infos), padded to
@@ -90,7 +156,11 @@ impl GgufWriter {
         }
         let mut offset = 0u64;
         for t in &self.tensors {
-            let len = t.data.as_ref().map_err(Clone::clone)?.len() as u64;
+            let len = match &t.data {
+                Stored::Bytes(b) => b.len() as u64,
+                Stored::Spilled(len) => *len,
+                Stored::Refused(problem) => return Err(problem.clone()),
+            };
             put_string(&mut out, &t.name);
             out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
             for d in &t.dims {
@@ -117,13 +187,21 @@ impl GgufWriter {
         let header = self.header().map_err(problem)?;
         let mut out = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
         out.write_all(&header).map_err(io)?;
-        let zeros = [0u8; DEFAULT_ALIGNMENT as usize];
-        for data in self.data() {
-            let data = data.map_err(problem)?;
-            out.write_all(data).map_err(io)?;
-            let padding =
-                (data.len() as u64).next_multiple_of(DEFAULT_ALIGNMENT) - data.len() as u64;
-            out.write_all(&zeros[..padding as usize]).map_err(io)?;
+        if let Some(spill) = &self.spill {
+            // Every tensor's bytes were flushed as it was given.
+            let mut data = std::fs::File::open(&spill.path).map_err(|source| ModelError::Io {
+                path: spill.path.clone(),
+                source,
+            })?;
+            std::io::copy(&mut data, &mut out).map_err(io)?;
+        } else {
+            let zeros = [0u8; DEFAULT_ALIGNMENT as usize];
+            for t in &self.tensors {
+                if let Stored::Bytes(b) = &t.data {
+                    out.write_all(b).map_err(io)?;
+                    out.write_all(&zeros[..padding(b.len())]).map_err(io)?;
+                }
+            }
         }
         out.flush().map_err(io)
     }
