@@ -219,6 +219,7 @@ const COMPARISON_STEPS: usize = 4;
 /// host never holds the whole f32 model).
 struct ModelWeights {
     tensors: Tensors,
+    path: PathBuf,
     /// The synthetic model's file, read until the weights are dropped.
     _file: Option<RemoveOnDrop>,
 }
@@ -234,6 +235,19 @@ impl ModelWeights {
             Tensors::Whole(w) => w.as_ref(),
             Tensors::ByBlock(w) => w,
         }
+    }
+
+    /// The same weights read one block at a time from now on: the whole f32 copy is freed
+    /// before the chips are given theirs, so the two never sit on the host together.
+    fn into_by_block(self) -> Result<ModelWeights, String> {
+        if let Tensors::ByBlock(_) = self.tensors {
+            return Ok(self);
+        }
+        let tensors = Tensors::ByBlock(
+            GgufWeights::open(&self.path)
+                .map_err(|e| format!("--model {}: {e}", self.path.display()))?,
+        );
+        Ok(ModelWeights { tensors, ..self })
     }
 
     fn whole(&self) -> Option<&Arc<LlamaWeights>> {
@@ -293,6 +307,7 @@ fn load(
     let tokenizer = GgufTokenizer::load(&path).map_err(|e| e.to_string())?;
     let weights = ModelWeights {
         tensors,
+        path,
         _file: file,
     };
     Ok((weights, tokenizer, model_name))
@@ -356,6 +371,7 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         }
         _ => None,
     };
+    let weights = weights.into_by_block()?;
     progress(&format!(
         "loaded in {:.2} s; opening {} and placing weights, KV cache and RoPE tables in DRAM",
         t.elapsed().as_secs_f64(),
