@@ -5,6 +5,7 @@
 mod cli_tests;
 mod corrupt_tests;
 mod publish_tests;
+mod rank_tests;
 mod stale_tests;
 mod untrusted_tests;
 mod writer_tests;
@@ -62,8 +63,16 @@ pub(crate) fn valid_bytes() -> Vec<u8> {
     std::fs::read(shm_path(p.name())).unwrap()
 }
 
+/// [`valid_bytes`] patched, written to a test file, and the error reading it gives.
 pub(crate) fn patched(tag: &str, patch: impl FnOnce(&mut Vec<u8>)) -> (TestFile, String) {
-    let mut bytes = valid_bytes();
+    patched_from(valid_bytes(), tag, patch)
+}
+
+pub(crate) fn patched_from(
+    mut bytes: Vec<u8>,
+    tag: &str,
+    patch: impl FnOnce(&mut Vec<u8>),
+) -> (TestFile, String) {
     patch(&mut bytes);
     let f = TestFile::new(tag, &bytes);
     let e = read_segment(&f.0).unwrap_err().to_string();

@@ -61,6 +61,7 @@ fn publish_then_read_back_exact_values() {
     assert_eq!(s.chips[6].dram, MemoryCounters::default());
     let expected = ChipSnapshot {
         id: 17,
+        rank: 0,
         coord: (1, 3),
         dram,
         l1: MemoryCounters {
@@ -200,10 +201,13 @@ fn segment_is_owner_only() {
 #[test]
 fn limits_and_indices_are_errors() {
     let e = Publisher::create(&info(), MAX_CHIPS + 1, 0).unwrap_err();
-    assert_eq!(e.to_string(), "monitor: number of chips is 65, but a segment holds at most 64; publish fewer or raise the limit in ttmesh-monitor");
+    assert_eq!(e.to_string(), "monitor: number of chips is 129, but a segment holds at most 128; publish fewer or raise the limit in ttmesh-monitor");
     assert!(matches!(
         Publisher::create(&info_for(1), 1, MAX_LINKS + 1),
-        Err(MonitorError::TooMany { requested: 513, .. })
+        Err(MonitorError::TooMany {
+            requested: 2049,
+            ..
+        })
     ));
     let p = Publisher::create(&info_for(2), 2, 1).unwrap();
     assert_eq!(
@@ -217,12 +221,12 @@ fn limits_and_indices_are_errors() {
         Publisher::create(&big, 1, 1),
         Err(MonitorError::InfoTooLarge { .. })
     ));
-    // The largest layout fits and reads back.
-    let mut square = info();
-    square.mesh_shape = (8, 8);
-    let max = Publisher::create(&square, MAX_CHIPS, MAX_LINKS).unwrap();
+    // The largest layout (a four-Galaxy mesh, 16x8, in one process) fits and reads back.
+    let mut four_galaxies = info();
+    four_galaxies.mesh_shape = (16, 8);
+    let max = Publisher::create(&four_galaxies, MAX_CHIPS, MAX_LINKS).unwrap();
     let s = read_segment(max.name()).unwrap();
-    assert_eq!((s.chips.len(), s.links.len()), (64, 512));
+    assert_eq!((s.chips.len(), s.links.len()), (128, 2048));
 }
 
 #[test]

@@ -119,15 +119,25 @@ mod props {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         #[test]
-        fn pid_names_parse(pid in 1u32.., n in proptest::option::of(1u32..100)) {
-            let name = match n {
-                Some(n) => format!("ttmesh-{pid}-{n}"),
-                None => format!("ttmesh-{pid}"),
-            };
+        fn pid_names_parse(pid in 1u32.., rank in proptest::option::of(0u32..1000),
+                           n in proptest::option::of(1u32..100)) {
+            let mut name = format!("ttmesh-{pid}");
+            if let Some(r) = rank {
+                name.push_str(&format!("-r{r}"));
+            }
+            if let Some(n) = n {
+                name.push_str(&format!("-{n}"));
+            }
             prop_assert_eq!(crate::reader::pid_from_name(&name), Some(pid));
-            let other = format!("ttmesh-x{pid}");
-            prop_assert_eq!(crate::reader::pid_from_name(&other), None);
+            for other in [
+                format!("ttmesh-x{pid}"),
+                format!("ttmesh-{pid}-r"),
+                format!("ttmesh-{pid}-rx"),
+                format!("{name}-7-8"),
+                format!("ttmesh-{pid}-1-r1"),
+            ] {
+                prop_assert_eq!(crate::reader::pid_from_name(&other), None, "{}", other);
+            }
         }
-
     }
 }
