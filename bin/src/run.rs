@@ -316,8 +316,10 @@ fn report(mesh: &MeshDevice, args: &RunArgs, steps: Steps) -> Result<serde_json:
         trace_bytes,
     } = steps;
     let reports = mesh.reports();
-    // Over MPI ranks every rank has every output; rank 0 speaks for the job.
+    // Over MPI ranks every rank has every output; rank 0 speaks for the job. Every rank holds,
+    // so `ttmesh monitor` sees each rank's chips.
     if mesh.rank().unwrap_or(0) != 0 {
+        hold(args.hold);
         return Ok(value);
     }
     if args.on.json {
@@ -331,14 +333,18 @@ fn report(mesh: &MeshDevice, args: &RunArgs, steps: Steps) -> Result<serde_json:
             crate::profile::print(p);
         }
     }
-    // The report is out; keep the mesh, the model's tensors and the trace alive for watchers
-    // (`ttmesh monitor` in another terminal sees exactly what the report says).
-    if args.hold > 0.0 {
+    hold(args.hold);
+    Ok(value)
+}
+
+/// The report is out; keeps the mesh, the model's tensors and the trace alive for watchers
+/// (`ttmesh monitor` in another terminal sees exactly what the report says).
+fn hold(seconds: f64) {
+    if seconds > 0.0 {
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        std::thread::sleep(Duration::from_secs_f64(args.hold));
+        std::thread::sleep(Duration::from_secs_f64(seconds));
     }
-    Ok(value)
 }
 
 fn mib(b: u64) -> String {

@@ -182,14 +182,25 @@ impl MeshDevice {
             stop_fabric_on_refusal(&chips, f);
         }
         // Before anyone else can allocate on the chips, so the listeners see every buffer.
-        let info = ttmesh_monitor::ProcessInfo::for_current_process(
+        let mut info = ttmesh_monitor::ProcessInfo::for_current_process(
             cluster.name(),
             (shape.rows as u32, shape.cols as u32),
             arch.name,
             config.fabric_config.tt_metal_name(),
         );
+        let timeout = config
+            .operation_timeout
+            .unwrap_or_else(ttmesh_chip::device::default_operation_timeout);
+        info.mesh_id = crate::monitor::mesh_id(ranks.as_ref(), timeout)?;
+        if let Some(r) = &ranks {
+            // This rank publishes its own chips only, labelled with its rank.
+            let mesh_id = std::mem::take(&mut info.mesh_id);
+            info = info.for_rank(r.rank(), r.size(), &mesh_id);
+        }
         let labels = Arc::new(MemoryLabels::default());
-        let monitor = MeshMonitor::start(&info, &chips, shape.cols, fabric.as_ref(), &labels);
+        let holds = |chip: u32| ranks.as_ref().is_none_or(|r| r.is_local(chip));
+        let monitor =
+            MeshMonitor::start(&info, &chips, shape.cols, fabric.as_ref(), &labels, holds);
         Ok(MeshDevice {
             inner: Arc::new(MeshInner {
                 config,

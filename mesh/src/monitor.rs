@@ -19,7 +19,7 @@
 
 use parking_lot::{Condvar, Mutex};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -154,6 +154,8 @@ struct Refresher {
     chips: Vec<(Arc<Chip>, Arc<SlotListener<SerialChipWriter>>)>,
     seen: Vec<ChipSeen>,
     fabric: Option<Arc<Fabric>>,
+    /// Which of the fabric's link directions the link slots hold, in slot order.
+    sent_here: Vec<usize>,
     links: Vec<LinkPublisher>,
     link_seen: Vec<LinkCounters>,
     labels: Arc<MemoryLabels>,
@@ -218,9 +220,11 @@ impl Refresher {
             });
         }
         let Some(fabric) = &self.fabric else { return };
-        for ((s, link), seen) in fabric
-            .link_stats()
+        let stats = fabric.link_stats();
+        for ((s, link), seen) in self
+            .sent_here
             .iter()
+            .filter_map(|&k| stats.get(k))
             .zip(&self.links)
             .zip(&mut self.link_seen)
         {
@@ -255,6 +259,35 @@ pub(crate) struct MeshMonitor {
 
 static WARNED: AtomicBool = AtomicBool::new(false);
 
+/// Meshes this process has opened, for [`mesh_id`].
+static OPENED: AtomicU64 = AtomicU64::new(0);
+
+/// A name for this opening of a mesh, the same on every rank of a split mesh: rank 0's pid,
+/// how many meshes it had opened before, and when (so another host's rank 0 with the same pid
+/// names another mesh). `ttmesh monitor` shows the ranks' segments that share it as one mesh.
+/// Every rank calls it once per opening, whether or not it publishes, as the exchange needs.
+pub(crate) fn mesh_id(
+    ranks: Option<&crate::ranks::MeshRanks>,
+    timeout: Duration,
+) -> crate::Result<String> {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let n = OPENED.fetch_add(1, Ordering::Relaxed);
+    let own = format!("{}.{n}.{ms}", std::process::id());
+    let Some(r) = ranks else { return Ok(own) };
+    let all = r.exchange(
+        "naming the mesh for ttmesh monitor",
+        own.into_bytes(),
+        timeout,
+    )?;
+    let first = all.first().map(|b| String::from_utf8_lossy(b).into_owned());
+    // Opaque to the monitor, which prints it escaped; kept short and printable here.
+    Ok(first
+        .filter(|id| id.len() <= 64 && id.chars().all(|c| c.is_ascii_graphic()))
+        .unwrap_or_else(|| "unnamed".to_string()))
+}
+
 /// Publishing must never stop a mesh from opening: problems are reported once per process.
 fn warn_once(what: &str) {
     if !WARNED.swap(true, Ordering::Relaxed) {
@@ -267,16 +300,35 @@ fn warn_once(what: &str) {
 impl MeshMonitor {
     /// Creates the segment and starts publishing, unless `TTMESH_MONITOR=0` (or a failure,
     /// which is reported once and leaves the mesh unpublished): then None.
-    /// `chips` are in mesh row-major order with `cols` columns.
+    /// `chips` are the whole mesh's, in row-major order with `cols` columns; only those this
+    /// process `holds` are published (one rank's part of a split mesh, see
+    /// [`ProcessInfo::for_rank`]), under their global ids and coordinates, with the links
+    /// they send on.
     pub(crate) fn start(
         info: &ProcessInfo,
         chips: &[Arc<Chip>],
         cols: usize,
         fabric: Option<&Arc<Fabric>>,
         labels: &Arc<MemoryLabels>,
+        holds: impl Fn(u32) -> bool,
     ) -> Option<MeshMonitor> {
-        let num_links = fabric.map_or(0, |f| (f.link_stats().len()).min(ttmesh_monitor::MAX_LINKS));
-        let publisher = match Publisher::create_from_env(info, chips.len(), num_links) {
+        let cols = cols.max(1);
+        // (index in the mesh, chip) of the chips published here.
+        let held: Vec<(usize, &Arc<Chip>)> = chips
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| holds(c.id()))
+            .collect();
+        // Each direction of a link is counted by the rank that sends on it.
+        let sent_here: Vec<usize> = fabric.map_or_else(Vec::new, |f| {
+            let stats = f.link_stats();
+            (0..stats.len())
+                .filter(|&j| holds(stats[j].from_chip))
+                .take(ttmesh_monitor::MAX_LINKS)
+                .collect()
+        });
+        let num_links = sent_here.len();
+        let publisher = match Publisher::create_from_env(info, held.len(), num_links) {
             Ok(Some(p)) => p,
             Ok(None) => return None,
             Err(e) => {
@@ -284,16 +336,15 @@ impl MeshMonitor {
                 return None;
             }
         };
-        let mut chip_slots = Vec::with_capacity(chips.len());
-        for (i, chip) in chips.iter().enumerate() {
-            let slot = match publisher.chip_writer(i) {
+        let mut chip_slots = Vec::with_capacity(held.len());
+        for (slot_index, &(i, chip)) in held.iter().enumerate() {
+            let slot = match publisher.chip_writer(slot_index) {
                 Ok(w) => w.into_serial(),
                 Err(e) => {
                     warn_once(&e.to_string());
                     return None;
                 }
             };
-            let cols = cols.max(1);
             let listener = attach_chip(
                 chip,
                 slot,
@@ -305,7 +356,8 @@ impl MeshMonitor {
         }
         let mut links = Vec::with_capacity(num_links);
         if let Some(f) = fabric {
-            for (j, s) in f.link_stats().iter().take(num_links).enumerate() {
+            let stats = f.link_stats();
+            for (j, s) in sent_here.iter().filter_map(|&k| stats.get(k)).enumerate() {
                 let Ok(l) = publisher.link(j) else { break };
                 // One slot per direction: sender first.
                 let (from, to) = match s.direction {
@@ -320,6 +372,7 @@ impl MeshMonitor {
             seen: chip_slots.iter().map(|_| ChipSeen::default()).collect(),
             chips: chip_slots,
             fabric: fabric.cloned(),
+            sent_here,
             link_seen: vec![LinkCounters::default(); links.len()],
             links,
             labels: Arc::clone(labels),
@@ -491,3 +544,6 @@ fn overhead(quick: bool) -> Result<String, String> {
     }
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests;

@@ -18,6 +18,15 @@ pub struct ProcessInfo {
     pub arch: String,
     /// e.g. "FABRIC_1D".
     pub fabric: String,
+    /// This process's rank in a mesh split over MPI ranks, 0 when the mesh is wholly here. The
+    /// reader fills it from the segment header.
+    pub rank: u32,
+    /// How many ranks the mesh spans, 1 when it is wholly here. The reader fills it from the
+    /// segment header.
+    pub ranks: u32,
+    /// Names one opening of one mesh, the same on every rank of it: the monitor shows the
+    /// segments of a split mesh that share it as one mesh. Opaque; any text.
+    pub mesh_id: String,
 }
 
 impl ProcessInfo {
@@ -43,7 +52,24 @@ impl ProcessInfo {
             mesh_shape,
             arch: arch.to_string(),
             fabric: fabric.to_string(),
+            rank: 0,
+            ranks: 1,
+            mesh_id: String::new(),
         }
+    }
+
+    /// This info for `rank` of a mesh split over `ranks` MPI ranks, opened as `mesh_id` on
+    /// every rank. Its segment then holds only that rank's chips.
+    pub fn for_rank(mut self, rank: u32, ranks: u32, mesh_id: &str) -> ProcessInfo {
+        self.rank = rank;
+        self.ranks = ranks;
+        self.mesh_id = mesh_id.to_string();
+        self
+    }
+
+    /// True when the mesh is split over several ranks, this segment holding one rank's chips.
+    pub fn is_split(&self) -> bool {
+        self.ranks > 1
     }
 }
 
@@ -134,7 +160,10 @@ impl ChipCounters {
 /// One chip as a reader saw it, consistent within itself.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChipSnapshot {
+    /// The chip's id in the whole mesh (the same on every rank of a split mesh).
     pub id: u32,
+    /// The rank holding the chip (0 when the mesh is wholly in one process).
+    pub rank: u32,
     /// (row, col) in the mesh.
     pub coord: (u32, u32),
     pub dram: MemoryCounters,

@@ -19,6 +19,8 @@ pub enum MonitorError {
     },
     #[error("monitor: cannot hand out a writer for chip {chip}: {why}")]
     HandleConflict { chip: usize, why: &'static str },
+    #[error("monitor: rank {rank} of {ranks} is not a rank of a mesh; a mesh spans at least 1 rank, numbered from 0 (ProcessInfo::for_rank)")]
+    BadRank { rank: u32, ranks: u32 },
     #[error("monitor: process info is {len} bytes as JSON, at most {max} fit; shorten the program name or topology")]
     InfoTooLarge { len: usize, max: usize },
     #[error("monitor: could not {action} shared-memory segment {name}: {source}{hint}")]

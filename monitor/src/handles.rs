@@ -389,6 +389,7 @@ pub(crate) fn chip_from_words(w: &[u64; CHIP_USED_WORDS]) -> ChipSnapshot {
     };
     ChipSnapshot {
         id: w[C_ID] as u32,
+        rank: w[C_RANK] as u32,
         coord: (w[C_ROW] as u32, w[C_COL] as u32),
         dram: m(MemoryKind::Dram),
         l1: m(MemoryKind::L1),

@@ -1,13 +1,15 @@
-//! Byte offsets of segment version 1 (documented in lib.rs). Only this file knows them.
+//! Byte offsets of segment version 2 (documented in lib.rs). Only this file knows them.
 
 /// `b"TTMESHMN"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TTMESHMN");
 /// The layout version this crate writes and reads.
-pub const LAYOUT_VERSION: u32 = 1;
-/// Most chips one segment holds (a Galaxy has 32).
-pub const MAX_CHIPS: usize = 64;
-/// Most links one segment holds (a Galaxy with 4 links per neighbour pair has about 200).
-pub const MAX_LINKS: usize = 512;
+pub const LAYOUT_VERSION: u32 = 2;
+/// Most chips one segment holds: a whole four-Galaxy mesh (128 chips) in one process, so the
+/// single-process run a split mesh is compared with publishes too.
+pub const MAX_CHIPS: usize = 128;
+/// Most link slots (one per direction) one segment holds: a four-Galaxy mesh in one process
+/// has 928 links with 4 per neighbour pair, 1856 directions.
+pub const MAX_LINKS: usize = 2048;
 
 pub(crate) const HEADER_SIZE: usize = 128;
 pub(crate) const INFO_OFFSET: usize = 128;
@@ -34,6 +36,10 @@ pub(crate) const H_INFO_LEN: usize = 60;
 pub(crate) const H_CHIPS_OFFSET: usize = 64;
 pub(crate) const H_LINKS_OFFSET: usize = 68;
 pub(crate) const H_CREATED_MS: usize = 72;
+/// The publishing process's rank in its mesh, and how many ranks the mesh spans (0 and 1 for a
+/// mesh wholly in one process).
+pub(crate) const H_RANK: usize = 80;
+pub(crate) const H_RANKS: usize = 84;
 
 // Chip slot words.
 pub(crate) const CHIP_WORDS: usize = CHIP_SLOT_SIZE / 8;
@@ -57,8 +63,10 @@ pub(crate) const C_WEIGHTS: usize = 27;
 pub(crate) const C_KV_CACHE: usize = 28;
 /// Host bytes behind the chip's memory (its share of chunks stored once for many chips).
 pub(crate) const C_HOST_BYTES: usize = 29;
+/// The rank holding the chip (the segment's rank: a slot names it so it reads on its own).
+pub(crate) const C_RANK: usize = 30;
 /// Words a reader copies (the rest are reserved).
-pub(crate) const CHIP_USED_WORDS: usize = 30;
+pub(crate) const CHIP_USED_WORDS: usize = 31;
 
 // Link slot words.
 pub(crate) const LINK_WORDS: usize = LINK_SLOT_SIZE / 8;
@@ -91,4 +99,4 @@ pub(crate) fn link_offset(num_chips: usize, j: usize) -> usize {
 
 const _: () = assert!(CHIP_USED_WORDS <= CHIP_WORDS && LINK_USED_WORDS <= LINK_WORDS);
 const _: () = assert!(C_MEM + 4 * MEM_WORDS == C_TRACES);
-const _: () = assert!(CHIPS_OFFSET % 64 == 0 && H_CREATED_MS + 8 <= HEADER_SIZE);
+const _: () = assert!(CHIPS_OFFSET % 64 == 0 && H_RANKS + 4 <= HEADER_SIZE);

@@ -7,10 +7,14 @@
 //! [`run_monitor`]). It depends on no other ttmesh crate and never decides what the numbers
 //! mean: the mesh crate feeds it allocator statistics; the reader never writes to a segment.
 //!
-//! # Segment layout, version 1
+//! # Segment layout, version 2
 //!
 //! One POSIX shared-memory object per mesh, named `/ttmesh-<pid>` (`/ttmesh-<pid>-<n>` for a
 //! further mesh in the same process), mode 0600, visible on Linux as `/dev/shm/ttmesh-<pid>`.
+//! A mesh split over MPI ranks has one segment per rank, holding only that rank's chips, named
+//! `/ttmesh-<pid>-r<rank>` (`-r<rank>-<n>`); the monitor shows the segments of one split mesh
+//! on a host (same mesh id, shape and rank count) as one mesh, each chip labelled with its rank
+//! and its id in the whole mesh.
 //! All integers are little-endian (native on every host ttmesh runs on), 8-byte aligned.
 //!
 //! Header (128 bytes). Offsets 0..40 stay the same in every future version, so any reader can
@@ -19,7 +23,7 @@
 //! | offset | type | field |
 //! |---|---|---|
 //! | 0 | u64 | magic `b"TTMESHMN"`; stored last (release) once the segment is complete |
-//! | 8 | u32 | layout version (1) |
+//! | 8 | u32 | layout version (2) |
 //! | 12 | u32 | header size (128) |
 //! | 16 | u64 | total size of the segment in bytes |
 //! | 24 | u32 | pid of the publishing process |
@@ -34,19 +38,21 @@
 //! | 64 | u32 | chips offset (1152) |
 //! | 68 | u32 | links offset (1152 + 256 * chips) |
 //! | 72 | u64 | creation time, milliseconds since the Unix epoch |
-//! | 80..128 | | reserved, zero |
+//! | 80 | u32 | rank of the publishing process in its mesh (0 when the mesh is wholly in it) |
+//! | 84 | u32 | ranks the mesh spans (1 when wholly in one process; at most its chips) |
+//! | 88..128 | | reserved, zero |
 //!
 //! Process info at 128: [`ProcessInfo`] as JSON (1024 bytes reserved), written once before the
-//! magic.
+//! magic; its `mesh_id` is the same on every rank of one opening of a split mesh.
 //!
 //! Chip slot `i` at `1152 + 256 * i`, 32 u64 words: `[0]` sequence, `[1]` chip id, `[2]` row,
 //! `[3]` column, then for DRAM, L1, L1_SMALL, TRACE in that order five words each (allocated,
 //! capacity, live buffers, peak, largest free block) at `[4..24]`, `[24]` live traces,
 //! `[25]` trace bytes, `[26]` replays, `[27]` bytes the program labelled as model weights,
 //! `[28]` bytes it labelled as KV cache, `[29]` host bytes behind the chip's memory (its share
-//! of chunks stored once for several chips), `[30..32]` reserved. (Words 27 to 29 were
-//! reserved, hence zero, before they were used: an older writer's segment reads as "nothing
-//! labelled" and no host bytes.)
+//! of chunks stored once for several chips), `[30]` the rank holding the chip (the header's
+//! rank), `[31]` reserved. The id is the chip's id in the whole mesh and the coordinate its
+//! place in the whole mesh, so a rank's segment reads as that part of a single process's.
 //!
 //! Link slot `j` at `links offset + 128 * j`, 16 u64 words: `[0]` sequence, `[1]` chip a,
 //! `[2]` port a, `[3]` chip b, `[4]` port b, `[5]` packets, `[6]` bytes, `[7]` stalls,

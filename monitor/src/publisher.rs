@@ -39,6 +39,10 @@ impl Publisher {
     /// Create `/ttmesh-<pid>` (or the next free `/ttmesh-<pid>-<n>`) with room for the given
     /// chips and links. Chip `i` starts as id `i` at its row-major coordinate in
     /// `info.mesh_shape`; links start with zero endpoints until [`LinkPublisher::set_endpoints`].
+    ///
+    /// For one rank of a split mesh (`info.ranks > 1`, see [`ProcessInfo::for_rank`]) the name
+    /// is `/ttmesh-<pid>-r<rank>` and the segment holds that rank's chips only: give each its
+    /// global id and coordinate with `set_identity`. Every chip slot carries `info.rank`.
     pub fn create(
         info: &ProcessInfo,
         num_chips: usize,
@@ -91,6 +95,12 @@ impl Publisher {
                 max: MAX_LINKS,
             });
         }
+        if info.ranks == 0 || info.rank >= info.ranks {
+            return Err(MonitorError::BadRank {
+                rank: info.rank,
+                ranks: info.ranks,
+            });
+        }
         let mut info = info.clone();
         info.pid = pid;
         let info_json = serde_json::to_vec(&info)?;
@@ -100,7 +110,12 @@ impl Publisher {
                 max: INFO_CAPACITY,
             });
         }
-        let base = base.map_or_else(|| format!("ttmesh-{pid}"), str::to_string);
+        let base = match base {
+            Some(b) => b.to_string(),
+            // The rank in the name tells the ranks' segments apart at a glance in /dev/shm.
+            None if info.is_split() => format!("ttmesh-{pid}-r{}", info.rank),
+            None => format!("ttmesh-{pid}"),
+        };
         for n in 0..MAX_SEGMENTS_PER_PROCESS {
             let name = if n == 0 {
                 base.clone()
@@ -116,7 +131,9 @@ impl Publisher {
                             .inspect_err(|_| {
                                 let _ = shm_unlink(format!("/{name}").as_str());
                             })?;
-                        write_header(&map, pid, start_time, num_chips, num_links, &info_json);
+                        write_header(
+                            &map, pid, start_time, &info, num_chips, num_links, &info_json,
+                        );
                         return Ok(Publisher {
                             shared: Arc::new(Shared { map, name }),
                             num_chips,
@@ -287,6 +304,7 @@ fn init_segment(
         map.store_u64(base + 8 * C_ID, i as u64);
         map.store_u64(base + 8 * C_ROW, i as u64 / cols);
         map.store_u64(base + 8 * C_COL, i as u64 % cols);
+        map.store_u64(base + 8 * C_RANK, u64::from(info.rank));
     }
     Ok(map)
 }
@@ -297,6 +315,7 @@ fn write_header(
     map: &Mapping,
     pid: u32,
     start_time: u64,
+    info: &ProcessInfo,
     num_chips: usize,
     num_links: usize,
     info_json: &[u8],
@@ -315,6 +334,8 @@ fn write_header(
     map.store_u32(H_CHIPS_OFFSET, CHIPS_OFFSET as u32);
     map.store_u32(H_LINKS_OFFSET, links_offset(num_chips) as u32);
     map.store_u64(H_CREATED_MS, now_unix_ms());
+    map.store_u32(H_RANK, info.rank);
+    map.store_u32(H_RANKS, info.ranks);
     map.word(H_MAGIC)
         .expect("layout bug")
         .store(MAGIC, Ordering::Release);

@@ -48,12 +48,21 @@ pub fn list_segments() -> Vec<SegmentInfo> {
     out
 }
 
-/// The pid in `ttmesh-<pid>` or `ttmesh-<pid>-<n>`.
+/// The pid in `ttmesh-<pid>`, `ttmesh-<pid>-<n>`, `ttmesh-<pid>-r<rank>` or
+/// `ttmesh-<pid>-r<rank>-<n>`.
 pub(crate) fn pid_from_name(name: &str) -> Option<u32> {
     let rest = name.strip_prefix(PREFIX)?;
-    let (pid, suffix) = rest.split_once('-').unwrap_or((rest, ""));
+    let mut parts = rest.split('-');
+    let pid = parts.next()?;
     let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !numeric(pid) || !(suffix.is_empty() || numeric(suffix)) {
+    let mut next = parts.next();
+    if let Some(rank) = next.and_then(|p| p.strip_prefix('r')) {
+        if !numeric(rank) {
+            return None;
+        }
+        next = parts.next();
+    }
+    if !numeric(pid) || !next.is_none_or(numeric) || parts.next().is_some() {
         return None;
     }
     pid.parse().ok()
@@ -287,12 +296,32 @@ pub fn read_segment(name: &str) -> Result<ProcessSnapshot, MonitorError> {
             ),
         ));
     }
+    let (rank, ranks) = (
+        map.load_u32(H_RANK).unwrap_or(0),
+        map.load_u32(H_RANKS).unwrap_or(0),
+    );
+    if ranks == 0 {
+        return Err(corrupt(
+            name,
+            "ranks is 0; a mesh spans at least 1 rank".to_string(),
+        ));
+    }
+    if rank >= ranks {
+        return Err(corrupt(
+            name,
+            format!(
+                "rank is {rank}, but the mesh spans {ranks} ranks (0 to {})",
+                ranks - 1
+            ),
+        ));
+    }
     let info_bytes = map
         .copy_bytes(INFO_OFFSET, info_len)
         .ok_or_else(|| corrupt(name, "process info lies outside the segment".to_string()))?;
     let mut info: ProcessInfo = serde_json::from_slice(&info_bytes)
         .map_err(|e| corrupt(name, format!("process info is not valid JSON ({e})")))?;
     info.pid = pid;
+    (info.rank, info.ranks) = (rank, ranks);
     let start_time = map.load_u64(H_START_TIME).unwrap_or(0);
     let created_unix_ms = map.load_u64(H_CREATED_MS).unwrap_or(0);
 
@@ -313,6 +342,7 @@ pub fn read_segment(name: &str) -> Result<ProcessSnapshot, MonitorError> {
         let base = chip_offset(i);
         let w = read_slot::<CHIP_USED_WORDS>(|k| word(base + 8 * k))
             .map_err(|f| slot_error(format!("chip {i}"), f))?;
+        check_chip_words(name, i, &w, rank)?;
         chips.push(chip_from_words(&w));
     }
     let mut links = Vec::with_capacity(num_links);
@@ -334,6 +364,39 @@ pub fn read_segment(name: &str) -> Result<ProcessSnapshot, MonitorError> {
     })
 }
 
+/// A chip slot's identity words, before they are narrowed to the snapshot's u32s: each fits
+/// 32 bits, and the slot's rank is the segment's.
+fn check_chip_words(
+    name: &str,
+    slot: usize,
+    w: &[u64; CHIP_USED_WORDS],
+    rank: u32,
+) -> Result<(), MonitorError> {
+    for (field, k) in [
+        ("id", C_ID),
+        ("row", C_ROW),
+        ("column", C_COL),
+        ("rank", C_RANK),
+    ] {
+        if w[k] > u64::from(u32::MAX) {
+            return Err(corrupt(
+                name,
+                format!("chip slot {slot} {field} is {}, beyond 32 bits", w[k]),
+            ));
+        }
+    }
+    if w[C_RANK] != u64::from(rank) {
+        return Err(corrupt(
+            name,
+            format!(
+                "chip slot {slot} (chip {}) says rank {}, but the segment is rank {rank}'s",
+                w[C_ID], w[C_RANK]
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Numbers that cannot all be true at once mean a damaged (or hostile) segment: it is reported
 /// as corrupt, naming the field, rather than shown as data. A capacity of 0 means "not
 /// published yet" (a writer may count allocations before it sets capacities), and a link whose
@@ -345,13 +408,28 @@ fn check_contents(
     links: &[LinkSnapshot],
 ) -> Result<(), MonitorError> {
     let (rows, cols) = info.mesh_shape;
-    if u64::from(rows) * u64::from(cols) != chips.len() as u64 {
+    let mesh_chips = u64::from(rows) * u64::from(cols);
+    // A rank holds part of its mesh; a mesh wholly in one process is all there.
+    let fits = match info.is_split() {
+        true => chips.len() as u64 <= mesh_chips,
+        false => chips.len() as u64 == mesh_chips,
+    };
+    if !fits {
         return Err(corrupt(
             name,
             format!(
-                "mesh_shape is {rows}x{cols} ({} chips) but the segment has {} chip slots",
-                u64::from(rows) * u64::from(cols),
-                chips.len()
+                "mesh_shape is {rows}x{cols} ({mesh_chips} chips) but the segment has {} chip slots{}",
+                chips.len(),
+                if info.is_split() { format!(" for rank {}", info.rank) } else { String::new() }
+            ),
+        ));
+    }
+    if u64::from(info.ranks) > mesh_chips.max(1) {
+        return Err(corrupt(
+            name,
+            format!(
+                "ranks is {}, more than the {mesh_chips} chips of its {rows}x{cols} mesh",
+                info.ranks
             ),
         ));
     }
@@ -387,7 +465,12 @@ fn check_contents(
         if (l.a_chip, l.a_port, l.b_chip, l.b_port) == (0, 0, 0, 0) {
             continue;
         }
-        for (end, chip) in [("a", l.a_chip), ("b", l.b_chip)] {
+        // A rank publishes the links its chips send on: end b may be another rank's chip.
+        let ends: &[(&str, u32)] = match info.is_split() {
+            true => &[("a", l.a_chip)],
+            false => &[("a", l.a_chip), ("b", l.b_chip)],
+        };
+        for &(end, chip) in ends {
             if !chips.iter().any(|c| c.id == chip) {
                 return Err(corrupt(
                     name,

@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use crate::data::{ChipSnapshot, MemoryCounters, MemoryKind, ProcessSnapshot, Staleness};
+use crate::data::{
+    ChipSnapshot, LinkSnapshot, MemoryCounters, MemoryKind, ProcessSnapshot, Staleness,
+};
 use crate::error::MonitorError;
 use crate::shm::now_unix_ms;
 
@@ -147,7 +149,9 @@ fn stale_line(p: &ProcessSnapshot, why: Staleness) -> String {
     )
 }
 
-fn chip_table(chips: &[ChipSnapshot]) -> String {
+/// One row per chip, then their sum. `with_rank` adds the rank holding each chip (a mesh split
+/// over ranks); the chip column is always the chip's id in the whole mesh.
+fn chip_table(chips: &[ChipSnapshot], with_rank: bool) -> String {
     let mut header = vec!["chip".to_string(), "(r,c)".to_string()];
     let mut uniform = Vec::new();
     for kind in MemoryKind::ALL {
@@ -217,20 +221,35 @@ fn chip_table(chips: &[ChipSnapshot]) -> String {
     if labelled {
         numeric.extend([true, true]);
     }
+    if with_rank {
+        let ranks = std::iter::once("rank".to_string())
+            .chain(chips.iter().map(|c| c.rank.to_string()))
+            .chain(std::iter::repeat(String::new()));
+        for (row, rank) in rows.iter_mut().zip(ranks) {
+            row.insert(0, rank);
+        }
+        numeric.insert(0, true);
+    }
     columns(&rows, &numeric, "  ")
 }
 
-fn fabric_section(p: &ProcessSnapshot, rates: Option<&LinkRates>) -> String {
-    let links = &p.links;
+/// The links of one mesh's segments (one, or one per rank of a split mesh: then each link
+/// is labelled with the rank that sends on it, and its index in that rank's segment).
+fn fabric_section(segments: &[&ProcessSnapshot], rates: Option<&LinkRates>) -> String {
+    let links: Vec<(&ProcessSnapshot, usize, &LinkSnapshot)> = segments
+        .iter()
+        .flat_map(|p| p.links.iter().enumerate().map(move |(j, l)| (*p, j, l)))
+        .collect();
     if links.is_empty() {
         return "  fabric: no links published\n".to_string();
     }
-    let active: Vec<usize> = (0..links.len())
-        .filter(|&j| links[j].packets > 0 || links[j].stalls > 0 || links[j].errors > 0)
+    let active: Vec<_> = links
+        .iter()
+        .filter(|(_, _, l)| l.packets > 0 || l.stalls > 0 || l.errors > 0)
         .collect();
-    let stalls: u64 = links.iter().map(|l| l.stalls).sum();
-    let errors: u64 = links.iter().map(|l| l.errors).sum();
-    let bytes: u64 = links.iter().map(|l| l.bytes).sum();
+    let stalls: u64 = links.iter().map(|(_, _, l)| l.stalls).sum();
+    let errors: u64 = links.iter().map(|(_, _, l)| l.errors).sum();
+    let bytes: u64 = links.iter().map(|(_, _, l)| l.bytes).sum();
     let mut out = format!(
         "  fabric: {} links, {} active, {} moved, {stalls} stalls, {errors} errors\n",
         links.len(),
@@ -240,6 +259,7 @@ fn fabric_section(p: &ProcessSnapshot, rates: Option<&LinkRates>) -> String {
     if active.is_empty() {
         return out;
     }
+    let with_rank = segments.iter().any(|p| p.info.is_split());
     let mut header: Vec<String> = ["link", "chip:port", "", "chip:port", "packets", "bytes"]
         .iter()
         .map(|s| s.to_string())
@@ -250,8 +270,7 @@ fn fabric_section(p: &ProcessSnapshot, rates: Option<&LinkRates>) -> String {
     header.push("stalls".to_string());
     header.push("errors".to_string());
     let mut rows = vec![header];
-    for &j in &active {
-        let l = &links[j];
+    for &&(p, j, l) in &active {
         let mut row = vec![
             j.to_string(),
             format!("{}:{}", l.a_chip, l.a_port),
@@ -268,14 +287,98 @@ fn fabric_section(p: &ProcessSnapshot, rates: Option<&LinkRates>) -> String {
         }
         row.push(l.stalls.to_string());
         row.push(l.errors.to_string());
+        if with_rank {
+            row.insert(0, p.info.rank.to_string());
+        }
         rows.push(row);
+    }
+    if with_rank {
+        rows[0].insert(0, "rank".to_string());
     }
     let mut numeric = vec![true, true, false, false, true, true];
     if rates.is_some() {
         numeric.push(true);
     }
     numeric.extend([true, true]);
+    if with_rank {
+        numeric.insert(0, true);
+    }
     out.push_str(&columns(&rows, &numeric, "    "));
+    out
+}
+
+/// Live segments in display order, those of one split mesh together: a mesh wholly in one
+/// process is one group of one; the ranks of a split mesh on this host (same mesh id, shape
+/// and rank count) are one group, by rank.
+fn group_by_mesh<'a>(live: &[&'a ProcessSnapshot]) -> Vec<Vec<&'a ProcessSnapshot>> {
+    let mut groups: Vec<Vec<&ProcessSnapshot>> = Vec::new();
+    for &p in live {
+        let same_mesh = |q: &ProcessSnapshot| {
+            p.info.is_split()
+                && (
+                    &q.info.mesh_id,
+                    &q.info.topology,
+                    q.info.mesh_shape,
+                    q.info.ranks,
+                ) == (
+                    &p.info.mesh_id,
+                    &p.info.topology,
+                    p.info.mesh_shape,
+                    p.info.ranks,
+                )
+        };
+        match groups.iter_mut().find(|g| same_mesh(g[0])) {
+            Some(g) => g.push(p),
+            None => groups.push(vec![p]),
+        }
+    }
+    for g in &mut groups {
+        g.sort_by_key(|p| p.info.rank);
+    }
+    groups
+}
+
+/// The heading of one process's mesh (`pid ...`), or of a split mesh's ranks on this host
+/// (`mesh ... over N ranks`, then a line per rank).
+fn heading(group: &[&ProcessSnapshot]) -> String {
+    let p = group[0];
+    let i = &p.info;
+    if !i.is_split() {
+        return format!(
+            "pid {}  {}  {} {}x{}  {}  {}  up {}  ({})\n",
+            i.pid,
+            escape_control(&i.name),
+            escape_control(&i.topology),
+            i.mesh_shape.0,
+            i.mesh_shape.1,
+            escape_control(&i.arch),
+            escape_control(&i.fabric),
+            uptime(p.created_unix_ms),
+            escape_control(&p.segment)
+        );
+    }
+    let mut out = format!(
+        "mesh {} {}x{} over {} ranks, {} on this host  {}  {}  {}  up {}  (mesh id {})\n",
+        escape_control(&i.topology),
+        i.mesh_shape.0,
+        i.mesh_shape.1,
+        i.ranks,
+        group.len(),
+        escape_control(&i.name),
+        escape_control(&i.arch),
+        escape_control(&i.fabric),
+        uptime(group.iter().map(|p| p.created_unix_ms).min().unwrap_or(0)),
+        escape_control(&i.mesh_id)
+    );
+    for q in group {
+        out.push_str(&format!(
+            "  rank {}: pid {}, {} chips  ({})\n",
+            q.info.rank,
+            q.info.pid,
+            q.chips.len(),
+            escape_control(&q.segment)
+        ));
+    }
     out
 }
 
@@ -292,31 +395,26 @@ pub(crate) fn render_table_with(
 ) -> String {
     let mut out = String::new();
     let mut notes: Vec<String> = Vec::new();
-    let mut shown = 0;
+    let mut live = Vec::new();
     for p in processes {
-        if let Some(why) = p.stale {
-            notes.push(stale_line(p, why));
-            continue;
+        match p.stale {
+            Some(why) => notes.push(stale_line(p, why)),
+            None => live.push(p),
         }
-        shown += 1;
-        let i = &p.info;
-        out.push_str(&format!(
-            "pid {}  {}  {} {}x{}  {}  {}  up {}  ({})\n",
-            i.pid,
-            escape_control(&i.name),
-            escape_control(&i.topology),
-            i.mesh_shape.0,
-            i.mesh_shape.1,
-            escape_control(&i.arch),
-            escape_control(&i.fabric),
-            uptime(p.created_unix_ms),
-            escape_control(&p.segment)
-        ));
-        out.push_str(&chip_table(&p.chips));
-        out.push_str(&fabric_section(p, rates));
+    }
+    for group in group_by_mesh(&live) {
+        out.push_str(&heading(&group));
+        let mut chips: Vec<ChipSnapshot> =
+            group.iter().flat_map(|p| p.chips.iter().copied()).collect();
+        if group.len() > 1 {
+            // In mesh order, as one process holding them all would list them.
+            chips.sort_by_key(|c| (c.coord, c.id));
+        }
+        out.push_str(&chip_table(&chips, group[0].info.is_split()));
+        out.push_str(&fabric_section(&group, rates));
         out.push('\n');
     }
-    if shown == 0 {
+    if live.is_empty() {
         out.push_str("no running ttmesh process publishes statistics (publishing is on unless TTMESH_MONITOR=0)\n");
     }
     notes.extend(problems.iter().map(|(_, e)| e.to_string()));
@@ -358,6 +456,7 @@ pub fn render_json(processes: &[ProcessSnapshot], problems: &[(String, MonitorEr
                 trace["replays"] = json!(c.replays);
                 json!({
                     "id": c.id,
+                    "rank": c.rank,
                     "coord": [c.coord.0, c.coord.1],
                     "dram": memory_json(&c.dram),
                     "l1": memory_json(&c.l1),
@@ -377,6 +476,9 @@ pub fn render_json(processes: &[ProcessSnapshot], problems: &[(String, MonitorEr
             "mesh_shape": [i.mesh_shape.0, i.mesh_shape.1],
             "arch": i.arch,
             "fabric": i.fabric,
+            "rank": i.rank,
+            "ranks": i.ranks,
+            "mesh_id": i.mesh_id,
             "segment": p.segment,
             "chips": chips,
             "links": serde_json::to_value(&p.links).unwrap_or(Value::Null),

@@ -51,6 +51,11 @@ impl MeshRanks {
         self.transport.rank()
     }
 
+    /// How many ranks the mesh spans.
+    pub fn size(&self) -> u32 {
+        self.transport.size()
+    }
+
     pub fn is_local(&self, chip: u32) -> bool {
         self.bindings.owner(chip) == self.rank()
     }

@@ -52,6 +52,24 @@ fn escape_sequences_in_a_segment_are_printed_escaped() {
     assert!(json.contains(r"evil\u001b[2J"), "{json}");
 }
 
+/// A split mesh's heading prints what its segments say too (mesh id, names): escaped.
+#[test]
+fn escape_sequences_in_a_split_mesh_heading_are_printed_escaped() {
+    let mut hostile = info().for_rank(1, 2, &format!("mesh{ESCAPES}"));
+    hostile.topology = format!("t3k{ESCAPES}");
+    let p = Publisher::create(&hostile, 4, 0).unwrap();
+    let text = render_table(&[read_segment(p.name()).unwrap()], &[]);
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "raw control characters reach the terminal: {text:?}"
+    );
+    assert!(
+        text.starts_with(r"mesh t3k\x1b[2J\x1b[31m 2x4 over 2 ranks, 1 on this host"),
+        "{text}"
+    );
+    assert!(text.contains(r"(mesh id mesh\x1b[2J\x1b[31m)"), "{text}");
+}
+
 #[test]
 fn escape_sequences_in_a_segment_file_name_are_printed_escaped() {
     let f = TestFile::new("esc\x1b[2J", &[0xAB; 64]);
