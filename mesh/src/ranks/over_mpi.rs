@@ -85,9 +85,13 @@ impl MeshRanks {
     }
 
     /// Every rank's `data`, by rank; bounded by `timeout`.
+    /// Every rank must be making the same call (`what` labels it and is checked).
     pub fn exchange(&self, what: &str, data: Vec<u8>, timeout: Duration) -> Result<Vec<Vec<u8>>> {
-        self.transport
-            .exchange(data, timeout)
+        let all = self
+            .transport
+            .exchange(super::label(what, data), timeout)
+            .map_err(|e| MeshError::Config(format!("{what}: {e}")))?;
+        super::unlabel(what, self.rank(), all)
             .map_err(|e| MeshError::Config(format!("{what}: {e}")))
     }
 
