@@ -11,13 +11,13 @@ mod single;
 pub(crate) use barrier::barrier;
 pub use bindings::{BindingsError, RankBindings};
 #[cfg(feature = "mpi")]
-pub use over_mpi::end_of_job;
-#[cfg(feature = "mpi")]
 pub(crate) use over_mpi::MeshRanks;
-#[cfg(not(feature = "mpi"))]
-pub use single::end_of_job;
+#[cfg(feature = "mpi")]
+pub use over_mpi::{end_of_job, exchange_in_job};
 #[cfg(not(feature = "mpi"))]
 pub(crate) use single::MeshRanks;
+#[cfg(not(feature = "mpi"))]
+pub use single::{end_of_job, exchange_in_job};
 use ttmesh_chip::tensor::HostData;
 use ttmesh_chip::{DataType, HostTensor};
 use ttmesh_settings::{settings, MpiLaunch};
@@ -273,6 +273,26 @@ mod shard_tests {
         assert_eq!(bits(&back[1].1), bits(&u));
         assert!(decode_shards(&bytes[..bytes.len() - 1], DataType::BFloat16).is_none());
         assert!(decode_shards(&[0xff; 8], DataType::BFloat16).is_none());
+    }
+}
+
+/// This process's rank and the job's size when an MPI launcher started it, else None.
+pub fn launched() -> Option<(u32, u32)> {
+    settings().mpi_launch.as_ref().map(|l| (l.rank, l.size))
+}
+
+/// Every rank's `data`, by rank (only ours when the mesh is wholly in this process): a
+/// host-side exchange between the ranks of `mesh`, labelled `what` (every rank must be making
+/// the same call), bounded by `timeout`.
+pub fn exchange_bytes(
+    mesh: &crate::MeshDevice,
+    what: &str,
+    data: Vec<u8>,
+    timeout: std::time::Duration,
+) -> crate::Result<Vec<Vec<u8>>> {
+    match mesh.ranks() {
+        None => Ok(vec![data]),
+        Some(r) => r.exchange(what, data, timeout),
     }
 }
 
