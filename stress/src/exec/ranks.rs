@@ -68,17 +68,19 @@ pub(super) fn agree(
     if mesh.rank().is_none() {
         return Ok(r);
     }
-    let mine = (r.verdict, r.wrong);
+    let mine = (r.verdict, r.wrong, r.time_us);
     let all = exchange_json(mesh, "stress: the verdict of a case", &mine, timeout)?;
-    if all.iter().all(|v| *v == mine) {
-        return Ok(r);
+    let mut out = r;
+    // The op's time is the slowest rank's: a send's time is its receiver's.
+    out.time_us = all.iter().map(|v| v.2).fold(0.0, f64::max);
+    if all.iter().all(|v| (v.0, v.1) == (mine.0, mine.1)) {
+        return Ok(out);
     }
     let said: Vec<String> = all
         .iter()
         .enumerate()
-        .map(|(rank, (v, wrong))| format!("rank {rank}: {v:?} ({wrong} wrong)"))
+        .map(|(rank, (v, wrong, _))| format!("rank {rank}: {v:?} ({wrong} wrong)"))
         .collect();
-    let mut out = r;
     out.detail = format!(
         "the ranks disagree on this case ({}); {}",
         said.join(", "),
