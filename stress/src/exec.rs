@@ -193,11 +193,12 @@ pub fn run_case(
         Ok(r) => r,
         Err(e) => CaseResult::new(case, Verdict::UnexpectedError, chain(&e)),
     };
+    let here = r.detail.clone();
     let mut r = match ranks::agree(mesh, r, rank_wait(timeout)) {
         Ok(r) => r,
         Err(e) => {
             // The ranks no longer make the same calls: no later case could agree either.
-            let e = chain(&e);
+            let e = format!("{}; here the case ended with: {here}", chain(&e));
             *probe.fatal.lock() = Some(e.clone());
             CaseResult::new(case, Verdict::UnexpectedError, e)
         }

@@ -97,7 +97,7 @@ pub fn run_cases(
             return None;
         }
         let go = !opts.stop.load(Ordering::Relaxed)
-            && !opts.deadline.is_some_and(|d| Instant::now() >= d);
+            && opts.deadline.is_none_or(|d| Instant::now() < d);
         if !every_rank_goes_on(go, opts) {
             return None;
         }

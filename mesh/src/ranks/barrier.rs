@@ -118,9 +118,7 @@ pub(crate) fn barrier(
         })
         .collect::<Result<Vec<_>>>()?;
     let verdict = judge(&states, ranks.rank());
-    if let Some(d) = verdict.divergence {
-        return Err(invalid("synchronize", d));
-    }
+    // Reset even when the ranks diverged: the error says why, and the mesh stays usable.
     if let (true, Some(f)) = (verdict.reset, fabric) {
         let reset_timeout = timeout / 2;
         let first = f.recover(reset_timeout);
@@ -134,15 +132,19 @@ pub(crate) fn barrier(
             _ => None,
         };
         if let Some(e) = reset_error {
-            let first = local
-                .err()
-                .map(|e| e.to_string())
+            let first = verdict
+                .divergence
+                .clone()
+                .or(local.as_ref().err().map(|e| e.to_string()))
                 .or(verdict.other_error.map(|(r, e)| format!("rank {r}: {e}")))
                 .unwrap_or_default();
             return Err(MeshError::Config(format!(
                 "{first}; then {e}: close and reopen the mesh"
             )));
         }
+    }
+    if let Some(d) = verdict.divergence {
+        return Err(invalid("synchronize", d));
     }
     local?;
     if let Some((r, e)) = verdict.other_error {
