@@ -67,6 +67,7 @@ mod tests {
 
 /// A host exchange's bytes labelled with what the rank is doing (`what`), so a rank that took
 /// another path through the program is named instead of its bytes being read as ours.
+#[cfg(any(feature = "mpi", test))]
 pub(crate) fn label(what: &str, data: Vec<u8>) -> Vec<u8> {
     let mut out = Vec::with_capacity(8 + what.len() + data.len());
     out.extend_from_slice(&(what.len() as u64).to_le_bytes());
@@ -77,6 +78,7 @@ pub(crate) fn label(what: &str, data: Vec<u8>) -> Vec<u8> {
 
 /// Every rank's bytes without their labels, or an error naming the first rank whose label is
 /// not `what` (`me` is this rank).
+#[cfg(any(feature = "mpi", test))]
 pub(crate) fn unlabel(
     what: &str,
     me: u32,

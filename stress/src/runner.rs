@@ -96,8 +96,8 @@ pub fn run_cases(
             // No more exchanges: the ranks no longer make the same calls.
             return None;
         }
-        let go = !opts.stop.load(Ordering::Relaxed)
-            && opts.deadline.is_none_or(|d| Instant::now() < d);
+        let go =
+            !opts.stop.load(Ordering::Relaxed) && opts.deadline.is_none_or(|d| Instant::now() < d);
         if !every_rank_goes_on(go, opts) {
             return None;
         }
