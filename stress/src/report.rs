@@ -265,3 +265,34 @@ pub fn junit_xml(results: &[CaseResult], s: &Summary) -> String {
     out.push_str("</testsuites>\n");
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cases::generate;
+    use crate::spec::StressSpec;
+
+    #[test]
+    fn skipped_cases_are_counted_apart_and_fail_nothing() {
+        let spec = StressSpec::parse("n300", "all_reduce", "none", "bf16", "64K").unwrap();
+        let case = generate(&spec, 1, 0);
+        let results = vec![
+            CaseResult::new(&case, Verdict::Passed, String::new()),
+            CaseResult::new(
+                &case,
+                Verdict::Skipped,
+                "not run over 2 ranks: 1 row".into(),
+            ),
+        ];
+        let s = summary(&results, 1, &|i| format!("rerun {i}"));
+        assert_eq!((s.cases, s.passed, s.skipped), (2, 1, 1));
+        assert!(s.ok() && s.failures.is_empty());
+        assert!(render_report(&results, &s).contains("skipped 1 (their mesh does not split"));
+        let xml = junit_xml(&results, &s);
+        assert!(
+            xml.contains("skipped=\"1\"")
+                && xml.contains("<skipped message=\"not run over 2 ranks"),
+            "{xml}"
+        );
+    }
+}
