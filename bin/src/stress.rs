@@ -102,7 +102,11 @@ fn timeout_of(args: &StressArgs) -> Result<Duration, String> {
 
 /// The command that reruns case `index` alone, with the flags that shaped the matrix.
 fn repro(args: &StressArgs, index: u64) -> String {
-    let mut c = format!("ttmesh stress --seed {} --only {index}", args.seed);
+    let mut c = match ttmesh::ranks::launched() {
+        Some((_, ranks)) => format!("mpirun -np {ranks} ttmesh stress"),
+        None => "ttmesh stress".to_string(),
+    };
+    c += &format!(" --seed {} --only {index}", args.seed);
     for (flag, v, default) in [
         ("--topology", &args.topology, "all"),
         ("--ops", &args.ops, "all"),
@@ -137,6 +141,24 @@ pub fn run(args: &StressArgs) -> Result<(), String> {
     if args.cases == Some(0) {
         return Err("--cases 0: give at least 1 case (or --duration)".into());
     }
+    // Under mpirun every rank runs the same cases on its part of each mesh; rank 0 reports.
+    let launched = ttmesh::ranks::launched();
+    if let Some((_, ranks)) = launched {
+        if args.jobs > 1 {
+            return Err(format!(
+                "--jobs {}: under mpirun ({ranks} ranks) cases run one at a time, so every rank \
+                 opens its meshes in the same order; drop --jobs",
+                args.jobs
+            ));
+        }
+        if args.soak {
+            return Err(format!(
+                "--soak under mpirun ({ranks} ranks): the soak watches one process; run it \
+                 without mpirun"
+            ));
+        }
+    }
+    let speaks = launched.is_none_or(|(rank, _)| rank == 0);
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -163,6 +185,9 @@ pub fn run(args: &StressArgs) -> Result<(), String> {
     let first = args.only.unwrap_or(0);
     let indices = first..total.map_or(u64::MAX, |n| first + n);
     if args.list {
+        if !speaks {
+            return Ok(());
+        }
         for i in indices.take(total.unwrap_or(100) as usize) {
             println!("{}", generate(&spec, seed, i));
         }
@@ -175,7 +200,7 @@ pub fn run(args: &StressArgs) -> Result<(), String> {
         stop,
         ..RunOptions::new(timeout)
     };
-    let bar = if args.json {
+    let bar = if args.json || !speaks {
         ProgressBar::hidden()
     } else {
         match total {
@@ -200,7 +225,7 @@ pub fn run(args: &StressArgs) -> Result<(), String> {
     let failures = AtomicU64::new(0);
     let started = Instant::now();
     let on_done = |r: &CaseResult| {
-        if r.failed() {
+        if r.failed() && speaks {
             failures.fetch_add(1, Ordering::Relaxed);
             bar.println(format!(
                 "FAILED case {}: {} ({})",
@@ -216,11 +241,49 @@ pub fn run(args: &StressArgs) -> Result<(), String> {
     };
     let results = run_cases(&mut cases, &opts, &on_done);
     bar.finish_and_clear();
+    if let Some(e) = opts.fatal.lock().take() {
+        return Err(format!(
+            "stress over MPI ranks stopped after {} cases: {e}",
+            results.len()
+        ));
+    }
     let elapsed = started.elapsed();
     let s = summary(&results, seed, &|i| repro(args, i));
+    if speaks {
+        report(args, &results, &s, elapsed, &opts)?;
+    }
+    if let Some((rank, _)) = launched {
+        // A rank that fails ends the whole job: every rank waits until rank 0's report is
+        // out. The verdicts were agreed by every rank, so every rank exits alike.
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        ttmesh::ranks::exchange_in_job("stress: the report is out", Vec::new(), opts.watchdog)?;
+        if !speaks && !s.ok() {
+            return Err(format!("rank {rank}: stress failed (rank 0 reports it)"));
+        }
+    }
+    if s.ok() {
+        Ok(())
+    } else {
+        Err(format!(
+            "stress: {} wrong, {} hangs, {} unexpected errors in {} cases (seed {seed})",
+            s.wrong, s.hangs, s.unexpected_errors, s.cases
+        ))
+    }
+}
+
+/// Rank 0's (or the only process's) report: JUnit if asked, then JSON or the tables.
+fn report(
+    args: &StressArgs,
+    results: &[CaseResult],
+    s: &ttmesh_stress::Summary,
+    elapsed: Duration,
+    opts: &RunOptions,
+) -> Result<(), String> {
+    let seed = args.seed;
     let per_minute = results.len() as f64 / elapsed.as_secs_f64().max(1e-3) * 60.0;
     if let Some(path) = &args.junit {
-        std::fs::write(path, junit_xml(&results, &s))
+        std::fs::write(path, junit_xml(results, s))
             .map_err(|e| format!("--junit {path}: cannot write it: {e}"))?;
     }
     if args.json {
@@ -237,7 +300,7 @@ pub fn run(args: &StressArgs) -> Result<(), String> {
             serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
         );
     } else {
-        print!("{}", render_report(&results, &s));
+        print!("{}", render_report(results, s));
         println!(
             "# seed {seed}: {} cases in {:.1} s ({per_minute:.0} cases/min){}",
             results.len(),
@@ -249,12 +312,5 @@ pub fn run(args: &StressArgs) -> Result<(), String> {
             }
         );
     }
-    if s.ok() {
-        Ok(())
-    } else {
-        Err(format!(
-            "stress: {} wrong, {} hangs, {} unexpected errors in {} cases (seed {seed})",
-            s.wrong, s.hangs, s.unexpected_errors, s.cases
-        ))
-    }
+    Ok(())
 }

@@ -126,6 +126,8 @@ pub(crate) struct MeshInner {
     pub(crate) labels: Arc<MemoryLabels>,
     /// This rank's part of a mesh over MPI ranks; None when the mesh is wholly here.
     pub(crate) ranks: Option<crate::ranks::MeshRanks>,
+    /// Over MPI ranks: the trace calls since the last barrier, compared across ranks there.
+    pub(crate) trace_calls: Mutex<crate::lockstep::ReplayLog>,
 }
 
 /// A mesh of chips. Cloning shares the mesh.
@@ -214,6 +216,7 @@ impl MeshDevice {
                 monitor: Mutex::new(monitor),
                 labels,
                 ranks,
+                trace_calls: Mutex::default(),
             }),
         })
     }
@@ -366,7 +369,7 @@ impl MeshDevice {
             .iter()
             .map(|c| (c.id(), c.synchronize()))
             .collect();
-        crate::graph::record_error("synchronize_device", self.after_wait(results))
+        crate::graph::record_error("synchronize_device", self.after_wait(results, true))
     }
 
     /// Waits for queue `cq` of every chip; errors as [`MeshDevice::synchronize_device`]. The
@@ -379,40 +382,29 @@ impl MeshDevice {
             .iter()
             .map(|c| (c.id(), c.finish(cq)))
             .collect();
-        if self.inner.config.num_command_queues > 1 {
-            return crate::graph::record_error("finish", pick_error(results));
-        }
-        crate::graph::record_error("finish", self.after_wait(results))
+        // With another queue, a collective could still be running: no reset here.
+        let may_reset = self.inner.config.num_command_queues == 1;
+        crate::graph::record_error("finish", self.after_wait(results, may_reset))
     }
 
-    /// Resets an aborted fabric if every chip reached the end of its queues, then picks the
-    /// error to report.
+    /// Resets an aborted fabric if every chip reached the end of its queues (and `may_reset`),
+    /// then picks the error to report. Over MPI ranks this is the ranks' barrier
+    /// (`ranks::barrier`): every rank reaches the same verdict, and resets together.
     fn after_wait(
         &self,
         mut results: Vec<(u32, std::result::Result<(), ChipError>)>,
+        may_reset: bool,
     ) -> Result<()> {
-        let timed_out =
-            |r: &std::result::Result<(), ChipError>| matches!(r, Err(ChipError::Timeout { .. }));
-        let mut idle = !results.iter().any(|(_, r)| timed_out(r));
-        if let (Some(f), false) = (&self.inner.fabric, idle) {
-            // A chip whose finish timed out is still running: a stalled peer, whose part of
-            // the collective fails at once on the stopped fabric when it comes. Wait for it
-            // here (one more operation timeout at most), so the call that reports the fault
-            // also resets the fabric and the next operation runs; its own error, which says
-            // more than "finish timed out", replaces the timeout.
-            if f.failure().is_some() && self.wait_all_idle(self.fabric_reset_timeout()) {
-                idle = true;
-                for (chip, r) in results.iter_mut().filter(|(_, r)| timed_out(r)) {
-                    let own = self.inner.chips.iter().find(|c| c.id() == *chip);
-                    if let Some(Err(e)) = own.map(|c| c.synchronize()) {
-                        *r = Err(e);
-                    }
-                }
-            }
+        let idle = may_reset && self.wait_for_stalled_peer(&mut results);
+        if let Some(ranks) = self.ranks() {
+            return crate::ranks::barrier(self, ranks, results, idle);
+        }
+        if !may_reset {
+            return pick_error(results);
         }
         if let (Some(f), true) = (&self.inner.fabric, idle) {
             if let Some(failure) = f.failure() {
-                if let Err(e) = f.recover(self.fabric_reset_timeout()) {
+                if let Err(e) = f.recover(self.operation_timeout()) {
                     // The first error still names the fault; the reset's says to reopen.
                     return Err(match pick_error(results) {
                         Err(first) => MeshError::Config(format!(
@@ -429,6 +421,35 @@ impl MeshDevice {
             }
         }
         pick_error(results)
+    }
+
+    /// True if every chip reached the end of its queues. A chip whose wait timed out while
+    /// the fabric is stopped is a stalled peer: waited for here, and its own error replaces
+    /// the timeout.
+    fn wait_for_stalled_peer(
+        &self,
+        results: &mut [(u32, std::result::Result<(), ChipError>)],
+    ) -> bool {
+        let timed_out =
+            |r: &std::result::Result<(), ChipError>| matches!(r, Err(ChipError::Timeout { .. }));
+        let mut idle = !results.iter().any(|(_, r)| timed_out(r));
+        if let (Some(f), false) = (&self.inner.fabric, idle) {
+            // A chip whose finish timed out is still running: a stalled peer, whose part of
+            // the collective fails at once on the stopped fabric when it comes. Wait for it
+            // here (one more operation timeout at most), so the call that reports the fault
+            // also resets the fabric and the next operation runs; its own error, which says
+            // more than "finish timed out", replaces the timeout.
+            if f.failure().is_some() && self.wait_all_idle(self.operation_timeout()) {
+                idle = true;
+                for (chip, r) in results.iter_mut().filter(|(_, r)| timed_out(r)) {
+                    let own = self.inner.chips.iter().find(|c| c.id() == *chip);
+                    if let Some(Err(e)) = own.map(|c| c.synchronize()) {
+                        *r = Err(e);
+                    }
+                }
+            }
+        }
+        idle
     }
 
     /// Waits until every queue of every chip has run all it was given; false if one is still
@@ -450,7 +471,8 @@ impl MeshDevice {
         true
     }
 
-    fn fabric_reset_timeout(&self) -> Duration {
+    /// The mesh's operation timeout (its config's, else the default).
+    pub(crate) fn operation_timeout(&self) -> Duration {
         self.inner
             .config
             .operation_timeout
@@ -575,7 +597,7 @@ impl ChipObserver for StopFabricOnRefusal {
 /// first: it is the cause, and the other chips' collectives then fail waiting for the chip
 /// that stopped. Next any error that is not a bare timeout (a kernel's error names what
 /// failed), else the first.
-fn pick_error(results: Vec<(u32, std::result::Result<(), ChipError>)>) -> Result<()> {
+pub(crate) fn pick_error(results: Vec<(u32, std::result::Result<(), ChipError>)>) -> Result<()> {
     let mut errors: Vec<(u32, ChipError)> = results
         .into_iter()
         .filter_map(|(id, r)| r.err().map(|e| (id, e)))

@@ -1,21 +1,23 @@
 //! A big mesh over MPI ranks: which chips each rank opens (the rank bindings) and whether this
 //! process may run as one rank at all.
 
+mod barrier;
 mod bindings;
 #[cfg(feature = "mpi")]
 mod over_mpi;
 #[cfg(not(feature = "mpi"))]
 mod single;
 
+pub(crate) use barrier::barrier;
 pub use bindings::{BindingsError, RankBindings};
 #[cfg(feature = "mpi")]
-pub use over_mpi::end_of_job;
-#[cfg(feature = "mpi")]
 pub(crate) use over_mpi::MeshRanks;
-#[cfg(not(feature = "mpi"))]
-pub use single::end_of_job;
+#[cfg(feature = "mpi")]
+pub use over_mpi::{end_of_job, exchange_in_job};
 #[cfg(not(feature = "mpi"))]
 pub(crate) use single::MeshRanks;
+#[cfg(not(feature = "mpi"))]
+pub use single::{end_of_job, exchange_in_job};
 use ttmesh_chip::tensor::HostData;
 use ttmesh_chip::{DataType, HostTensor};
 use ttmesh_settings::{settings, MpiLaunch};
@@ -60,6 +62,83 @@ mod tests {
         );
         assert!(check_launch_of(Some(&l), true).is_ok());
         assert!(check_launch_of(None, false).is_ok());
+    }
+}
+
+/// A host exchange's bytes labelled with what the rank is doing (`what`), so a rank that took
+/// another path through the program is named instead of its bytes being read as ours.
+#[cfg(any(feature = "mpi", test))]
+pub(crate) fn label(what: &str, data: Vec<u8>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + what.len() + data.len());
+    out.extend_from_slice(&(what.len() as u64).to_le_bytes());
+    out.extend_from_slice(what.as_bytes());
+    out.extend(data);
+    out
+}
+
+/// Every rank's bytes without their labels, or an error naming the first rank whose label is
+/// not `what` (`me` is this rank).
+#[cfg(any(feature = "mpi", test))]
+pub(crate) fn unlabel(
+    what: &str,
+    me: u32,
+    all: Vec<Vec<u8>>,
+) -> std::result::Result<Vec<Vec<u8>>, String> {
+    all.into_iter()
+        .enumerate()
+        .map(|(rank, b)| {
+            let mut r = Reader { b: &b, at: 0 };
+            let theirs = r
+                .u64_()
+                .and_then(|n| r.take(usize::try_from(n).ok()?))
+                .map(String::from_utf8_lossy);
+            match theirs {
+                Some(t) if t == what => Ok(b[r.at..].to_vec()),
+                Some(t) => Err(format!(
+                    "rank {rank} is in `{t}` while rank {me} (this rank) is in `{what}`: the \
+                     ranks' programs took different paths (a rank that failed says why in its \
+                     own error); every rank must make the same mesh calls in the same order"
+                )),
+                None => Err(format!(
+                    "rank {rank} sent bytes that are not a mesh exchange while rank {me} (this \
+                     rank) is in `{what}`: it may have ended its program or be running another \
+                     ttmesh version"
+                )),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::*;
+
+    #[test]
+    fn labels_come_off_and_a_rank_elsewhere_is_named() {
+        let all = vec![
+            label("synchronize", vec![1, 2]),
+            label("synchronize", vec![]),
+        ];
+        assert_eq!(
+            unlabel("synchronize", 0, all).unwrap(),
+            vec![vec![1, 2], vec![]]
+        );
+        let all = vec![
+            label("synchronize", vec![1]),
+            label("reading a mesh tensor", vec![]),
+        ];
+        let e = unlabel("synchronize", 0, all).unwrap_err();
+        assert!(
+            e.contains(
+                "rank 1 is in `reading a mesh tensor` while rank 0 (this rank) is in `synchronize`"
+            ),
+            "{e}"
+        );
+        let e = unlabel("synchronize", 1, vec![vec![], label("synchronize", vec![])]).unwrap_err();
+        assert!(
+            e.contains("rank 0 sent bytes that are not a mesh exchange"),
+            "{e}"
+        );
     }
 }
 
@@ -196,6 +275,26 @@ mod shard_tests {
         assert_eq!(bits(&back[1].1), bits(&u));
         assert!(decode_shards(&bytes[..bytes.len() - 1], DataType::BFloat16).is_none());
         assert!(decode_shards(&[0xff; 8], DataType::BFloat16).is_none());
+    }
+}
+
+/// This process's rank and the job's size when an MPI launcher started it, else None.
+pub fn launched() -> Option<(u32, u32)> {
+    settings().mpi_launch.as_ref().map(|l| (l.rank, l.size))
+}
+
+/// Every rank's `data`, by rank (only ours when the mesh is wholly in this process): a
+/// host-side exchange between the ranks of `mesh`, labelled `what` (every rank must be making
+/// the same call), bounded by `timeout`.
+pub fn exchange_bytes(
+    mesh: &crate::MeshDevice,
+    what: &str,
+    data: Vec<u8>,
+    timeout: std::time::Duration,
+) -> crate::Result<Vec<Vec<u8>>> {
+    match mesh.ranks() {
+        None => Ok(vec![data]),
+        Some(r) => r.exchange(what, data, timeout),
     }
 }
 

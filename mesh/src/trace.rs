@@ -225,6 +225,24 @@ impl MeshDevice {
             .collect()
     }
 
+    /// Over MPI ranks: notes a replay or release for the next barrier, which checks that
+    /// every rank made the same calls (no exchange here: a replay costs one lock more).
+    fn note_trace_call(&self, released: bool, tid: MeshTraceId, places: &[Place]) {
+        if self.ranks().is_none() {
+            return;
+        }
+        let Some(p) = places.iter().find(|p| self.holds_chip(p.chip)) else {
+            return;
+        };
+        let (chip, address) = (p.chip, p.address);
+        self.inner.trace_calls.lock().record(lockstep::TraceEvent {
+            released,
+            chip,
+            trace: tid.0,
+            address,
+        });
+    }
+
     /// Releases the trace on the chips that have it (after a capture failed on others).
     fn release_partial(&self, tid: MeshTraceId) {
         for c in self.chips() {
@@ -245,7 +263,9 @@ impl MeshDevice {
         let chips = self.chips();
         // Checked before anything is queued, so no chip starts a replay the others cannot
         // join. A trace no chip holds passes; the first chip's enqueue names it.
-        lockstep::check(&"execute_trace", &self.trace_places(tid))?;
+        let places = self.trace_places(tid);
+        lockstep::check(&"execute_trace", &places)?;
+        self.note_trace_call(false, tid, &places);
         // On a mesh over MPI ranks each rank replays its own chips; the others' replays start
         // behind their own barriers, and the fabric's semaphores keep the collectives in step.
         let held = chips.iter().filter(|c| !c.held_elsewhere()).count();
@@ -295,6 +315,7 @@ impl MeshDevice {
     }
 
     pub fn release_trace(&self, tid: MeshTraceId) -> Result<()> {
+        self.note_trace_call(true, tid, &self.trace_places(tid));
         for c in self.chips() {
             c.release_trace(TraceId(tid.0)).map_err(on_chip(c.id()))?;
         }

@@ -87,6 +87,12 @@ pub const VARIABLES: &[Variable] = &[
         read_by: RUST,
     },
     Variable {
+        name: "TTMESH_TEST_DIVERGE_RANK",
+        default: "unset",
+        meaning: "test only: under `mpirun`, `ttmesh stress` on this rank replays a second, identical trace in place of the one the other ranks replay, so the ranks' next barrier must name the divergence (`.ci/run` checks it)",
+        read_by: RUST,
+    },
+    Variable {
         name: "TTMESH_SYSTEM",
         default: "t3k",
         meaning: "the machine `import ttmesh.ttnn` emulates (`open_device` and `open_mesh_device` open its chips); `ttmesh.set_system` overrides it",
@@ -187,6 +193,8 @@ pub struct Settings {
     pub bench_quick: bool,
     /// Set when an MPI launcher started this process (see [`LAUNCHER_VARIABLES`]).
     pub mpi_launch: Option<MpiLaunch>,
+    /// `TTMESH_TEST_DIVERGE_RANK`: the rank made to replay another trace, to test the check.
+    pub test_diverge_rank: Option<u32>,
     /// One line per malformed variable: its name, its value and what it takes. [`settings`]
     /// prints them once to stderr; the default is used instead.
     pub warnings: Vec<String>,
@@ -294,6 +302,14 @@ impl Settings {
                 rank: n(rank).unwrap_or(0),
             })
         });
+        let test_diverge_rank =
+            get("TTMESH_TEST_DIVERGE_RANK").and_then(|v| match v.trim().parse::<u32>() {
+                Ok(r) => Some(r),
+                Err(_) => {
+                    bad("TTMESH_TEST_DIVERGE_RANK", &v, "a rank number");
+                    None
+                }
+            });
         let path = |name: &str| get(name).filter(|v| !v.is_empty()).map(PathBuf::from);
         Settings {
             operation_timeout_from_env,
@@ -306,6 +322,7 @@ impl Settings {
             mpi_results: path("TTMESH_MPI_RESULTS"),
             bench_quick: get("TTMESH_BENCH_QUICK").is_some_and(|v| v.trim() == "1"),
             mpi_launch,
+            test_diverge_rank,
             warnings,
         }
     }

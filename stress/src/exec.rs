@@ -4,11 +4,13 @@
 //! Here: the result types, opening a case's mesh, and what collectives and sends share
 //! (inputs, errors). Beside it: `probe` (what a running case is doing, for the watchdog),
 //! `faults` (where a fault lands on the op's routes and what it must end with),
-//! `collective` and `send` (the two kinds of case).
+//! `collective` and `send` (the two kinds of case), `ranks` (what a case's ranks share when
+//! its mesh is split over MPI ranks).
 
 mod collective;
 mod faults;
 mod probe;
+mod ranks;
 mod send;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +34,7 @@ use send::run_send;
 /// The semaphore a send's last packet raises on its destination (far above the collectives').
 pub const SEND_SEMAPHORE: u32 = 0x5EED_0000;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// Right data (no fault, a fault off the path, a slow link, or a fault that missed).
@@ -42,6 +44,8 @@ pub enum Verdict {
     Wrong,
     Hang,
     UnexpectedError,
+    /// Not run: its mesh does not split over the MPI ranks (the detail says why).
+    Skipped,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -181,7 +185,7 @@ pub fn run_case(
     dirty: &AtomicBool,
 ) -> CaseResult {
     let started = Instant::now();
-    let mut r = match if case.op == OpKind::Send {
+    let r = match if case.op == OpKind::Send {
         run_send(mesh, case, timeout, probe)
     } else {
         run_collective(mesh, case, timeout, probe)
@@ -189,11 +193,27 @@ pub fn run_case(
         Ok(r) => r,
         Err(e) => CaseResult::new(case, Verdict::UnexpectedError, chain(&e)),
     };
+    let here = r.detail.clone();
+    let mut r = match ranks::agree(mesh, r, rank_wait(timeout)) {
+        Ok(r) => r,
+        Err(e) => {
+            // The ranks no longer make the same calls: no later case could agree either.
+            let e = format!("{}; here the case ended with: {here}", chain(&e));
+            *probe.fatal.lock() = Some(e.clone());
+            CaseResult::new(case, Verdict::UnexpectedError, e)
+        }
+    };
     if r.verdict == Verdict::UnexpectedError || matches!(case.fault, FaultPlan::Stall { .. }) {
         dirty.store(true, Ordering::Relaxed);
     }
     r.elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
     r
+}
+
+/// How long a rank waits for the others to share a case's evidence: a rank whose chip was
+/// stalled gets there up to one and a half operation timeouts and a second later.
+fn rank_wait(timeout: Duration) -> Duration {
+    timeout * 2 + Duration::from_secs(2)
 }
 
 fn read(t: &MeshTensor) -> Result<Vec<Vec<f32>>, MeshError> {

@@ -62,6 +62,7 @@ pub fn verdict_name(v: Verdict) -> &'static str {
         Verdict::Wrong => "WRONG",
         Verdict::Hang => "HANG",
         Verdict::UnexpectedError => "UNEXPECTED",
+        Verdict::Skipped => "skipped",
     }
 }
 
@@ -73,6 +74,8 @@ pub struct Summary {
     pub hangs: usize,
     pub expected_errors: usize,
     pub unexpected_errors: usize,
+    /// Cases a mesh split over MPI ranks cannot run (their topology does not split).
+    pub skipped: usize,
     pub failures: Vec<Failure>,
 }
 
@@ -105,6 +108,7 @@ pub fn summary(results: &[CaseResult], seed: u64, repro: &dyn Fn(u64) -> String)
             Verdict::Wrong => s.wrong += 1,
             Verdict::Hang => s.hangs += 1,
             Verdict::UnexpectedError => s.unexpected_errors += 1,
+            Verdict::Skipped => s.skipped += 1,
         }
         if r.failed() {
             s.failures.push(Failure {
@@ -149,8 +153,18 @@ pub fn render_report(results: &[CaseResult], s: &Summary) -> String {
     }
     let _ = writeln!(
         out,
-        "# cases {}  passed {}  wrong {}  hangs {}  errors as expected {}  errors not expected {}",
-        s.cases, s.passed, s.wrong, s.hangs, s.expected_errors, s.unexpected_errors
+        "# cases {}  passed {}  wrong {}  hangs {}  errors as expected {}  errors not expected {}{}",
+        s.cases,
+        s.passed,
+        s.wrong,
+        s.hangs,
+        s.expected_errors,
+        s.unexpected_errors,
+        if s.skipped > 0 {
+            format!("  skipped {} (their mesh does not split over the ranks)", s.skipped)
+        } else {
+            String::new()
+        }
     );
     for f in &s.failures {
         let _ = writeln!(
@@ -190,8 +204,8 @@ pub fn junit_xml(results: &[CaseResult], s: &Summary) -> String {
     let fails = s.wrong + s.hangs;
     let _ = writeln!(
         out,
-        "<testsuites name=\"ttmesh stress\" tests=\"{}\" failures=\"{fails}\" errors=\"{}\">",
-        s.cases, s.unexpected_errors
+        "<testsuites name=\"ttmesh stress\" tests=\"{}\" failures=\"{fails}\" errors=\"{}\" skipped=\"{}\">",
+        s.cases, s.unexpected_errors, s.skipped
     );
     let mut topologies: Vec<&str> = Vec::new();
     for r in results {
@@ -237,6 +251,7 @@ pub fn junit_xml(results: &[CaseResult], s: &Summary) -> String {
                     "<system-out>expected error: {}</system-out>",
                     xml_escape(&r.detail)
                 ),
+                Verdict::Skipped => format!("<skipped message=\"{}\"/>", xml_escape(&r.detail)),
                 Verdict::Passed => String::new(),
             };
             if body.is_empty() {
@@ -249,4 +264,35 @@ pub fn junit_xml(results: &[CaseResult], s: &Summary) -> String {
     }
     out.push_str("</testsuites>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cases::generate;
+    use crate::spec::StressSpec;
+
+    #[test]
+    fn skipped_cases_are_counted_apart_and_fail_nothing() {
+        let spec = StressSpec::parse("n300", "all_reduce", "none", "bf16", "64K").unwrap();
+        let case = generate(&spec, 1, 0);
+        let results = vec![
+            CaseResult::new(&case, Verdict::Passed, String::new()),
+            CaseResult::new(
+                &case,
+                Verdict::Skipped,
+                "not run over 2 ranks: 1 row".into(),
+            ),
+        ];
+        let s = summary(&results, 1, &|i| format!("rerun {i}"));
+        assert_eq!((s.cases, s.passed, s.skipped), (2, 1, 1));
+        assert!(s.ok() && s.failures.is_empty());
+        assert!(render_report(&results, &s).contains("skipped 1 (their mesh does not split"));
+        let xml = junit_xml(&results, &s);
+        assert!(
+            xml.contains("skipped=\"1\"")
+                && xml.contains("<skipped message=\"not run over 2 ranks"),
+            "{xml}"
+        );
+    }
 }

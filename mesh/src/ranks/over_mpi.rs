@@ -90,9 +90,13 @@ impl MeshRanks {
     }
 
     /// Every rank's `data`, by rank; bounded by `timeout`.
+    /// Every rank must be making the same call (`what` labels it and is checked).
     pub fn exchange(&self, what: &str, data: Vec<u8>, timeout: Duration) -> Result<Vec<Vec<u8>>> {
-        self.transport
-            .exchange(data, timeout)
+        let all = self
+            .transport
+            .exchange(super::label(what, data), timeout)
+            .map_err(|e| MeshError::Config(format!("{what}: {e}")))?;
+        super::unlabel(what, self.rank(), all)
             .map_err(|e| MeshError::Config(format!("{what}: {e}")))
     }
 
@@ -123,4 +127,22 @@ pub fn end_of_job(result: &std::result::Result<(), String>) {
         }
         Err(_) => t.abort_job(1),
     }
+}
+
+/// Every rank's `data`, by rank, between every rank of the MPI job (no mesh needed: what a
+/// program decides between meshes, such as whether to go on); only ours outside `mpirun`.
+/// Labelled `what` and bounded by `timeout` as a mesh's exchanges are.
+pub fn exchange_in_job(
+    what: &str,
+    data: Vec<u8>,
+    timeout: Duration,
+) -> std::result::Result<Vec<Vec<u8>>, String> {
+    if ttmesh_settings::settings().mpi_launch.is_none() {
+        return Ok(vec![data]);
+    }
+    let t = transport().map_err(|e| e.to_string())?;
+    let all = t
+        .exchange(super::label(what, data), timeout)
+        .map_err(|e| format!("{what}: {e}"))?;
+    super::unlabel(what, t.rank(), all).map_err(|e| format!("{what}: {e}"))
 }

@@ -51,3 +51,12 @@ impl MeshRanks {
 
 /// Nothing to end: no MPI in this build.
 pub fn end_of_job(_result: &std::result::Result<(), String>) {}
+
+/// Without MPI there is one process: its own `data`.
+pub fn exchange_in_job(
+    _what: &str,
+    data: Vec<u8>,
+    _timeout: Duration,
+) -> std::result::Result<Vec<Vec<u8>>, String> {
+    Ok(vec![data])
+}

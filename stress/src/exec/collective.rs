@@ -9,7 +9,10 @@ use ttmesh_chip::ChipError;
 
 use super::faults::{inject, judge_errors, resolve_fault, stall_chip, Expect};
 use super::probe::finish_all;
-use super::{errors_of, inputs, memory_config, read, CaseResult, PerChip, Probe, Verdict};
+use super::ranks::share_errors;
+use super::{
+    errors_of, inputs, memory_config, rank_wait, read, CaseResult, PerChip, Probe, Verdict,
+};
 use crate::cases::Case;
 use crate::reference;
 use crate::spec::OpKind;
@@ -87,7 +90,9 @@ pub(super) fn run_collective(
     )?;
     let mut keep = Vec::new();
     let mut values_used = values;
+    // The trace this rank replays, and every trace captured (released at the end).
     let mut trace = None;
+    let mut captured = Vec::new();
     let out = if case.traced {
         // Compile and check untraced first (capture needs every program compiled), then
         // capture, then new inputs so the replay must recompute.
@@ -112,6 +117,23 @@ pub(super) fn run_collective(
         mesh.end_trace_capture(tid, CqId(0))?;
         let out = out?;
         trace = Some(tid);
+        captured.push(tid);
+        if let Some(rank) = ttmesh_settings::settings().test_diverge_rank {
+            // Test only (TTMESH_TEST_DIVERGE_RANK): every rank captures the same collectives
+            // a second time, and that rank replays this twin in place of the first trace.
+            let twin = mesh.begin_trace_capture(CqId(0))?;
+            let twin_out = launch(case, &x, &mut keep);
+            mesh.end_trace_capture(twin, CqId(0))?;
+            twin_out?;
+            captured.push(twin);
+            if mesh.rank() == Some(rank) {
+                trace = Some(twin);
+            }
+            // The twin's buffers took memory the first trace freed during its capture: the
+            // sanitizer would refuse the first trace's replay before the barrier could see
+            // the ranks diverge.
+            mesh.set_replay_sanitizer(false);
+        }
         let (parts, values) = inputs(case, n, 1);
         values_used = values;
         x.copy_from_host(&parts[0], &PerChip(parts.clone()), CqId(0))?;
@@ -150,10 +172,18 @@ pub(super) fn run_collective(
     };
     drop(stall);
     let errors = errors_of(&results, mesh);
+    probe.stage("sharing the errors with the other ranks");
+    let (errors, stall_timed_out) =
+        share_errors(mesh, errors, stall_timed_out, rank_wait(timeout))?;
     probe.stage("resetting the mesh after the op");
     let sync = mesh.synchronize_device();
-    if let Some(tid) = trace {
+    for tid in captured {
         let _ = mesh.release_trace(tid);
+    }
+    mesh.set_replay_sanitizer(true);
+    if let Err(e @ MeshError::Invalid { .. }) = sync {
+        // The ranks' barrier found them diverged: that outranks what any chip reported.
+        return Err(e);
     }
     let mut r = CaseResult::new(case, Verdict::Passed, String::new());
     r.time_us = time_us;

@@ -224,10 +224,14 @@ pub(super) fn stall_chip(
     let FaultPlan::Stall { chip } = case.fault else {
         return Ok(None);
     };
+    let c = &mesh.chips()[chip];
+    if !mesh.holds_chip(c.id()) {
+        // Over MPI ranks: the rank that holds the chip stalls it.
+        return Ok(None);
+    }
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     // Longer than a chip's finish waits (the timeout, a quarter more, half a second).
     let hold = timeout + timeout / 2 + Duration::from_secs(1);
-    let c = &mesh.chips()[chip];
     c.enqueue_host_callback(CqId(0), move || {
         let _ = rx.recv_timeout(hold);
         Ok(())

@@ -16,6 +16,9 @@ pub struct Probe {
     /// Per mesh index: its queue has reached the end of the case.
     pub done: Mutex<Vec<bool>>,
     pub mesh: Mutex<Option<MeshDevice>>,
+    /// Over MPI ranks: why the ranks can no longer run cases together (they stopped making
+    /// the same calls); the run stops.
+    pub fatal: Mutex<Option<String>>,
 }
 
 impl Probe {
