@@ -130,11 +130,44 @@ fn bits(quick: bool, ranks: u32, out: &mut String) -> Result<(), String> {
     Ok(())
 }
 
+/// The mesh `speed` times: an n300 split one chip per rank.
+pub fn speed_mesh() -> Result<MeshDevice, String> {
+    open("n300", FabricConfig::Fabric1D, 2)
+}
+
+/// Mean time of one all_reduce of `rows x cols` bf16 per chip on `mesh` over `iters` runs
+/// (after one untimed run), in us: the slowest rank's, so every rank returns the same.
+pub fn time_all_reduce(
+    mesh: &MeshDevice,
+    rows: usize,
+    cols: usize,
+    iters: usize,
+) -> Result<f64, String> {
+    let x = inputs(mesh, rows, cols, 5)?;
+    let args = CclArgs::default();
+    let once = || -> Result<Duration, String> {
+        let t = Instant::now();
+        let y = ccl::all_reduce(&x, &args).map_err(|e| e.to_string())?;
+        mesh.finish(CqId(0)).map_err(|e| e.to_string())?;
+        let took = t.elapsed();
+        y.deallocate(true).map_err(|e| e.to_string())?;
+        Ok(took)
+    };
+    once()?; // compile, first touch
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        total += once()?;
+    }
+    x.deallocate(true).map_err(|e| e.to_string())?;
+    let mine = total.as_secs_f64() * 1e6 / iters as f64;
+    let all = ttmesh::ranks::exchange_f64(mesh, mine, Duration::from_secs(60))?;
+    Ok(all.iter().copied().fold(0.0, f64::max))
+}
+
 /// all_reduce across 2 ranks (an n300, one chip each) beside MPI_Allreduce.
 fn speed(quick: bool, out: &mut String) -> Result<(), String> {
-    let mesh = open("n300", FabricConfig::Fabric1D, 2)?;
+    let mesh = speed_mesh()?;
     let mpi = MpiFigures::load();
-    let timeout = Duration::from_secs(60);
     writeln!(
         out,
         "all_reduce across 2 ranks (n300, one chip per rank) vs OpenMPI MPI_Allreduce, 2 processes\n{:>10} {:>12} {:>12} {:>8}",
@@ -146,32 +179,13 @@ fn speed(quick: bool, out: &mut String) -> Result<(), String> {
         (32, 576, if quick { 20 } else { 200 }),
         (8192, 1024, if quick { 3 } else { 10 }),
     ] {
-        let x = inputs(&mesh, rows, cols, 5)?;
-        let args = CclArgs::default();
-        let once = || -> Result<Duration, String> {
-            let t = Instant::now();
-            let y = ccl::all_reduce(&x, &args).map_err(|e| e.to_string())?;
-            mesh.finish(CqId(0)).map_err(|e| e.to_string())?;
-            let took = t.elapsed();
-            y.deallocate(true).map_err(|e| e.to_string())?;
-            Ok(took)
-        };
-        once()?; // compile, first touch
-        let mut total = Duration::ZERO;
-        for _ in 0..iters {
-            total += once()?;
-        }
-        let mine = total.as_secs_f64() * 1e6 / iters as f64;
-        // The slower rank's time is the collective's.
-        let all = ttmesh::ranks::exchange_f64(&mesh, mine, timeout)?;
-        let us = all.iter().copied().fold(0.0, f64::max);
+        let us = time_all_reduce(&mesh, rows, cols, iters)?;
         let size = rows * cols * 2;
         let (mpi_us, ratio) = match mpi.us(2, size) {
             Some(m) => (format!("{m:.1}"), format!("{:.2}x", us / m)),
             None => ("-".into(), "-".into()),
         };
         writeln!(out, "{:>10} {us:>12.1} {mpi_us:>12} {ratio:>8}", size).unwrap();
-        x.deallocate(true).map_err(|e| e.to_string())?;
     }
     writeln!(out, "{}", mpi.source).unwrap();
     mesh.close().map_err(|e| e.to_string())
