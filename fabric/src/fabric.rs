@@ -431,6 +431,7 @@ impl Fabric {
         self.check_chip(chip)?;
         let inner = &self.inner;
         let t = &inner.sems[chip as usize];
+        let _announced = crate::remote::RemoteWait::begin(inner.remote.as_deref());
         // Spin (then yield) before sleeping on the condvar: a collective's increment usually
         // comes from a peer running on the other core within microseconds, and a sleep costs
         // a futex wake and a context switch on the critical path.
