@@ -129,10 +129,27 @@ impl Incoming {
         let Some(fabric) = self.fabric.get().and_then(Weak::upgrade) else {
             return;
         };
+        if let Some((chip, cause)) = self.silence(&fabric, rank, silent) {
+            fabric.abort_from_elsewhere(chip, cause);
+        }
+    }
+
+    /// What a rank silent for `silent` means for this mesh, as the error every wait on it
+    /// ends with (`FabricError::OtherRank`): a chip it holds and the links that reach it from
+    /// this rank. None if the mesh is closed or the rank holds none of its chips.
+    pub fn silence_error(&self, rank: u32, silent: std::time::Duration) -> Option<FabricError> {
+        let fabric = self.fabric.get().and_then(Weak::upgrade)?;
+        self.silence(&fabric, rank, silent).map(|(_, e)| e)
+    }
+
+    fn silence(
+        &self,
+        fabric: &Fabric,
+        rank: u32,
+        silent: std::time::Duration,
+    ) -> Option<(u32, FabricError)> {
         let owner = |c: u32| self.owner.get(c as usize).copied();
-        let Some(chip) = (0..self.owner.len() as u32).find(|&c| owner(c) == Some(rank)) else {
-            return;
-        };
+        let chip = (0..self.owner.len() as u32).find(|&c| owner(c) == Some(rank))?;
         let links: Vec<String> = fabric
             .spec()
             .links
@@ -156,7 +173,7 @@ impl Incoming {
             self.me,
             if shown.is_empty() { "none".to_string() } else { shown }
         );
-        fabric.abort_from_elsewhere(chip, FabricError::OtherRank { rank, chip, reason });
+        Some((chip, FabricError::OtherRank { rank, chip, reason }))
     }
 
     /// Performs what rank `from` sent (a message of this generation).

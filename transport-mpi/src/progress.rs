@@ -363,10 +363,21 @@ impl Progress {
                 continue;
             }
             // An exchange waiting for a rank that went silent ends now, naming it.
+            // Named as a mesh's waits name it (a chip it holds, the links to it), if a mesh
+            // is open.
             if let Some(x) = self.exchange.take_if(|x| x.parts[i].is_none()) {
-                let _ = x.reply.send(Err(format!(
-                    "rank {r} has sent nothing for {:.1} s (killed, stopped or hung)",
-                    quiet.as_secs_f64()
+                let named = self
+                    .attached
+                    .as_ref()
+                    .and_then(|m| m.silence_error(r, quiet));
+                let _ = x.reply.send(Err(named.map_or_else(
+                    || {
+                        format!(
+                            "rank {r} has sent nothing for {:.1} s (killed, stopped or hung)",
+                            quiet.as_secs_f64()
+                        )
+                    },
+                    |e| e.to_string(),
                 )));
             }
             if let Some(inc) = self.attached.as_ref() {
