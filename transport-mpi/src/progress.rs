@@ -46,6 +46,14 @@ pub(crate) enum Cmd {
     },
     /// End the whole job (`MPI_Abort`) with this code.
     Abort(i32),
+    /// Time OpenMPI's own `MPI_Allreduce` (f32 sum) of `bytes` per rank: the mean of `iters`
+    /// calls after one warm-up, this rank's, in seconds. Every rank must ask, after a host
+    /// exchange showed they are all here (the call blocks in MPI).
+    TimeAllreduce {
+        bytes: usize,
+        iters: usize,
+        reply: Sender<f64>,
+    },
 }
 
 /// A send in flight: its request and the buffer MPI reads from until it completes.
@@ -259,8 +267,35 @@ impl Progress {
                 });
             }
             Cmd::Abort(code) => self.world.abort(code),
+            Cmd::TimeAllreduce {
+                bytes,
+                iters,
+                reply,
+            } => {
+                let _ = reply.send(self.time_allreduce(bytes, iters));
+            }
             Cmd::Wake | Cmd::Finalize { .. } => {}
         }
+    }
+
+    /// See [`Cmd::TimeAllreduce`]. As `scripts/mpi/allreduce_timing.c` times it, but out of
+    /// place (rsmpi has no `MPI_IN_PLACE`).
+    fn time_allreduce(&self, bytes: usize, iters: usize) -> f64 {
+        use mpi::collective::{CommunicatorCollectives, SystemOperation};
+        let n = bytes / 4;
+        let send: Vec<f32> = (0..n)
+            .map(|i| ((self.me as usize + i) % 7) as f32 * 0.25)
+            .collect();
+        let mut recv = vec![0f32; n];
+        self.world
+            .all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
+        self.world.barrier();
+        let start = Instant::now();
+        for _ in 0..iters.max(1) {
+            self.world
+                .all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
+        }
+        start.elapsed().as_secs_f64() / iters.max(1) as f64
     }
 
     /// Every rank but this one.

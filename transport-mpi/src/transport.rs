@@ -179,6 +179,39 @@ impl Transport {
         })
     }
 
+    /// OpenMPI's own `MPI_Allreduce` (f32 sum) of `bytes` per rank between the ranks of this
+    /// job, timed here: the mean seconds of `iters` calls on the slowest rank, to print beside
+    /// the fabric's all_reduce measured in the same run. Every rank must call it, in the same
+    /// order as its other exchanges.
+    pub fn time_allreduce(
+        &self,
+        bytes: usize,
+        iters: usize,
+        timeout: Duration,
+    ) -> Result<f64, TransportError> {
+        // Every rank is here before any blocks in MPI's collective.
+        self.exchange(Vec::new(), timeout)?;
+        let (reply, got) = crossbeam_channel::bounded(1);
+        self.cmds
+            .send(Cmd::TimeAllreduce {
+                bytes,
+                iters,
+                reply,
+            })
+            .map_err(|_| TransportError("the MPI progress thread has ended".into()))?;
+        let mine = got.recv_timeout(timeout).map_err(|_| {
+            TransportError(format!(
+                "rank {}: MPI_Allreduce did not finish within {timeout:?}",
+                self.rank
+            ))
+        })?;
+        let all = self.exchange(mine.to_le_bytes().to_vec(), timeout)?;
+        Ok(all
+            .iter()
+            .filter_map(|b| b.as_slice().try_into().ok().map(f64::from_le_bytes))
+            .fold(mine, f64::max))
+    }
+
     /// Completes every send and finalises MPI (bounded): the last call of a rank that ends
     /// well. False if a send could not complete (the job is then aborted).
     pub fn finalize(&self, timeout: Duration) -> bool {
