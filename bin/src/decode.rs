@@ -15,8 +15,8 @@ use serde_json::json;
 use ttmesh::{DataType, MeshConfig, MeshDevice};
 use ttmesh_models::synthetic::{write_synthetic_llama, SyntheticConfig};
 use ttmesh_models::{
-    DeviceDecodeConfig, DeviceLlama, GgufTokenizer, LlamaWeights, LoadOptions, TextStream,
-    MAX_BATCH,
+    DeviceDecodeConfig, DeviceLlama, GgufTokenizer, GgufWeights, HostReference, LlamaWeights,
+    LoadOptions, ModelTensors, TextStream, MAX_BATCH,
 };
 
 /// The longest --hold: a day.
@@ -34,6 +34,15 @@ pub struct DecodeArgs {
     /// weights, GQA, tied embeddings) is written to a temporary file and used.
     #[arg(long, value_name = "PATH.gguf")]
     pub model: Option<PathBuf>,
+    /// Without --model: the synthetic llama's shape, random weights at the size of a real model
+    /// (small, smollm2-135m, llama-3.2-1b or llama-3.1-8b), for memory and speed at that size.
+    #[arg(
+        long,
+        value_name = "SHAPE",
+        default_value = "small",
+        conflicts_with = "model"
+    )]
+    pub synthetic: String,
     #[arg(long, default_value = "Once upon a time")]
     pub prompt: String,
     /// Tokens to generate after the prompt.
@@ -52,6 +61,17 @@ pub struct DecodeArgs {
     /// Enqueue the decode step's ops one by one instead of replaying a captured trace.
     #[arg(long)]
     pub no_trace: bool,
+    /// Teacher forcing: after the prompt, feed these token ids (comma-separated, or `host` for
+    /// the host f32 reference's) instead of the model's own picks, and report how many of its
+    /// greedy picks equal them. Free-running decode diverges for good after one different
+    /// token; this measures top-1 agreement at every position.
+    #[arg(long, value_name = "IDS")]
+    pub score_against: Option<String>,
+    /// Also run the host's f32 reference (written apart from the device path) on the same
+    /// weights and prompt first, and report whether the device's greedy ids equal its ids, or
+    /// where they first differ.
+    #[arg(long)]
+    pub check_host: bool,
     /// Bytes per chip reserved for the decode trace.
     #[arg(long, default_value_t = 64 << 20, allow_negative_numbers = true,
           value_parser = crate::limits::whole::<u64>("a number of bytes per chip, 0 or more"))]
@@ -82,7 +102,38 @@ pub(crate) fn parse_dtype(s: &str) -> Result<DataType, String> {
     }
 }
 
+/// The ids of `--score-against`: at least one per generated token.
+pub(crate) fn parse_forced_ids(text: &str, max_new_tokens: usize) -> Result<Vec<u32>, String> {
+    let ids = text
+        .split(',')
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<u32>().map_err(|_| {
+                format!("--score-against: {t:?} is not a token id; give ids like 1,2,3 (whole numbers from 0)")
+            })
+        })
+        .collect::<Result<Vec<u32>, String>>()?;
+    if ids.len() < max_new_tokens {
+        return Err(format!(
+            "--score-against has {} ids for --max-new-tokens {max_new_tokens}: give one id per generated token, or lower --max-new-tokens",
+            ids.len()
+        ));
+    }
+    Ok(ids)
+}
+
+fn synthetic_shape(name: &str) -> Result<SyntheticConfig, String> {
+    SyntheticConfig::named(name).ok_or_else(|| {
+        format!(
+            "--synthetic {name}: use one of {}",
+            SyntheticConfig::NAMES.join(", ")
+        )
+    })
+}
+
 fn check_flags(args: &DecodeArgs) -> Result<DataType, String> {
+    synthetic_shape(&args.synthetic)?;
     args.on.fabric_config()?;
     if args.batch == 0 || args.batch > MAX_BATCH {
         return Err(format!(
@@ -104,6 +155,9 @@ fn check_flags(args: &DecodeArgs) -> Result<DataType, String> {
     }
     if args.prompt.is_empty() {
         return Err("--prompt is empty: give at least one character to start from".into());
+    }
+    if let Some(ids) = args.score_against.as_deref().filter(|&ids| ids != "host") {
+        parse_forced_ids(ids, args.max_new_tokens)?;
     }
     parse_dtype(&args.dtype)
 }
@@ -160,12 +214,44 @@ fn fabric_bytes(mesh: &MeshDevice) -> u64 {
 /// Steps a traced run enqueues untraced first, for the side-by-side figures.
 const COMPARISON_STEPS: usize = 4;
 
-/// Loads the weights and tokenizer; the synthetic model when no --model is given.
+/// The model's weights as this run needs them: all of them in f32 when the host reference
+/// computes with them too, else read from the file one block at a time as they are placed (the
+/// host never holds the whole f32 model).
+struct ModelWeights {
+    tensors: Tensors,
+    /// The synthetic model's file, read until the weights are dropped.
+    _file: Option<RemoveOnDrop>,
+}
+
+enum Tensors {
+    Whole(Arc<LlamaWeights>),
+    ByBlock(GgufWeights),
+}
+
+impl ModelWeights {
+    fn tensors(&self) -> &dyn ModelTensors {
+        match &self.tensors {
+            Tensors::Whole(w) => w.as_ref(),
+            Tensors::ByBlock(w) => w,
+        }
+    }
+
+    fn whole(&self) -> Option<&Arc<LlamaWeights>> {
+        match &self.tensors {
+            Tensors::Whole(w) => Some(w),
+            Tensors::ByBlock(_) => None,
+        }
+    }
+}
+
+/// Opens the weights (all of them when `whole`) and tokenizer; the synthetic model when no
+/// --model is given.
 fn load(
     args: &DecodeArgs,
+    whole: bool,
     progress: &dyn Fn(&str),
-) -> Result<(Arc<LlamaWeights>, GgufTokenizer, String), String> {
-    let (path, model_name, _synthetic_file) = match &args.model {
+) -> Result<(ModelWeights, GgufTokenizer, String), String> {
+    let (path, model_name, file) = match &args.model {
         Some(p) => {
             if p.is_dir() {
                 return Err(format!(
@@ -180,21 +266,35 @@ fn load(
                 "ttmesh-decode-synthetic-{}.gguf",
                 std::process::id()
             ));
-            write_synthetic_llama(&p, &SyntheticConfig::small()).map_err(|e| e.to_string())?;
+            let shape = synthetic_shape(&args.synthetic)?;
+            progress(&format!("writing the synthetic llama ({})", args.synthetic));
             let guard = RemoveOnDrop(p.clone());
-            (
-                p,
-                "synthetic llama (no --model given)".to_string(),
-                Some(guard),
-            )
+            write_synthetic_llama(&p, &shape).map_err(|e| e.to_string())?;
+            let name = if args.synthetic == "small" {
+                "synthetic llama (no --model given)".to_string()
+            } else {
+                format!(
+                    "synthetic llama at {}'s shape (random weights)",
+                    args.synthetic
+                )
+            };
+            (p, name, Some(guard))
         }
     };
     progress(&format!("loading {model_name}"));
-    let weights = Arc::new(
-        LlamaWeights::load(&path, LoadOptions::default())
-            .map_err(|e| format!("--model {}: {e}", path.display()))?,
-    );
+    let bad_file = |e: ttmesh_models::ModelError| format!("--model {}: {e}", path.display());
+    let tensors = if whole {
+        Tensors::Whole(Arc::new(
+            LlamaWeights::load(&path, LoadOptions::default()).map_err(bad_file)?,
+        ))
+    } else {
+        Tensors::ByBlock(GgufWeights::open(&path).map_err(bad_file)?)
+    };
     let tokenizer = GgufTokenizer::load(&path).map_err(|e| e.to_string())?;
+    let weights = ModelWeights {
+        tensors,
+        _file: file,
+    };
     Ok((weights, tokenizer, model_name))
 }
 
@@ -202,13 +302,13 @@ fn load(
 fn place(
     args: &DecodeArgs,
     mesh: &MeshDevice,
-    weights: &LlamaWeights,
+    weights: &dyn ModelTensors,
     decode: DeviceDecodeConfig,
 ) -> Result<DeviceLlama, String> {
     let bar = if args.on.json {
         ProgressBar::hidden()
     } else {
-        ProgressBar::new(weights.config.block_count as u64)
+        ProgressBar::new(weights.config().block_count as u64)
     };
     bar.set_style(
         ProgressStyle::with_template("decode: placing blocks [{bar:30}] {pos}/{len} {elapsed}")
@@ -232,7 +332,8 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         }
     };
     let t = Instant::now();
-    let (weights, tokenizer, model_name) = load(args, &progress)?;
+    let host_reference = args.check_host || args.score_against.as_deref() == Some("host");
+    let (weights, tokenizer, model_name) = load(args, host_reference, &progress)?;
     let prompt = tokenizer
         .encode(&args.prompt)
         .map_err(|e| format!("--prompt: {e}"))?;
@@ -240,7 +341,7 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
         return Err("--prompt encodes to no tokens; give some text".into());
     }
     let positions = prompt.len() + args.max_new_tokens;
-    let context = weights.config.context_length;
+    let context = weights.tensors().config().context_length;
     if positions > context {
         return Err(format!(
             "--prompt ({} tokens) + --max-new-tokens ({}) = {positions} positions, beyond the model's context of {context}; shorten one of them",
@@ -248,6 +349,13 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
             args.max_new_tokens
         ));
     }
+    let host = match weights.whole() {
+        Some(whole) if host_reference => {
+            progress("running the host f32 reference on the same prompt");
+            Some(HostRun::run(whole, &prompt, args.max_new_tokens)?)
+        }
+        _ => None,
+    };
     progress(&format!(
         "loaded in {:.2} s; opening {} and placing weights, KV cache and RoPE tables in DRAM",
         t.elapsed().as_secs_f64(),
@@ -261,14 +369,15 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
     })
     .map_err(|e| args.on.open_error(e))?;
     let loaded = Loaded {
-        weights: &weights,
+        weights,
         tokenizer: &tokenizer,
         model_name: &model_name,
         prompt: &prompt,
         started: t,
+        host,
     };
     let result = crate::graph_report::capture_to_dir(args.graph.as_deref(), &mesh, || {
-        decode_on(args, &mesh, dtype, &loaded, &progress)
+        decode_on(args, &mesh, dtype, loaded, &progress)
     });
     let closed = mesh.close().map_err(|e| e.to_string());
     result?;
@@ -277,11 +386,39 @@ pub fn run(args: &DecodeArgs) -> Result<(), String> {
 
 /// What the decode runs with, loaded before the mesh opens.
 struct Loaded<'a> {
-    weights: &'a LlamaWeights,
+    /// Dropped once the model is placed: the chips hold the weights from then on (a whole f32
+    /// copy is the largest thing on the host: 5 GB for a 1B model).
+    weights: ModelWeights,
     tokenizer: &'a GgufTokenizer,
     model_name: &'a str,
     prompt: &'a [u32],
     started: Instant,
+    host: Option<HostRun>,
+}
+
+/// The host f32 reference's greedy decode of the same prompt (`--check-host`).
+struct HostRun {
+    ids: Vec<u32>,
+    per_token: Duration,
+}
+
+impl HostRun {
+    fn run(weights: &Arc<LlamaWeights>, prompt: &[u32], n: usize) -> Result<HostRun, String> {
+        let started = Instant::now();
+        let ids = HostReference::new(Arc::clone(weights), 1, prompt.len() + n)
+            .and_then(|mut host| host.generate(prompt, n))
+            .map_err(|e| format!("--check-host: the host reference failed: {e}"))?;
+        let steps = (prompt.len() + n - 1).max(1) as u32;
+        Ok(HostRun {
+            ids,
+            per_token: started.elapsed() / steps,
+        })
+    }
+
+    /// The first position where `device` differs from the host's ids, None when all equal.
+    fn first_difference(&self, device: &[u32]) -> Option<usize> {
+        (0..self.ids.len().max(device.len())).find(|&i| self.ids.get(i) != device.get(i))
+    }
 }
 
 /// Places the model on `mesh` and decodes, printing as it goes.
@@ -289,9 +426,10 @@ fn decode_on(
     args: &DecodeArgs,
     mesh: &MeshDevice,
     dtype: DataType,
-    loaded: &Loaded<'_>,
+    loaded: Loaded<'_>,
     progress: &dyn Fn(&str),
 ) -> Result<(), String> {
+    let host_reference = loaded.host.as_ref();
     let (weights, tokenizer, model_name, prompt, t) = (
         loaded.weights,
         loaded.tokenizer,
@@ -305,7 +443,8 @@ fn decode_on(
         max_positions: positions,
         dtype,
     };
-    let mut model = place(args, mesh, weights, decode)?;
+    let mut model = place(args, mesh, weights.tensors(), decode)?;
+    drop(weights);
     let profiler = args.profile.start(mesh)?;
     progress(&format!(
         "placed on {} chip(s) in {:.2} s ({}); prefilling {} prompt tokens through the decode step{}",
@@ -331,6 +470,11 @@ fn decode_on(
     };
     let mut stream = TextStream::new(tokenizer);
     let mut generated = Vec::with_capacity(args.max_new_tokens);
+    let forced = match args.score_against.as_deref() {
+        Some("host") => loaded.host.as_ref().map(|h| h.ids.clone()),
+        Some(ids) => Some(parse_forced_ids(ids, args.max_new_tokens)?),
+        None => None,
+    };
     let (mut timings, mut comparison) = (Timings::default(), Timings::default());
     let mut input = prompt[0];
     let mut out = std::io::stdout();
@@ -381,10 +525,13 @@ fn decode_on(
                 print!("{}", args.prompt);
             }
         }
-        input = next[0];
-        generated.push(input);
+        let picked = next[0];
+        generated.push(picked);
+        input = forced
+            .as_ref()
+            .map_or(picked, |ids| ids[generated.len() - 1]);
         if !args.on.json && speaks {
-            print!("{}", stream.push(input).map_err(|e| e.to_string())?);
+            print!("{}", stream.push(picked).map_err(|e| e.to_string())?);
             let _ = out.flush();
         }
     }
@@ -407,6 +554,8 @@ fn decode_on(
         model: &model,
         prompt_tokens: prompt.len(),
         generated: &generated,
+        forced: forced.as_deref(),
+        host_reference,
         text: &text,
         total,
         step,
@@ -445,6 +594,9 @@ struct Report<'a> {
     model: &'a DeviceLlama,
     prompt_tokens: usize,
     generated: &'a [u32],
+    /// The ids fed after the prompt under `--score-against`.
+    forced: Option<&'a [u32]>,
+    host_reference: Option<&'a HostRun>,
     text: &'a str,
     total: Duration,
     /// Median step and host dispatch time of the requested mode's steady state.
@@ -463,6 +615,18 @@ impl Report<'_> {
     fn tokens_per_s(&self) -> f64 {
         (self.generated.len() * self.args.batch) as f64
             / self.total.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+
+    /// Under `--score-against`: how many greedy picks equal the ids fed, of how many.
+    fn teacher_forced_agreement(&self) -> Option<(usize, usize)> {
+        let forced = self.forced?;
+        let agree = self
+            .generated
+            .iter()
+            .zip(forced)
+            .filter(|(a, b)| a == b)
+            .count();
+        Some((agree, self.generated.len()))
     }
 
     fn json(&self) -> serde_json::Value {
@@ -494,6 +658,8 @@ impl Report<'_> {
             "dtype": self.args.dtype, "batch": self.args.batch, "traced": self.traced(),
             "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated.len(),
             "token_ids": self.generated, "text": self.text,
+            "host_reference": self.host_reference.map(|h| json!({"token_ids": h.ids, "equal": h.first_difference(self.generated).is_none(), "first_difference": h.first_difference(self.generated), "ms_per_token": ms(h.per_token)})),
+            "teacher_forced": self.teacher_forced_agreement().map(|(agree, of)| json!({"fed_ids": self.forced, "top1_agree": agree, "of": of})),
             "tokens_per_s": self.tokens_per_s(),
             "median_step_ms": ms(self.step),
             "host_ms_per_token": ms(self.host),
@@ -603,6 +769,26 @@ impl Report<'_> {
             println!("replay skew between chips (last step): {:.1} us", r.skew_us);
         }
         println!("token ids: {:?}", self.generated);
+        if let Some(h) = self.host_reference {
+            match h.first_difference(self.generated) {
+                None => println!(
+                    "host f32 reference: the same {} ids ({:.1} ms per token on the host)",
+                    h.ids.len(),
+                    ms(h.per_token)
+                ),
+                Some(i) => println!(
+                    "host f32 reference: ids differ from token {i} on (device {:?}, host {:?}); host ids {:?}",
+                    self.generated.get(i),
+                    h.ids.get(i),
+                    h.ids
+                ),
+            }
+        }
+        if let Some((agree, of)) = self.teacher_forced_agreement() {
+            println!(
+                "teacher forced (--score-against): {agree} of {of} greedy picks equal the ids fed"
+            );
+        }
     }
 }
 

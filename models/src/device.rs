@@ -23,7 +23,7 @@ use crate::error::{ModelError, Result};
 use crate::parallel::{LmHead, TensorParallel};
 use crate::reference::greedy_decode;
 use crate::rope::rope_tables;
-use crate::weights::LlamaWeights;
+use crate::weights::ModelTensors;
 
 mod placement;
 

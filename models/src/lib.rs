@@ -27,7 +27,9 @@ pub use heads::HeadLayout;
 pub use parallel::{LmHead, TensorParallel};
 pub use reference::{argmax, greedy_decode, HostReference};
 pub use tokenizer::{GgufTokenizer, TextStream};
-pub use weights::{available_host_memory, BlockWeights, LlamaWeights, LoadOptions};
+pub use weights::{
+    available_host_memory, BlockWeights, GgufWeights, LlamaWeights, LoadOptions, ModelTensors,
+};
 
 /// Where `scripts/fetch-model.sh` puts SmolLM2-135M-Instruct, relative to the workspace root.
 pub const DEFAULT_MODEL_PATH: &str = "target/models/SmolLM2-135M-Instruct.Q4_1.gguf";

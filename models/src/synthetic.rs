@@ -58,6 +58,68 @@ impl SyntheticConfig {
         }
     }
 
+    /// SmolLM2-135M's shape (30 blocks, hidden 576, 9 query heads over 3 KV heads, FFN 1536,
+    /// vocab 49152), with random weights.
+    pub fn smollm2_135m() -> Self {
+        Self {
+            block_count: 30,
+            hidden_size: 576,
+            ffn_size: 1536,
+            head_count: 9,
+            kv_head_count: 3,
+            vocab_size: 49152,
+            context_length: 8192,
+            rope_base: 100_000.0,
+            rms_norm_eps: 1e-5,
+            seed: 0x5307_1135,
+        }
+    }
+
+    /// Llama-3.2-1B's shape (16 blocks, hidden 2048, 32 query heads over 8 KV heads, FFN 8192,
+    /// vocab 128256, 1.24 B parameters with tied embeddings), with random weights: for sizing
+    /// and timing a model of that size when its real weights are not at hand.
+    pub fn llama_3_2_1b() -> Self {
+        Self {
+            block_count: 16,
+            hidden_size: 2048,
+            ffn_size: 8192,
+            head_count: 32,
+            kv_head_count: 8,
+            vocab_size: 128_256,
+            context_length: 131_072,
+            rope_base: 500_000.0,
+            rms_norm_eps: 1e-5,
+            seed: 0x1a3a_0321,
+        }
+    }
+
+    /// Llama-3.1-8B's shape (32 blocks, hidden 4096, 32 query heads over 8 KV heads, FFN
+    /// 14336, vocab 128256), with random weights; the embedding is tied (the real model has a
+    /// separate LM head), so 7.5 B parameters rather than 8.0 B.
+    pub fn llama_3_1_8b() -> Self {
+        Self {
+            block_count: 32,
+            hidden_size: 4096,
+            ffn_size: 14336,
+            seed: 0x1a3a_1808,
+            ..Self::llama_3_2_1b()
+        }
+    }
+
+    /// The shapes [`SyntheticConfig::named`] knows.
+    pub const NAMES: [&'static str; 4] = ["small", "smollm2-135m", "llama-3.2-1b", "llama-3.1-8b"];
+
+    /// A shape by name (one of [`SyntheticConfig::NAMES`]).
+    pub fn named(name: &str) -> Option<Self> {
+        match name {
+            "small" => Some(Self::small()),
+            "smollm2-135m" => Some(Self::smollm2_135m()),
+            "llama-3.2-1b" => Some(Self::llama_3_2_1b()),
+            "llama-3.1-8b" => Some(Self::llama_3_1_8b()),
+            _ => None,
+        }
+    }
+
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.head_count
     }
@@ -164,6 +226,22 @@ pub fn byte_level_vocabulary(merge_count: usize) -> (Vec<String>, Vec<String>) {
     (tokens, merges)
 }
 
+/// The vocabulary of `vocab_size` tokens and its merges: [`byte_level_vocabulary`], and when
+/// the paragraph teaches too few merges (a few hundred), reserved tokens before the control
+/// tokens (plain tokens no merge reaches, so encoding never produces them), so the embedding
+/// and LM head have the model's real size.
+pub fn synthetic_vocabulary(vocab_size: usize) -> (Vec<String>, Vec<String>) {
+    let merge_count = vocab_size.saturating_sub(256 + CONTROL_TOKENS.len());
+    let (mut tokens, merges) = byte_level_vocabulary(merge_count);
+    let control_at = tokens.len() - CONTROL_TOKENS.len();
+    let missing = vocab_size.saturating_sub(tokens.len());
+    tokens.splice(
+        control_at..control_at,
+        (0..missing).map(|i| format!("<reserved_{i}>")),
+    );
+    (tokens, merges)
+}
+
 /// Uniform bound of the token embedding: small beside the blocks' unit-scale outputs, so the
 /// residual stream is not just the input token's embedding (with tied embeddings, that would make
 /// the model echo its last token forever).
@@ -193,14 +271,19 @@ impl SplitMix64 {
 
 /// The GGUF writer holding the synthetic model `cfg`.
 pub fn synthetic_llama(cfg: &SyntheticConfig) -> GgufWriter {
-    let merge_count = cfg.vocab_size - 256 - CONTROL_TOKENS.len();
-    let (tokens, merges) = byte_level_vocabulary(merge_count);
+    let mut w = GgufWriter::new();
+    fill_synthetic_llama(cfg, &mut w);
+    w
+}
+
+/// Gives `w` the synthetic model's metadata and tensors, in file order.
+fn fill_synthetic_llama(cfg: &SyntheticConfig, w: &mut GgufWriter) {
+    let (tokens, merges) = synthetic_vocabulary(cfg.vocab_size);
     let vocab_size = tokens.len();
     let control_start = vocab_size - CONTROL_TOKENS.len();
     let (h, f, hd) = (cfg.hidden_size, cfg.ffn_size, cfg.head_dim());
     let (q_dim, kv_dim) = (cfg.head_count * hd, cfg.kv_head_count * hd);
 
-    let mut w = GgufWriter::new();
     let u32v = |v: usize| MetadataValue::U32(v as u32);
     w.metadata(
         "general.architecture",
@@ -319,10 +402,14 @@ pub fn synthetic_llama(cfg: &SyntheticConfig) -> GgufWriter {
         GgmlType::F32,
         rng.fill(h, 0.1, 1.0),
     );
-    w
 }
 
-/// Writes the synthetic model `cfg` to `path` as GGUF v3.
+/// Writes the synthetic model `cfg` to `path` as GGUF v3, holding one tensor at a time (the
+/// data goes to `path` + ".data" as it is made, then after the header into `path`).
 pub fn write_synthetic_llama(path: &Path, cfg: &SyntheticConfig) -> Result<()> {
-    synthetic_llama(cfg).write(path)
+    let mut spill = path.as_os_str().to_owned();
+    spill.push(".data");
+    let mut w = GgufWriter::spilling_to(Path::new(&spill))?;
+    fill_synthetic_llama(cfg, &mut w);
+    w.write(path)
 }

@@ -1,6 +1,9 @@
 //! A llama model's weights dequantised to f32 on the host, in Hugging Face order (Q and K rows
-//! un-permuted, see [`crate::rope`]), every matrix row-major `[out][in]`.
+//! un-permuted, see [`crate::rope`]), every matrix row-major `[out][in]`: all at once
+//! ([`LlamaWeights`], what the host reference computes with), or one block at a time as they
+//! are placed ([`GgufWeights`], so the host never holds the whole f32 model).
 
+use std::borrow::Cow;
 use std::path::Path;
 
 use crate::config::LlamaConfig;
@@ -56,6 +59,7 @@ impl LlamaWeights {
         config.parameter_count() * 4
     }
 
+    /// Reads and dequantises the whole model.
     pub fn load(path: impl AsRef<Path>, options: LoadOptions) -> Result<Self> {
         let file = GgufFile::open(path.as_ref())?;
         Self::from_gguf(&file, options)
@@ -79,33 +83,17 @@ impl LlamaWeights {
             }
         }
 
-        let (h, f) = (config.hidden_size, config.ffn_size);
-        let (q_dim, kv_dim) = (config.head_count * config.head_dim, config.kv_dim());
-        let matrix = |name: &str, rows: usize, cols: usize| read_matrix(file, name, rows, cols);
-        let token_embedding = matrix("token_embd.weight", config.vocab_size, h)?;
-        let output_norm = matrix("output_norm.weight", 1, h)?;
+        let h = config.hidden_size;
+        let token_embedding = read_matrix(file, "token_embd.weight", config.vocab_size, h)?;
+        let output_norm = read_matrix(file, "output_norm.weight", 1, h)?;
         let output = if config.tied_embeddings {
             None
         } else {
-            Some(matrix("output.weight", config.vocab_size, h)?)
+            Some(read_matrix(file, "output.weight", config.vocab_size, h)?)
         };
-        let mut blocks = Vec::with_capacity(config.block_count);
-        for b in 0..config.block_count {
-            let name = |t: &str| format!("blk.{b}.{t}.weight");
-            let wq = matrix(&name("attn_q"), q_dim, h)?;
-            let wk = matrix(&name("attn_k"), kv_dim, h)?;
-            blocks.push(BlockWeights {
-                attn_norm: matrix(&name("attn_norm"), 1, h)?,
-                wq: unpermute_rows_from_gguf(&wq, config.head_count, config.head_dim, h),
-                wk: unpermute_rows_from_gguf(&wk, config.kv_head_count, config.head_dim, h),
-                wv: matrix(&name("attn_v"), kv_dim, h)?,
-                wo: matrix(&name("attn_output"), h, q_dim)?,
-                ffn_norm: matrix(&name("ffn_norm"), 1, h)?,
-                w_gate: matrix(&name("ffn_gate"), f, h)?,
-                w_up: matrix(&name("ffn_up"), f, h)?,
-                w_down: matrix(&name("ffn_down"), h, f)?,
-            });
-        }
+        let blocks = (0..config.block_count)
+            .map(|b| read_block(file, &config, b))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             config,
             token_embedding,
@@ -121,9 +109,149 @@ impl LlamaWeights {
     }
 }
 
-/// Reads tensor `name` as `rows` rows of `cols` values (a vector when `rows` is 1), checking
-/// its dims first.
-fn read_matrix(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Vec<f32>> {
+/// Block `b`'s tensors, dequantised, Q and K rows in Hugging Face order.
+fn read_block(file: &GgufFile, config: &LlamaConfig, b: usize) -> Result<BlockWeights> {
+    let (h, f) = (config.hidden_size, config.ffn_size);
+    let (q_dim, kv_dim) = (config.head_count * config.head_dim, config.kv_dim());
+    let name = |t: &str| format!("blk.{b}.{t}.weight");
+    let matrix = |t: &str, rows: usize, cols: usize| read_matrix(file, &name(t), rows, cols);
+    let wq = matrix("attn_q", q_dim, h)?;
+    let wk = matrix("attn_k", kv_dim, h)?;
+    Ok(BlockWeights {
+        attn_norm: matrix("attn_norm", 1, h)?,
+        wq: unpermute_rows_from_gguf(&wq, config.head_count, config.head_dim, h),
+        wk: unpermute_rows_from_gguf(&wk, config.kv_head_count, config.head_dim, h),
+        wv: matrix("attn_v", kv_dim, h)?,
+        wo: matrix("attn_output", h, q_dim)?,
+        ffn_norm: matrix("ffn_norm", 1, h)?,
+        w_gate: matrix("ffn_gate", f, h)?,
+        w_up: matrix("ffn_up", f, h)?,
+        w_down: matrix("ffn_down", h, f)?,
+    })
+}
+
+/// A model's tensors as placement asks for them, in the order it places them: borrowed from a
+/// loaded [`LlamaWeights`], or read and dequantised from the file on each call
+/// ([`GgufWeights`]).
+pub trait ModelTensors {
+    fn config(&self) -> &LlamaConfig;
+    /// `[vocab][hidden]`.
+    fn token_embedding(&self) -> Result<Cow<'_, [f32]>>;
+    fn output_norm(&self) -> Result<Cow<'_, [f32]>>;
+    /// `[vocab][hidden]`: `output.weight`, or the token embedding when tied.
+    fn lm_head(&self) -> Result<Cow<'_, [f32]>>;
+    fn block(&self, b: usize) -> Result<Cow<'_, BlockWeights>>;
+}
+
+impl ModelTensors for LlamaWeights {
+    fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+    fn token_embedding(&self) -> Result<Cow<'_, [f32]>> {
+        Ok(Cow::Borrowed(&self.token_embedding))
+    }
+    fn output_norm(&self) -> Result<Cow<'_, [f32]>> {
+        Ok(Cow::Borrowed(&self.output_norm))
+    }
+    fn lm_head(&self) -> Result<Cow<'_, [f32]>> {
+        Ok(Cow::Borrowed(LlamaWeights::lm_head(self)))
+    }
+    fn block(&self, b: usize) -> Result<Cow<'_, BlockWeights>> {
+        Ok(Cow::Borrowed(&self.blocks[b]))
+    }
+}
+
+/// A shared model places as the model itself does.
+impl<T: ModelTensors + ?Sized> ModelTensors for std::sync::Arc<T> {
+    fn config(&self) -> &LlamaConfig {
+        (**self).config()
+    }
+    fn token_embedding(&self) -> Result<Cow<'_, [f32]>> {
+        (**self).token_embedding()
+    }
+    fn output_norm(&self) -> Result<Cow<'_, [f32]>> {
+        (**self).output_norm()
+    }
+    fn lm_head(&self) -> Result<Cow<'_, [f32]>> {
+        (**self).lm_head()
+    }
+    fn block(&self, b: usize) -> Result<Cow<'_, BlockWeights>> {
+        (**self).block(b)
+    }
+}
+
+/// A model file whose tensors are dequantised only when asked for, one at a time: placing from
+/// it holds one block's f32 values on the host at once (a 1B model's f32 copy is 5 GB; an 8B
+/// model's would not fit an ordinary host at all). Every tensor's presence and dims are
+/// checked when it is opened, so a bad file fails before any chip is written.
+pub struct GgufWeights {
+    file: GgufFile,
+    config: LlamaConfig,
+}
+
+impl GgufWeights {
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let file = GgufFile::open(path.as_ref())?;
+        let config = LlamaConfig::from_gguf(&file)?;
+        let (h, f, v) = (config.hidden_size, config.ffn_size, config.vocab_size);
+        let (q_dim, kv_dim) = (config.head_count * config.head_dim, config.kv_dim());
+        let mut expected: Vec<(String, usize, usize)> = vec![
+            ("token_embd.weight".into(), v, h),
+            ("output_norm.weight".into(), 1, h),
+        ];
+        if !config.tied_embeddings {
+            expected.push(("output.weight".into(), v, h));
+        }
+        for b in 0..config.block_count {
+            for (t, rows, cols) in [
+                ("attn_norm", 1, h),
+                ("attn_q", q_dim, h),
+                ("attn_k", kv_dim, h),
+                ("attn_v", kv_dim, h),
+                ("attn_output", h, q_dim),
+                ("ffn_norm", 1, h),
+                ("ffn_gate", f, h),
+                ("ffn_up", f, h),
+                ("ffn_down", h, f),
+            ] {
+                expected.push((format!("blk.{b}.{t}.weight"), rows, cols));
+            }
+        }
+        for (name, rows, cols) in &expected {
+            check_dims(&file, name, *rows, *cols)?;
+        }
+        Ok(Self { file, config })
+    }
+}
+
+impl ModelTensors for GgufWeights {
+    fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+    fn token_embedding(&self) -> Result<Cow<'_, [f32]>> {
+        let c = &self.config;
+        read_matrix(&self.file, "token_embd.weight", c.vocab_size, c.hidden_size).map(Cow::Owned)
+    }
+    fn output_norm(&self) -> Result<Cow<'_, [f32]>> {
+        read_matrix(&self.file, "output_norm.weight", 1, self.config.hidden_size).map(Cow::Owned)
+    }
+    fn lm_head(&self) -> Result<Cow<'_, [f32]>> {
+        let name = if self.config.tied_embeddings {
+            "token_embd.weight"
+        } else {
+            "output.weight"
+        };
+        let c = &self.config;
+        read_matrix(&self.file, name, c.vocab_size, c.hidden_size).map(Cow::Owned)
+    }
+    fn block(&self, b: usize) -> Result<Cow<'_, BlockWeights>> {
+        read_block(&self.file, &self.config, b).map(Cow::Owned)
+    }
+}
+
+/// Checks tensor `name` exists with the dims of `rows` rows of `cols` values (a vector when
+/// `rows` is 1).
+fn check_dims(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<()> {
     let info = file
         .tensor_info(name)
         .ok_or_else(|| ModelError::MissingTensor {
@@ -143,6 +271,13 @@ fn read_matrix(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<
             problem: format!("has dims {:?}, the config needs {expected:?}", info.dims),
         });
     }
+    Ok(())
+}
+
+/// Reads tensor `name` as `rows` rows of `cols` values (a vector when `rows` is 1), checking
+/// its dims first.
+fn read_matrix(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Vec<f32>> {
+    check_dims(file, name, rows, cols)?;
     file.read_tensor_f32(name)
 }
 

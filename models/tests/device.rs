@@ -8,7 +8,8 @@ use std::sync::Arc;
 use ttmesh::{DataType, MeshConfig, MeshDevice};
 use ttmesh_models::synthetic::{write_synthetic_llama, SyntheticConfig};
 use ttmesh_models::{
-    DeviceDecodeConfig, DeviceLlama, GgufTokenizer, HostReference, LlamaWeights, LoadOptions,
+    DeviceDecodeConfig, DeviceLlama, GgufTokenizer, GgufWeights, HostReference, LlamaWeights,
+    LoadOptions, ModelError,
 };
 
 fn n150(trace_region_size: u64) -> MeshDevice {
@@ -40,6 +41,66 @@ fn synthetic_model_on_n150_untraced_matches_host_reference() {
     let mut model = DeviceLlama::new(&mesh, &weights, decode).unwrap();
     let got = model.generate(&[&prompt], 16, false).unwrap().remove(0);
     assert_eq!(got, expected);
+}
+
+/// Placed from the file one block at a time (`GgufWeights`), the model is the same on the
+/// device: the host reference's tokens on a T3K (heads padded, weights split), and the same DRAM
+/// use as placing from the loaded weights. A file missing a tensor fails at open, before any
+/// chip is written.
+#[test]
+fn synthetic_model_placed_block_by_block_from_the_file_matches_host_reference() {
+    let path = common::TempFile::new("device-by-block.gguf");
+    write_synthetic_llama(&path, &SyntheticConfig::heads_9_kv_3()).unwrap();
+    let weights = Arc::new(LlamaWeights::load(&path, LoadOptions::default()).unwrap());
+    let prompt = GgufTokenizer::load(&path)
+        .unwrap()
+        .encode("Once upon a time")
+        .unwrap();
+    let expected = HostReference::new(Arc::clone(&weights), 1, 32)
+        .unwrap()
+        .generate(&prompt, 8)
+        .unwrap();
+    let decode = DeviceDecodeConfig {
+        batch: 1,
+        max_positions: 32,
+        dtype: DataType::Float32,
+    };
+    let t3k = || {
+        MeshDevice::open(MeshConfig {
+            topology: "t3k".into(),
+            trace_region_size: 16 << 20,
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let (mesh, loaded_mesh) = (t3k(), t3k());
+    let by_block = GgufWeights::open(&path).unwrap();
+    let mut model = DeviceLlama::new(&mesh, &by_block, decode).unwrap();
+    let loaded = DeviceLlama::new(&loaded_mesh, &weights, decode).unwrap();
+    assert_eq!(model.dram_bytes_per_chip(), loaded.dram_bytes_per_chip());
+    let got = model.generate(&[&prompt], 8, true).unwrap().remove(0);
+    assert_eq!(got, expected);
+
+    // An untied output.weight of the wrong shape: refused by name when the file is opened.
+    let mut bad = ttmesh_models::synthetic::synthetic_llama(&SyntheticConfig::heads_9_kv_3());
+    bad.tensor(ttmesh_models::gguf::WriteTensor {
+        name: "output.weight".into(),
+        dims: vec![64, 320],
+        ty: ttmesh_models::gguf::GgmlType::F32,
+        values: vec![0.0; 64 * 320],
+    });
+    let bad_path = common::TempFile::new("device-by-block-bad.gguf");
+    bad.write(&bad_path).unwrap();
+    let err = GgufWeights::open(&bad_path)
+        .err()
+        .expect("a misshapen tensor is refused");
+    let text = err.to_string();
+    assert!(
+        matches!(err, ModelError::BadTensor { .. })
+            && text.contains("output.weight")
+            && text.contains("[64, 320]"),
+        "{text}"
+    );
 }
 
 /// The decode step captured once and replayed per token gives the host reference's tokens, on

@@ -268,6 +268,26 @@ fn writer_reader_round_trip() {
     assert_eq!(std::fs::read(&path).unwrap(), w.to_bytes().unwrap());
 }
 
+/// A model written tensor by tensor through a spill file is byte for byte the one built in
+/// memory, and the spill file is gone afterwards.
+#[test]
+fn spilled_synthetic_model_equals_the_in_memory_one() {
+    use ttmesh_models::synthetic::{synthetic_llama, write_synthetic_llama, SyntheticConfig};
+    let cfg = SyntheticConfig::heads_9_kv_3();
+    let path = temp_path("spilled.gguf");
+    write_synthetic_llama(&path, &cfg).unwrap();
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        synthetic_llama(&cfg).to_bytes().unwrap()
+    );
+    let mut spill = path.as_os_str().to_owned();
+    spill.push(".data");
+    assert!(
+        !Path::new(&spill).exists(),
+        "the spill file was left behind"
+    );
+}
+
 fn open_bytes(name: &str, bytes: &[u8]) -> (TempFile, Result<GgufFile, ModelError>) {
     let path = temp_path(name);
     std::fs::write(&path, bytes).unwrap();

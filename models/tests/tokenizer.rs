@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use proptest::prelude::*;
 use ttmesh_models::gguf::{GgufFile, GgufWriter, MetadataValue};
 use ttmesh_models::synthetic::{
-    byte_level_vocabulary, byte_to_char, synthetic_llama, SyntheticConfig,
+    byte_level_vocabulary, byte_to_char, synthetic_llama, synthetic_vocabulary, SyntheticConfig,
+    CONTROL_TOKENS,
 };
 use ttmesh_models::{GgufTokenizer, ModelError, TextStream};
 
@@ -109,6 +110,35 @@ fn synthetic_vocabulary_merges_and_round_trips() {
     assert_eq!(tok.decode(&ids).unwrap(), text);
     let err = tok.decode(&[320]).unwrap_err();
     assert!(err.to_string().contains("token id 320"), "{err}");
+}
+
+#[test]
+fn large_synthetic_vocabularies_are_padded_with_reserved_tokens_encoding_never_produces() {
+    for name in SyntheticConfig::NAMES {
+        let cfg = SyntheticConfig::named(name).unwrap();
+        let (tokens, _) = synthetic_vocabulary(cfg.vocab_size);
+        assert_eq!(tokens.len(), cfg.vocab_size, "{name}");
+        assert_eq!(&tokens[cfg.vocab_size - 3..], &CONTROL_TOKENS[..], "{name}");
+    }
+    assert!(SyntheticConfig::named("llama-70b").is_none());
+    // A padded vocabulary small enough to write: reserved ids decode to their names, and
+    // encoding text reaches none of them.
+    let cfg = SyntheticConfig {
+        vocab_size: 2000,
+        ..SyntheticConfig::small()
+    };
+    let tok = tokenizer_from("padded.gguf", &synthetic_llama(&cfg)).unwrap();
+    assert_eq!(tok.vocab_size(), 2000);
+    let (learnt, _) = byte_level_vocabulary(2000 - 259);
+    let first_reserved = (learnt.len() - 3) as u32;
+    let ids = tok
+        .encode("Once upon a time there was a little girl, 42 <reserved_0> times.")
+        .unwrap();
+    assert!(
+        ids.iter().all(|&i| i < first_reserved || i >= 1997),
+        "{ids:?}"
+    );
+    assert_eq!(tok.decode(&[first_reserved + 5]).unwrap(), "<reserved_5>");
 }
 
 #[test]

@@ -88,8 +88,9 @@ fn per_chip_spec(
 /// Where placement takes the tensors' values from.
 #[derive(Clone, Copy)]
 pub enum WeightSource<'a> {
-    /// The weights' values, written to the device.
-    Values(&'a LlamaWeights),
+    /// The weights' values, written to the device: a loaded [`LlamaWeights`], or a file read
+    /// one block at a time ([`crate::GgufWeights`]).
+    Values(&'a dyn ModelTensors),
     /// Only the shapes of a config: every tensor is allocated with the spec it would have,
     /// nothing is written and no tensor data exists on the host. For sizing a model under a
     /// NO_DISPATCH graph capture (`ttmesh::graph::plan`), with or without a weights file.
@@ -99,14 +100,11 @@ pub enum WeightSource<'a> {
 impl WeightSource<'_> {
     pub fn config(&self) -> &LlamaConfig {
         match self {
-            WeightSource::Values(w) => &w.config,
+            WeightSource::Values(w) => w.config(),
             WeightSource::ShapesOnly(c) => c,
         }
     }
 }
-
-/// Picks one weight's values out of a model (only called with [`WeightSource::Values`]).
-type Values<'f> = &'f dyn Fn(&LlamaWeights) -> Vec<f32>;
 
 impl DeviceLlama {
     /// Plans the split over the mesh ([`TensorParallel::plan`]), then places the weights (each
@@ -114,7 +112,7 @@ impl DeviceLlama {
     /// in the mesh's DRAM. `progress` hears the name of each tensor as it is placed.
     pub fn new(
         mesh: &MeshDevice,
-        weights: &LlamaWeights,
+        weights: &dyn ModelTensors,
         decode: DeviceDecodeConfig,
     ) -> Result<Self> {
         Self::with_progress(mesh, weights, decode, &mut |_, _| {})
@@ -124,7 +122,7 @@ impl DeviceLlama {
     /// large model takes seconds per chip to encode and place).
     pub fn with_progress(
         mesh: &MeshDevice,
-        weights: &LlamaWeights,
+        weights: &dyn ModelTensors,
         decode: DeviceDecodeConfig,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
@@ -185,11 +183,12 @@ impl DeviceLlama {
                 (Placement::Sharded(d), _, Some(_)) => Box::new(ShardTensor2dMesh([Some(d), None])),
             }
         };
-        let place = |name: &str, shape: Vec<usize>, placement, dtype, values: Values<'_>| {
-            let placed = match w {
-                Some(w) => {
+        // `values` is None exactly when placing by shape alone.
+        let place = |name: &str, shape: Vec<usize>, placement, dtype, values: Option<Vec<f32>>| {
+            let placed = match values {
+                Some(values) => {
                     let host =
-                        HostTensor::from_f32(shape, dtype, values(w)).map_err(host_tensor(name))?;
+                        HostTensor::from_f32(shape, dtype, values).map_err(host_tensor(name))?;
                     MeshTensor::from_host(
                         &host,
                         mesh,
@@ -229,7 +228,7 @@ impl DeviceLlama {
         // `[out, in]` weights go to the device as `[in, out]`: a column-parallel one is split
         // by output columns (dim 1), a row-parallel one by input rows (dim 0).
         let weight = |name: &str,
-                      w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>,
+                      w: Option<Cow<[f32]>>,
                       (out, inp): (usize, usize),
                       split: usize,
                       dtype: DataType| {
@@ -238,75 +237,84 @@ impl DeviceLlama {
                 vec![inp, out],
                 Placement::Sharded(split),
                 dtype,
-                &|m| transpose(&w(m), out, inp),
+                w.map(|w| transpose(&w, out, inp)),
             )
         };
-        let column = |name: &str, w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>, out, inp| {
-            weight(name, w, (out, inp), 1, matrix)
-        };
-        let row = |name: &str, w: &dyn Fn(&LlamaWeights) -> Cow<[f32]>, out, inp| {
-            weight(name, w, (out, inp), 0, matrix)
-        };
-        let vector = |name: &str, v: &dyn Fn(&LlamaWeights) -> &[f32]| {
-            place(name, vec![1, h], Placement::Replicated, other, &|m| {
-                v(m).to_vec()
-            })
+        let column =
+            |name: &str, w: Option<Cow<[f32]>>, out, inp| weight(name, w, (out, inp), 1, matrix);
+        let row =
+            |name: &str, w: Option<Cow<[f32]>>, out, inp| weight(name, w, (out, inp), 0, matrix);
+        let vector = |name: &str, v: Option<&[f32]>| {
+            place(
+                name,
+                vec![1, h],
+                Placement::Replicated,
+                other,
+                v.map(<[f32]>::to_vec),
+            )
         };
         let local_kv = parallel.local_kv_heads();
         let cache = |name: &str| {
             let shape = vec![decode.batch, local_kv, decode.max_positions, hd];
             let len = shape.iter().product();
-            place(name, shape, Placement::Replicated, other, &|_| {
-                vec![0.0; len]
-            })
+            place(
+                name,
+                shape,
+                Placement::Replicated,
+                other,
+                w.map(|_| vec![0.0; len]),
+            )
         };
         let mut blocks = Vec::with_capacity(c.block_count);
         for i in 0..c.block_count {
             let n = |t: &str| format!("blk.{i}.{t}");
+            // One block's values at a time: read (from a file source) just before it is placed.
+            let block = w.map(|w| w.block(i)).transpose()?;
+            let b = block.as_deref();
             blocks.push(DeviceBlock {
-                attn_norm: vector(&n("attn_norm"), &|m| &m.blocks[i].attn_norm)?,
+                attn_norm: vector(&n("attn_norm"), b.map(|b| &b.attn_norm[..]))?,
                 wq: column(
                     &n("attn_q"),
-                    &|m| heads.query_rows(&m.blocks[i].wq, hd, h),
+                    b.map(|b| heads.query_rows(&b.wq, hd, h)),
                     q_dim,
                     h,
                 )?,
                 wk: column(
                     &n("attn_k"),
-                    &|m| heads.kv_rows(&m.blocks[i].wk, hd, h),
+                    b.map(|b| heads.kv_rows(&b.wk, hd, h)),
                     kv_dim,
                     h,
                 )?,
                 wv: column(
                     &n("attn_v"),
-                    &|m| heads.kv_rows(&m.blocks[i].wv, hd, h),
+                    b.map(|b| heads.kv_rows(&b.wv, hd, h)),
                     kv_dim,
                     h,
                 )?,
                 wo: row(
                     &n("attn_output"),
-                    &|m| heads.output_cols(&m.blocks[i].wo, hd, h),
+                    b.map(|b| heads.output_cols(&b.wo, hd, h)),
                     h,
                     q_dim,
                 )?,
-                ffn_norm: vector(&n("ffn_norm"), &|m| &m.blocks[i].ffn_norm)?,
+                ffn_norm: vector(&n("ffn_norm"), b.map(|b| &b.ffn_norm[..]))?,
                 w_gate: weight(
                     &n("ffn_gate"),
-                    &|m| zero_rows_to(&m.blocks[i].w_gate, f * h),
+                    b.map(|b| zero_rows_to(&b.w_gate, f * h)),
                     (f, h),
                     1,
                     mlp,
                 )?,
                 w_up: weight(
                     &n("ffn_up"),
-                    &|m| zero_rows_to(&m.blocks[i].w_up, f * h),
+                    b.map(|b| zero_rows_to(&b.w_up, f * h)),
                     (f, h),
                     1,
                     mlp,
                 )?,
                 w_down: weight(
                     &n("ffn_down"),
-                    &|m| zero_cols_to(&m.blocks[i].w_down, h, c.ffn_size, f),
+                    b.map(|b| zero_cols_to(&b.w_down, h, c.ffn_size, f)),
                     (h, f),
                     0,
                     mlp,
@@ -314,6 +322,7 @@ impl DeviceLlama {
                 k_cache: cache(&n("k_cache"))?,
                 v_cache: cache(&n("v_cache"))?,
             });
+            drop(block);
             progress(i + 1, c.block_count);
         }
         let lm_head_placement = match parallel.lm_head {
@@ -339,33 +348,38 @@ impl DeviceLlama {
                 vec![1, 1, decode.max_positions, hd],
                 Placement::Replicated,
                 other,
-                &|_| {
+                w.map(|_| {
                     let (c, s) = rope_tables(decode.max_positions, hd, c.rope_base);
                     if cos {
                         c
                     } else {
                         s
                     }
-                },
+                }),
             )
         };
+        let embedding = w.map(|w| w.token_embedding()).transpose()?;
+        let embedding = place(
+            "token_embd",
+            vec![c.vocab_size, h],
+            Placement::Replicated,
+            other,
+            embedding.map(Cow::into_owned),
+        )?;
+        let lm_head = w.map(|w| w.lm_head()).transpose()?;
+        let lm_head = place(
+            "lm_head",
+            vec![h, c.vocab_size],
+            lm_head_placement,
+            matrix,
+            lm_head.map(|l| transpose(&l, c.vocab_size, h)),
+        )?;
+        let output_norm = w.map(|w| w.output_norm()).transpose()?;
         let mut model = Self {
             mesh: mesh.clone(),
-            embedding: place(
-                "token_embd",
-                vec![c.vocab_size, h],
-                Placement::Replicated,
-                other,
-                &|m| m.token_embedding.clone(),
-            )?,
-            lm_head: place(
-                "lm_head",
-                vec![h, c.vocab_size],
-                lm_head_placement,
-                matrix,
-                &|m| transpose(m.lm_head(), c.vocab_size, h),
-            )?,
-            output_norm: vector("output_norm", &|m| &m.output_norm)?,
+            embedding,
+            lm_head,
+            output_norm: vector("output_norm", output_norm.as_deref())?,
             blocks,
             cos: table("rope_cos", true)?,
             sin: table("rope_sin", false)?,
