@@ -27,6 +27,14 @@ pub trait RemoteChips: Send + Sync {
     /// incoming messages promptly while someone waits, and rarely otherwise.
     fn wait_begins(&self) {}
     fn wait_ends(&self) {}
+    /// `packets` carrying `payload` bytes crossed link `link` (from its `a` end if `a_to_b`)
+    /// into `chip`, held elsewhere: counted here where their slots were filled, and told to
+    /// the process holding `chip`, which adds them to its statistics
+    /// ([`crate::Fabric::count_arrived`]), so a link's counts are whole where its receiving
+    /// chip is held.
+    fn arrived(&self, chip: u32, link: usize, a_to_b: bool, packets: u64, payload: u64) {
+        let _ = (chip, link, a_to_b, packets, payload);
+    }
 }
 
 /// A wait announced to the other processes' transport while it lasts.

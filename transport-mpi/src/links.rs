@@ -75,6 +75,18 @@ impl RemoteChips for RankLinks {
         self.out.wait_begins();
     }
 
+    fn arrived(&self, chip: u32, link: usize, a_to_b: bool, packets: u64, payload: u64) {
+        let m = Message::Arrived {
+            generation: self.generation,
+            chip,
+            link: link as u32,
+            a_to_b,
+            packets,
+            payload,
+        };
+        self.send(chip, &m);
+    }
+
     fn wait_ends(&self) {
         self.out.wait_ends();
     }
@@ -210,6 +222,13 @@ impl Incoming {
                 };
                 fabric.abort_from_elsewhere(chip, cause);
             }
+            Message::Arrived {
+                link,
+                a_to_b,
+                packets,
+                payload,
+                ..
+            } => fabric.count_arrived(link as usize, a_to_b, packets, payload),
             Message::Host { .. } => {}
         }
     }

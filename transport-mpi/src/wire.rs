@@ -45,12 +45,23 @@ pub enum Message<'a> {
     },
     /// The sender's part of host exchange `seq`.
     Host { seq: u32, data: &'a [u8] },
+    /// `packets` carrying `payload` bytes crossed link `link` (from its `a` end if `a_to_b`)
+    /// into chip `chip`, counted by the sender: the receiver adds them to its statistics.
+    Arrived {
+        generation: u32,
+        chip: u32,
+        link: u32,
+        a_to_b: bool,
+        packets: u64,
+        payload: u64,
+    },
 }
 
 const WRITE: u8 = 1;
 const SEM_INC: u8 = 2;
 const ABORT: u8 = 3;
 const HOST: u8 = 4;
+const ARRIVED: u8 = 5;
 
 /// Appends a header: kind, a sub-kind byte, then the fields and the payload's length.
 #[allow(clippy::too_many_arguments)]
@@ -110,6 +121,23 @@ impl Message<'_> {
                 reason,
             } => put_header(out, ABORT, 0, generation, chip, 0, 0, reason.as_bytes()),
             Message::Host { seq, data } => put_header(out, HOST, 0, seq, 0, 0, 0, data),
+            Message::Arrived {
+                generation,
+                chip,
+                link,
+                a_to_b,
+                packets,
+                payload,
+            } => put_header(
+                out,
+                ARRIVED,
+                u8::from(a_to_b),
+                generation,
+                chip,
+                link,
+                packets,
+                &payload.to_le_bytes(),
+            ),
         }
     }
 
@@ -161,7 +189,8 @@ impl Message<'_> {
         match *self {
             Message::Write { generation, .. }
             | Message::SemInc { generation, .. }
-            | Message::Abort { generation, .. } => Some(generation),
+            | Message::Abort { generation, .. }
+            | Message::Arrived { generation, .. } => Some(generation),
             Message::Host { .. } => None,
         }
     }
@@ -204,6 +233,18 @@ fn read_message(b: &[u8]) -> Option<Message<'_>> {
             seq: generation,
             data: payload,
         },
+        ARRIVED => Message::Arrived {
+            generation,
+            chip,
+            link: a,
+            a_to_b: match b[1] {
+                0 => false,
+                1 => true,
+                _ => return None,
+            },
+            packets: x,
+            payload: u64::from_le_bytes(payload.try_into().ok()?),
+        },
         _ => return None,
     })
 }
@@ -240,6 +281,14 @@ mod tests {
             Message::Host {
                 seq: 9,
                 data: &data,
+            },
+            Message::Arrived {
+                generation: 4,
+                chip: 16,
+                link: 40,
+                a_to_b: false,
+                packets: 4096,
+                payload: 8 << 20,
             },
         ];
         for m in &msgs {

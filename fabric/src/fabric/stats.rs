@@ -20,6 +20,8 @@ impl Fabric {
                     .iter()
                     .map(|ch| ch.totals())
                     .fold((0, 0, 0), |a, t| (a.0 + t.0, a.1 + t.1, a.2 + t.2));
+                let packets = packets + c.arrived_packets.load(Relaxed);
+                let payload = payload + c.arrived_payload.load(Relaxed);
                 let (from_chip, to_chip) = if d == 0 {
                     (link.a.0, link.b.0)
                 } else {
@@ -43,5 +45,16 @@ impl Fabric {
             }
         }
         out
+    }
+
+    /// Adds traffic another process sent over link `link_index` (from its `a` end if
+    /// `a_to_b`) into a chip held here, as it counted it (see [`crate::RemoteChips::arrived`]).
+    /// A link index out of range is ignored (another version's message).
+    pub fn count_arrived(&self, link_index: usize, a_to_b: bool, packets: u64, payload: u64) {
+        if let Some(c) = self.inner.counters.get(link_index) {
+            let c = &c[usize::from(!a_to_b)];
+            c.arrived_packets.fetch_add(packets, Relaxed);
+            c.arrived_payload.fetch_add(payload, Relaxed);
+        }
     }
 }
