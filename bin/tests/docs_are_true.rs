@@ -206,6 +206,7 @@ fn every_cli_flag_the_readme_shows_exists() {
                 "--oversubscribe",
                 "--hostfile",
                 "--map-by",
+                "--mca",
             ]
             .contains(&f.as_str())
         {

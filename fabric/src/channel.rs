@@ -223,6 +223,9 @@ pub(crate) struct Channel {
     /// Traffic delivered past the slots (`FabricSender`'s direct path), written only by the
     /// holder of the draining router's token.
     direct: SlotCount,
+    /// Into a chip another process holds: packets and payload counted here and not yet told
+    /// to that process (`RemoteChips::arrived`), so its statistics show them too.
+    unreported: SlotCount,
     pub router: OnceLock<Weak<Router>>,
     waiters: Mutex<Vec<Thread>>,
     n_waiters: AtomicUsize,
@@ -261,6 +264,7 @@ impl Channel {
         Self {
             counts: (0..slots.len()).map(|_| SlotCount::default()).collect(),
             direct: SlotCount::default(),
+            unreported: SlotCount::default(),
             n: slots.len() as u64,
             slots: slots.into_boxed_slice(),
             head: AtomicU64::new(0),
@@ -374,6 +378,23 @@ impl Channel {
     pub fn count_direct(&self, packets: u64, payload: u64) {
         SlotCount::bump(&self.direct.packets, packets);
         SlotCount::bump(&self.direct.payload, payload);
+    }
+
+    /// Counts traffic for the process that holds this channel's far chip (see `unreported`).
+    pub fn count_unreported(&self, packets: u64, payload: u64) {
+        self.unreported.packets.fetch_add(packets, Relaxed);
+        self.unreported.payload.fetch_add(payload, Relaxed);
+    }
+
+    /// (packets, payload bytes) counted since the last call, for the far chip's process.
+    pub fn take_unreported(&self) -> (u64, u64) {
+        if self.unreported.packets.load(Relaxed) == 0 {
+            return (0, 0);
+        }
+        (
+            self.unreported.packets.swap(0, Relaxed),
+            self.unreported.payload.swap(0, Relaxed),
+        )
     }
 
     /// (packets, payload bytes, slow extra ps) through this channel so far.

@@ -137,6 +137,10 @@ pub(crate) struct LinkCounters {
     pub credit_stalls: AtomicU64,
     pub dropped: AtomicU64,
     pub corrupted: AtomicU64,
+    /// Packets and payload another process sent into a chip held here over this link
+    /// direction (it counted them where it filled the slots, and told us).
+    pub arrived_packets: AtomicU64,
+    pub arrived_payload: AtomicU64,
 }
 
 /// A link's fault as two atomics (read per packet without a lock) and the count of packets
@@ -390,6 +394,9 @@ impl Inner {
         let sc = ch.count(idx);
         SlotCount::bump(&sc.packets, 1);
         SlotCount::bump(&sc.payload, len as u64);
+        if self.held_elsewhere[ch.to as usize] {
+            ch.count_unreported(1, len as u64);
+        }
         if factor != 1.0 {
             let extra = self.spec.params.serial_ps(len) * (factor - 1.0);
             SlotCount::bump(&sc.slow_extra_ps, (extra + 0.5) as u64);
@@ -416,6 +423,16 @@ impl Inner {
         ch.publish(slot);
         self.record_link_loss(ctx, ch.link, kind);
         self.loss_error(ctx, ch.link, kind, at)
+    }
+
+    /// Tells the process holding `ch`'s far chip about traffic counted here (nothing if
+    /// that chip is held here).
+    pub fn tell_arrivals(&self, ch: &Channel, packets: u64, payload: u64) {
+        if let (Some(r), true) = (&self.remote, self.held_elsewhere[ch.to as usize]) {
+            if packets > 0 {
+                r.arrived(ch.to, ch.link, ch.a_to_b, packets, payload);
+            }
+        }
     }
 
     pub fn sem_add(&self, chip: u32, sem: u32, by: u64) {

@@ -22,4 +22,37 @@ pub trait RemoteChips: Send + Sync {
     /// This fabric stopped (`Fabric::abort`) because of `cause` on `chip`: the other
     /// processes stop theirs, so their waits end now rather than at their timeouts.
     fn aborted(&self, chip: u32, cause: &FabricError);
+    /// A thread of this process begins waiting for what another process may send (a
+    /// semaphore increment); [`RemoteChips::wait_ends`] follows. Lets the transport look for
+    /// incoming messages promptly while someone waits, and rarely otherwise.
+    fn wait_begins(&self) {}
+    fn wait_ends(&self) {}
+    /// `packets` carrying `payload` bytes crossed link `link` (from its `a` end if `a_to_b`)
+    /// into `chip`, held elsewhere: counted here where their slots were filled, and told to
+    /// the process holding `chip`, which adds them to its statistics
+    /// ([`crate::Fabric::count_arrived`]), so a link's counts are whole where its receiving
+    /// chip is held.
+    fn arrived(&self, chip: u32, link: usize, a_to_b: bool, packets: u64, payload: u64) {
+        let _ = (chip, link, a_to_b, packets, payload);
+    }
+}
+
+/// A wait announced to the other processes' transport while it lasts.
+pub(crate) struct RemoteWait<'a>(Option<&'a dyn RemoteChips>);
+
+impl<'a> RemoteWait<'a> {
+    pub fn begin(remote: Option<&'a dyn RemoteChips>) -> Self {
+        if let Some(r) = remote {
+            r.wait_begins();
+        }
+        RemoteWait(remote)
+    }
+}
+
+impl Drop for RemoteWait<'_> {
+    fn drop(&mut self) {
+        if let Some(r) = self.0 {
+            r.wait_ends();
+        }
+    }
 }

@@ -230,6 +230,10 @@ impl Router {
             }
             if h > start {
                 pass.progress = true;
+                if inner.held_elsewhere[self.chip as usize] {
+                    let (packets, payload) = ch.take_unreported();
+                    inner.tell_arrivals(ch, packets, payload);
+                }
             }
         }
         done.flush();

@@ -635,6 +635,7 @@ impl FabricSender {
                 // Sequence numbers stay those of the packet path (they name lost packets).
                 let seq0 = inner.next_seqs(self.chip, dst, packets);
                 ch.count_direct(packets, payload.len() as u64);
+                inner.tell_arrivals(ch, packets, payload.len() as u64);
                 let sem = match msg {
                     Msg::Data { sem } => sem,
                     Msg::Inline(_) => None,

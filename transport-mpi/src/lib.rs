@@ -12,6 +12,8 @@ pub mod wire;
 #[cfg(feature = "mpi")]
 mod links;
 #[cfg(feature = "mpi")]
+mod outbox;
+#[cfg(feature = "mpi")]
 mod progress;
 #[cfg(feature = "mpi")]
 mod transport;

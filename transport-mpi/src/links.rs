@@ -2,11 +2,10 @@
 //! of every chip another rank holds (sending side), and the delivery of what other ranks send
 //! into this rank's chips (receiving side).
 
-use crossbeam_channel::Sender;
 use std::sync::{Arc, OnceLock, Weak};
 use ttmesh_fabric::{ChipMemory, Fabric, FabricError, MemoryError, NocAddr, RemoteChips};
 
-use crate::progress::Cmd;
+use crate::outbox::Outboxes;
 use crate::wire::Message;
 
 /// The chips of one mesh and the ranks that hold them, seen from this rank.
@@ -15,7 +14,7 @@ pub struct RankLinks {
     pub(crate) me: u32,
     /// Rank of each chip.
     pub(crate) owner: Vec<u32>,
-    pub(crate) cmds: Sender<Cmd>,
+    pub(crate) out: Arc<Outboxes>,
 }
 
 impl RankLinks {
@@ -37,12 +36,8 @@ impl RankLinks {
         self.owner.get(chip as usize).copied().unwrap_or(self.me)
     }
 
-    fn send(&self, chip: u32, bytes: Vec<u8>) {
-        // The progress thread only goes away at finalize, after every mesh closed.
-        let _ = self.cmds.send(Cmd::Fabric {
-            to: self.owner(chip),
-            bytes,
-        });
+    fn send(&self, chip: u32, m: &Message<'_>) {
+        self.out.push(self.owner(chip), m);
     }
 }
 
@@ -58,7 +53,7 @@ impl RemoteChips for RankLinks {
             sem,
             by,
         };
-        self.send(chip, m.encode());
+        self.send(chip, &m);
     }
 
     fn aborted(&self, chip: u32, cause: &FabricError) {
@@ -72,11 +67,28 @@ impl RemoteChips for RankLinks {
                 chip,
                 reason: &reason,
             };
-            let _ = self.cmds.send(Cmd::Fabric {
-                to: r,
-                bytes: m.encode(),
-            });
+            self.out.push(r, &m);
         }
+    }
+
+    fn wait_begins(&self) {
+        self.out.wait_begins();
+    }
+
+    fn arrived(&self, chip: u32, link: usize, a_to_b: bool, packets: u64, payload: u64) {
+        let m = Message::Arrived {
+            generation: self.generation,
+            chip,
+            link: link as u32,
+            a_to_b,
+            packets,
+            payload,
+        };
+        self.send(chip, &m);
+    }
+
+    fn wait_ends(&self) {
+        self.out.wait_ends();
     }
 }
 
@@ -94,7 +106,7 @@ impl ChipMemory for RemoteMemory {
             at: dest,
             data,
         };
-        self.links.send(self.chip, m.encode());
+        self.links.send(self.chip, &m);
         Ok(())
     }
 
@@ -129,10 +141,27 @@ impl Incoming {
         let Some(fabric) = self.fabric.get().and_then(Weak::upgrade) else {
             return;
         };
+        if let Some((chip, cause)) = self.silence(&fabric, rank, silent) {
+            fabric.abort_from_elsewhere(chip, cause);
+        }
+    }
+
+    /// What a rank silent for `silent` means for this mesh, as the error every wait on it
+    /// ends with (`FabricError::OtherRank`): a chip it holds and the links that reach it from
+    /// this rank. None if the mesh is closed or the rank holds none of its chips.
+    pub fn silence_error(&self, rank: u32, silent: std::time::Duration) -> Option<FabricError> {
+        let fabric = self.fabric.get().and_then(Weak::upgrade)?;
+        self.silence(&fabric, rank, silent).map(|(_, e)| e)
+    }
+
+    fn silence(
+        &self,
+        fabric: &Fabric,
+        rank: u32,
+        silent: std::time::Duration,
+    ) -> Option<(u32, FabricError)> {
         let owner = |c: u32| self.owner.get(c as usize).copied();
-        let Some(chip) = (0..self.owner.len() as u32).find(|&c| owner(c) == Some(rank)) else {
-            return;
-        };
+        let chip = (0..self.owner.len() as u32).find(|&c| owner(c) == Some(rank))?;
         let links: Vec<String> = fabric
             .spec()
             .links
@@ -156,16 +185,16 @@ impl Incoming {
             self.me,
             if shown.is_empty() { "none".to_string() } else { shown }
         );
-        fabric.abort_from_elsewhere(chip, FabricError::OtherRank { rank, chip, reason });
+        Some((chip, FabricError::OtherRank { rank, chip, reason }))
     }
 
     /// Performs what rank `from` sent (a message of this generation).
-    pub fn deliver(&self, from: u32, bytes: &[u8]) {
+    pub fn deliver(&self, from: u32, m: Message<'_>) {
         let Some(fabric) = self.fabric.get().and_then(Weak::upgrade) else {
             return;
         };
-        match Message::decode(bytes) {
-            Some(Message::Write { chip, at, data, .. }) => {
+        match m {
+            Message::Write { chip, at, data, .. } => {
                 let res = match self.memories.get(chip as usize) {
                     Some(Some(m)) => m.write(at, data),
                     _ => Err(format!("chip {chip} is not held by this rank").into()),
@@ -182,10 +211,10 @@ impl Incoming {
                     fabric.abort(chip, cause);
                 }
             }
-            Some(Message::SemInc { chip, sem, by, .. }) => {
+            Message::SemInc { chip, sem, by, .. } => {
                 let _ = fabric.add_semaphore(chip, sem, by);
             }
-            Some(Message::Abort { chip, reason, .. }) => {
+            Message::Abort { chip, reason, .. } => {
                 let cause = FabricError::OtherRank {
                     rank: from,
                     chip,
@@ -193,7 +222,14 @@ impl Incoming {
                 };
                 fabric.abort_from_elsewhere(chip, cause);
             }
-            _ => {}
+            Message::Arrived {
+                link,
+                a_to_b,
+                packets,
+                payload,
+                ..
+            } => fabric.count_arrived(link as usize, a_to_b, packets, payload),
+            Message::Host { .. } => {}
         }
     }
 }

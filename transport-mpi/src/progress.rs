@@ -4,27 +4,31 @@
 //! threads (routers, senders delivering on their own thread, dispatchers), and OpenMPI's
 //! multi-threaded mode serialises them on its own locks anyway, while a blocked receive on
 //! one thread cannot be bounded by a timeout. One thread that owns MPI (initialised
-//! `MPI_THREAD_FUNNELED` from it) takes commands from a channel in the order they were given,
-//! so a write and the semaphore increment after it leave in that order, and MPI keeps the
-//! order of messages between two ranks, so they land in that order too. It never blocks in
-//! MPI: sends are immediate and tested, receives are probed, so every wait here is the
-//! caller's, bounded by its timeout.
+//! `MPI_THREAD_FUNNELED` from it) sends each rank's outbox (`outbox.rs`: fabric traffic
+//! queued in the order it was given, so a write and the semaphore increment after it leave in
+//! that order) as one message, and MPI keeps the order of messages between two ranks, so they
+//! land in that order too. Other requests (host exchanges, attaching a mesh, finalize) come
+//! on a channel. It never blocks in MPI: sends are immediate and tested, receives are
+//! probed, so every wait here is the caller's, bounded by its timeout.
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
+use mpi::datatype::Equivalence;
+use mpi::point_to_point::{Destination, Source};
 use mpi::request::{Request, StaticScope};
-use mpi::topology::Communicator;
+use mpi::topology::{Communicator, SimpleCommunicator};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::links::Incoming;
-use crate::wire::{Message, TAG_FABRIC, TAG_HEARTBEAT, TAG_HOST};
+use crate::outbox::Outboxes;
+use crate::wire::{self, Message, TAG_FABRIC, TAG_HEARTBEAT, TAG_HOST};
 
-/// What the rest of the process asks of the progress thread.
+/// What the rest of the process asks of the progress thread (fabric traffic comes through
+/// the outboxes instead: see `outbox.rs`).
 pub(crate) enum Cmd {
-    /// Send fabric bytes to a rank.
-    Fabric { to: u32, bytes: Vec<u8> },
+    /// Look at the outboxes and the waits (rung by `Outboxes`).
+    Wake,
     /// Deliver incoming fabric traffic of this mesh generation here from now on.
     Attach(Arc<Incoming>),
     /// Stop delivering traffic of this generation (the mesh closed).
@@ -42,35 +46,38 @@ pub(crate) enum Cmd {
     },
     /// End the whole job (`MPI_Abort`) with this code.
     Abort(i32),
+    /// Time OpenMPI's own `MPI_Allreduce` (f32 sum) of `bytes` per rank: the mean of `iters`
+    /// calls after one warm-up, this rank's, in seconds. Every rank must ask, after a host
+    /// exchange showed they are all here (the call blocks in MPI).
+    TimeAllreduce {
+        bytes: usize,
+        iters: usize,
+        reply: Sender<f64>,
+    },
 }
 
 /// A send in flight: its request and the buffer MPI reads from until it completes.
 struct InFlight {
     req: Request<'static, [u8], StaticScope>,
-    buf: *mut [u8],
+    buf: Vec<u8>,
 }
 
 impl InFlight {
-    fn start(world: &mpi::topology::SimpleCommunicator, to: u32, tag: i32, bytes: Vec<u8>) -> Self {
-        // MPI reads the buffer until the request completes; it is leaked here and taken back
-        // in `finish`, after the request is complete.
-        let buf: &'static mut [u8] = Box::leak(bytes.into_boxed_slice());
-        let ptr: *mut [u8] = buf;
+    fn start(world: &SimpleCommunicator, to: u32, tag: i32, buf: Vec<u8>) -> Self {
+        // SAFETY: MPI reads the buffer until the request completes; the Vec's heap block does
+        // not move when the Vec does, and it is neither changed nor freed before `finish`
+        // saw the request complete (or the job is aborted).
+        let bytes: &'static [u8] = unsafe { std::slice::from_raw_parts(buf.as_ptr(), buf.len()) };
         let req = world
             .process_at_rank(to as i32)
-            .immediate_send_with_tag(StaticScope, &*buf, tag);
-        InFlight { req, buf: ptr }
+            .immediate_send_with_tag(StaticScope, bytes, tag);
+        InFlight { req, buf }
     }
 
-    /// Ok if done (the buffer freed), else the send still in flight.
-    fn finish(self) -> Result<(), InFlight> {
+    /// The buffer back if the send is done, else the send still in flight.
+    fn finish(self) -> Result<Vec<u8>, InFlight> {
         match self.req.test() {
-            Ok(_) => {
-                // SAFETY: `buf` came from `Box::leak` in `start`, and the only request that
-                // read it has completed.
-                drop(unsafe { Box::from_raw(self.buf) });
-                Ok(())
-            }
+            Ok(_) => Ok(self.buf),
             Err(req) => Err(InFlight { req, buf: self.buf }),
         }
     }
@@ -83,203 +90,394 @@ struct Exchange {
     arrived: Arc<parking_lot::Mutex<Vec<bool>>>,
 }
 
-/// Started by `Transport::init`: reports (rank, size), or None if MPI would not start, on
-/// `ready`, then serves `cmds` until finalised.
-/// How long after its last message in or out the progress thread keeps polling instead of
-/// sleeping between polls.
+/// How long after the last traffic (in or out), or the last wait begun here, the progress
+/// thread polls without sleeping, yielding the core between polls: a timed sleep costs at
+/// least the kernel's timer slack (~50 us) per hop, which small collectives feel.
 const HOT: Duration = Duration::from_millis(1);
+
+/// Past `HOT`, how long it sleeps between polls while a thread here waits for another rank
+/// or a send is incomplete. With nothing awaited it sleeps until a heartbeat is due or its
+/// bell rings.
+const ATTENTIVE: Duration = Duration::from_micros(50);
 
 /// How often a rank tells each other rank it is alive, when it sent it nothing else.
 const HEARTBEAT: Duration = Duration::from_millis(100);
 
-pub(crate) fn run(cmds: Receiver<Cmd>, ready: Sender<Option<(u32, u32)>>, silence: Duration) {
+/// Send buffers kept for reuse (a large transfer's batches would otherwise fault in fresh
+/// pages for every one).
+const SPARE_BUFFERS: usize = 8;
+
+/// The progress thread's state between passes.
+struct Progress {
+    world: SimpleCommunicator,
+    me: u32,
+    size: u32,
+    out: Arc<Outboxes>,
+    sends: Vec<InFlight>,
+    spare: Vec<Vec<u8>>,
+    /// Reused for every incoming message.
+    recv: Vec<u8>,
+    attached: Option<Arc<Incoming>>,
+    /// Fabric traffic for a mesh this rank has not opened yet (another rank got there
+    /// first): each message alone, with its sender.
+    early: Vec<(u32, Vec<u8>)>,
+    host_inbox: Vec<VecDeque<Vec<u8>>>,
+    exchange: Option<Exchange>,
+    next_seq: u32,
+    last_heard: Vec<Instant>,
+    last_sent: Vec<Instant>,
+    /// The mesh generation a silent rank was last reported to, per rank (once per mesh).
+    reported: Vec<Option<u32>>,
+    silence: Duration,
+}
+
+/// Started by `Transport::start`: reports (rank, size) and the outboxes, or None if MPI would
+/// not start, on `ready`, then serves `cmds` until finalised.
+pub(crate) fn run(
+    cmds: Receiver<Cmd>,
+    bell: Sender<Cmd>,
+    ready: Sender<Option<(u32, u32, Arc<Outboxes>)>>,
+    silence: Duration,
+) {
     let Some((universe, _level)) = mpi::initialize_with_threading(mpi::Threading::Funneled) else {
         let _ = ready.send(None);
         return;
     };
     let world = universe.world();
     let (me, size) = (world.rank() as u32, world.size() as u32);
-    let _ = ready.send(Some((me, size)));
-    let mut sends: Vec<InFlight> = Vec::new();
-    let mut attached: Option<Arc<Incoming>> = None;
-    // Fabric traffic for a mesh this rank has not opened yet (another rank got there first).
-    let mut early: Vec<(u32, Vec<u8>)> = Vec::new();
-    let mut host_inbox: Vec<VecDeque<Vec<u8>>> = vec![VecDeque::new(); size as usize];
-    let mut exchange: Option<Exchange> = None;
-    let mut next_seq = 0u32;
-    let mut idle_since = Instant::now();
+    let out = Arc::new(Outboxes::new(size, bell));
+    let _ = ready.send(Some((me, size, out.clone())));
     let start = Instant::now();
-    let mut last_heard = vec![start; size as usize];
-    let mut last_sent = vec![start; size as usize];
-    // The mesh generation a silent rank was last reported to, per rank (once per mesh).
-    let mut reported: Vec<Option<u32>> = vec![None; size as usize];
+    let mut p = Progress {
+        world,
+        me,
+        size,
+        out,
+        sends: Vec::new(),
+        spare: Vec::new(),
+        recv: Vec::new(),
+        attached: None,
+        early: Vec::new(),
+        host_inbox: vec![VecDeque::new(); size as usize],
+        exchange: None,
+        next_seq: 0,
+        last_heard: vec![start; size as usize],
+        last_sent: vec![start; size as usize],
+        reported: vec![None; size as usize],
+        silence,
+    };
+    let mut last_traffic = Instant::now();
+    let mut waits_seen = 0u64;
     loop {
-        let mut busy = false;
-        // Commands first: a burst of deliveries goes out before we look for replies. Incoming
-        // messages wake nobody (MPI progresses only inside our calls), so while traffic is
-        // recent the loop polls, yielding the core between polls; a timed sleep costs at
-        // least the kernel's timer slack (~50 us) per hop, which small collectives feel.
-        // Idle longer, it sleeps up to 1 ms between polls.
-        let idle = idle_since.elapsed();
-        let first = if idle < HOT {
+        let waits = p.out.waits_begun();
+        if waits != waits_seen {
+            waits_seen = waits;
+            last_traffic = Instant::now();
+        }
+        let attentive = p.out.someone_waits() || !p.sends.is_empty() || p.exchange.is_some();
+        let first = if last_traffic.elapsed() < HOT {
             std::thread::yield_now();
-            cmds.try_recv().map_err(|e| match e {
-                crossbeam_channel::TryRecvError::Empty => RecvTimeoutError::Timeout,
-                crossbeam_channel::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
-            })
+            cmds.try_recv().ok()
+        } else if attentive {
+            wait_for(&cmds, ATTENTIVE)
+        } else if p.out.may_sleep() {
+            let got = wait_for(&cmds, p.until_heartbeat());
+            p.out.awake();
+            got
         } else {
-            cmds.recv_timeout(Duration::from_millis(1))
+            cmds.try_recv().ok()
         };
-        let mut first = match first {
-            Ok(c) => Some(c),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => Some(Cmd::Finalize {
-                deadline: Instant::now() + Duration::from_secs(5),
-                done: crossbeam_channel::bounded(1).0,
-            }),
-        };
+        let mut busy = false;
+        let mut first = first;
+        // Commands first, then what was queued: a burst of deliveries goes out before we look
+        // for replies.
         while let Some(cmd) = first.take().or_else(|| cmds.try_recv().ok()) {
-            busy = true;
             match cmd {
-                Cmd::Fabric { to, bytes } => {
-                    last_sent[to as usize] = Instant::now();
-                    sends.push(InFlight::start(&world, to, TAG_FABRIC, bytes))
-                }
-                Cmd::Attach(inc) => {
-                    let g = inc.generation;
-                    early.retain(|(from, b)| {
-                        let mine =
-                            matches!(Message::decode(b), Some(m) if generation_of(&m) == Some(g));
-                        if mine {
-                            inc.deliver(*from, b);
-                        }
-                        !mine
-                    });
-                    attached = Some(inc);
-                }
-                Cmd::Detach(g) => {
-                    if attached.as_ref().is_some_and(|a| a.generation == g) {
-                        attached = None;
-                    }
-                }
-                Cmd::Exchange {
-                    data,
-                    reply,
-                    arrived,
-                } => {
-                    let seq = next_seq;
-                    next_seq += 1;
-                    for r in (0..size).filter(|&r| r != me) {
-                        let bytes = Message::Host { seq, data: &data }.encode();
-                        sends.push(InFlight::start(&world, r, TAG_HOST, bytes));
-                    }
-                    let mut parts = vec![None; size as usize];
-                    arrived.lock()[me as usize] = true;
-                    parts[me as usize] = Some(data);
-                    exchange = Some(Exchange {
-                        parts,
-                        reply,
-                        arrived,
-                    });
-                }
-                Cmd::Finalize { deadline, done } => {
-                    while !sends.is_empty() && Instant::now() < deadline {
-                        sends = sends.into_iter().filter_map(|s| s.finish().err()).collect();
-                        // Keep taking what others send meanwhile, so their sends complete.
-                        while let Some(probed) = world.any_process().immediate_matched_probe() {
-                            let _ = probed.matched_receive_vec::<u8>();
-                        }
-                    }
-                    let all_sent = sends.is_empty();
-                    if !all_sent {
-                        // A send that never completes cannot be dropped safely: end the job.
-                        let _ = done.send(false);
-                        world.abort(1);
-                    }
-                    drop(world);
-                    drop(universe);
-                    let _ = done.send(true);
-                    return;
-                }
-                Cmd::Abort(code) => world.abort(code),
+                Cmd::Wake => {}
+                Cmd::Finalize { deadline, done } => return p.finalize(deadline, done, universe),
+                cmd => p.command(cmd),
             }
-        }
-        // Then everything that arrived, in the order each rank sent it.
-        while let Some(probed) = world.any_process().immediate_matched_probe() {
             busy = true;
-            let (bytes, status) = probed.matched_receive_vec::<u8>();
-            let from = status.source_rank() as u32;
-            last_heard[from as usize] = Instant::now();
-            match status.tag() {
-                TAG_HEARTBEAT => {}
-                TAG_HOST => host_inbox[from as usize].push_back(bytes),
-                _ => match (&attached, Message::decode(&bytes)) {
-                    (Some(inc), Some(m)) if generation_of(&m) == Some(inc.generation) => {
-                        inc.deliver(from, &bytes)
-                    }
-                    (_, Some(m)) if generation_of(&m) > attached.as_ref().map(|a| a.generation) => {
-                        early.push((from, bytes))
-                    }
-                    // A closed mesh's leftovers (or bytes no rank of this version sends).
-                    _ => {}
-                },
-            }
         }
-        if let Some(x) = exchange.as_mut() {
-            for (r, inbox) in host_inbox.iter_mut().enumerate() {
-                if x.parts[r].is_none() {
-                    if let Some(b) = inbox.pop_front() {
-                        if let Some(Message::Host { data, .. }) = Message::decode(&b) {
-                            x.parts[r] = Some(data.to_vec());
-                            x.arrived.lock()[r] = true;
-                        }
-                    }
-                }
-            }
-            if x.parts.iter().all(Option::is_some) {
-                let x = exchange.take().unwrap();
-                let _ = x
-                    .reply
-                    .send(Ok(x.parts.into_iter().map(Option::unwrap).collect()));
-            }
-        }
-        let now = Instant::now();
-        for r in (0..size).filter(|&r| r != me) {
-            let i = r as usize;
-            if now - last_sent[i] >= HEARTBEAT {
-                last_sent[i] = now;
-                sends.push(InFlight::start(&world, r, TAG_HEARTBEAT, Vec::new()));
-            }
-            let quiet = now - last_heard[i];
-            // An exchange waiting for a rank that went silent ends now, naming it.
-            if let Some(x) = exchange.take_if(|x| quiet >= silence && x.parts[i].is_none()) {
-                let _ = x.reply.send(Err(format!(
-                    "rank {r} has sent nothing for {:.1} s (killed, stopped or hung)",
-                    quiet.as_secs_f64()
-                )));
-            }
-            if let Some(inc) = attached.as_ref().filter(|_| quiet >= silence) {
-                if reported[i] != Some(inc.generation) {
-                    reported[i] = Some(inc.generation);
-                    inc.rank_silent(r, quiet);
-                }
-            }
-        }
-        if !sends.is_empty() {
-            sends = sends.into_iter().filter_map(|s| s.finish().err()).collect();
-        }
+        busy |= p.send_queued();
+        busy |= p.receive();
+        p.serve_exchange();
+        p.heartbeats();
+        p.complete_sends();
         if busy {
-            idle_since = Instant::now();
+            last_traffic = Instant::now();
         }
     }
 }
 
-/// The mesh generation a fabric message belongs to.
-fn generation_of(m: &Message<'_>) -> Option<u32> {
-    match *m {
-        Message::Write { generation, .. }
-        | Message::SemInc { generation, .. }
-        | Message::Abort { generation, .. } => Some(generation),
-        Message::Host { .. } => None,
+/// The next command, waiting up to `t`; a closed channel (the transport went away) is a
+/// finalize.
+fn wait_for(cmds: &Receiver<Cmd>, t: Duration) -> Option<Cmd> {
+    match cmds.recv_timeout(t) {
+        Ok(c) => Some(c),
+        Err(RecvTimeoutError::Timeout) => None,
+        Err(RecvTimeoutError::Disconnected) => Some(Cmd::Finalize {
+            deadline: Instant::now() + Duration::from_secs(5),
+            done: crossbeam_channel::bounded(1).0,
+        }),
+    }
+}
+
+impl Progress {
+    fn command(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Attach(inc) => {
+                let g = inc.generation;
+                self.early.retain(|(from, b)| {
+                    match Message::decode(b).filter(|m| m.generation() == Some(g)) {
+                        Some(m) => {
+                            inc.deliver(*from, m);
+                            false
+                        }
+                        None => true,
+                    }
+                });
+                self.attached = Some(inc);
+            }
+            Cmd::Detach(g) => {
+                if self.attached.as_ref().is_some_and(|a| a.generation == g) {
+                    self.attached = None;
+                }
+            }
+            Cmd::Exchange {
+                data,
+                reply,
+                arrived,
+            } => {
+                // Fabric traffic queued before the exchange leaves before it.
+                self.send_queued();
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                for r in self.others() {
+                    let bytes = Message::Host { seq, data: &data }.encode();
+                    self.send(r, TAG_HOST, bytes);
+                }
+                let mut parts = vec![None; self.size as usize];
+                arrived.lock()[self.me as usize] = true;
+                parts[self.me as usize] = Some(data);
+                self.exchange = Some(Exchange {
+                    parts,
+                    reply,
+                    arrived,
+                });
+            }
+            Cmd::Abort(code) => self.world.abort(code),
+            Cmd::TimeAllreduce {
+                bytes,
+                iters,
+                reply,
+            } => {
+                let _ = reply.send(self.time_allreduce(bytes, iters));
+            }
+            Cmd::Wake | Cmd::Finalize { .. } => {}
+        }
+    }
+
+    /// See [`Cmd::TimeAllreduce`]. As `scripts/mpi/allreduce_timing.c` times it, but out of
+    /// place (rsmpi has no `MPI_IN_PLACE`).
+    fn time_allreduce(&self, bytes: usize, iters: usize) -> f64 {
+        use mpi::collective::{CommunicatorCollectives, SystemOperation};
+        let n = bytes / 4;
+        let send: Vec<f32> = (0..n)
+            .map(|i| ((self.me as usize + i) % 7) as f32 * 0.25)
+            .collect();
+        let mut recv = vec![0f32; n];
+        self.world
+            .all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
+        self.world.barrier();
+        let start = Instant::now();
+        for _ in 0..iters.max(1) {
+            self.world
+                .all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
+        }
+        start.elapsed().as_secs_f64() / iters.max(1) as f64
+    }
+
+    /// Every rank but this one.
+    fn others(&self) -> impl Iterator<Item = u32> + use<> {
+        let me = self.me;
+        (0..self.size).filter(move |&r| r != me)
+    }
+
+    fn send(&mut self, to: u32, tag: i32, bytes: Vec<u8>) {
+        self.last_sent[to as usize] = Instant::now();
+        self.sends
+            .push(InFlight::start(&self.world, to, tag, bytes));
+    }
+
+    /// Sends each rank's outbox as one message; true if anything went.
+    fn send_queued(&mut self) -> bool {
+        if !self.out.take_pending() {
+            return false;
+        }
+        let mut sent = false;
+        for r in self.others() {
+            let mut spare = self.spare.pop().unwrap_or_default();
+            match self.out.take(r, &mut spare) {
+                Some(batch) => {
+                    self.send(r, TAG_FABRIC, batch);
+                    sent = true;
+                }
+                None => self.spare.push(spare),
+            }
+        }
+        sent
+    }
+
+    /// Takes everything that arrived, in the order each rank sent it; true if anything did.
+    fn receive(&mut self) -> bool {
+        let mut any = false;
+        while let Some((msg, status)) = self.world.any_process().immediate_matched_probe() {
+            any = true;
+            let n = status.count(u8::equivalent_datatype()).max(0) as usize;
+            if self.recv.len() < n {
+                self.recv.resize(n, 0);
+            }
+            msg.matched_receive_into(&mut self.recv[..n]);
+            let from = status.source_rank() as u32;
+            self.last_heard[from as usize] = Instant::now();
+            let bytes = &self.recv[..n];
+            match status.tag() {
+                TAG_HEARTBEAT => {}
+                TAG_HOST => self.host_inbox[from as usize].push_back(bytes.to_vec()),
+                _ => {
+                    let now = self.attached.as_ref().map(|a| a.generation);
+                    for m in wire::batch(bytes).map_while(|m| m) {
+                        match (&self.attached, m.generation()) {
+                            (Some(inc), g) if g == now => inc.deliver(from, m),
+                            (_, g) if g > now => self.early.push((from, m.encode())),
+                            // A closed mesh's leftovers.
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        any
+    }
+
+    /// Completes the host exchange under way once every rank's part is here.
+    fn serve_exchange(&mut self) {
+        let Some(x) = self.exchange.as_mut() else {
+            return;
+        };
+        for (r, inbox) in self.host_inbox.iter_mut().enumerate() {
+            if x.parts[r].is_none() {
+                if let Some(b) = inbox.pop_front() {
+                    if let Some(Message::Host { data, .. }) = Message::decode(&b) {
+                        x.parts[r] = Some(data.to_vec());
+                        x.arrived.lock()[r] = true;
+                    }
+                }
+            }
+        }
+        if x.parts.iter().all(Option::is_some) {
+            let x = self.exchange.take().unwrap();
+            let _ = x
+                .reply
+                .send(Ok(x.parts.into_iter().map(Option::unwrap).collect()));
+        }
+    }
+
+    /// Tells ranks sent nothing lately that this one is alive, and reports ranks silent too
+    /// long (ending the exchange or the mesh's waits, naming them).
+    fn heartbeats(&mut self) {
+        let now = Instant::now();
+        for r in self.others() {
+            let i = r as usize;
+            if now - self.last_sent[i] >= HEARTBEAT {
+                self.send(r, TAG_HEARTBEAT, Vec::new());
+            }
+            let quiet = now - self.last_heard[i];
+            if quiet < self.silence {
+                continue;
+            }
+            // An exchange waiting for a rank that went silent ends now, naming it.
+            // Named as a mesh's waits name it (a chip it holds, the links to it), if a mesh
+            // is open.
+            if let Some(x) = self.exchange.take_if(|x| x.parts[i].is_none()) {
+                let named = self
+                    .attached
+                    .as_ref()
+                    .and_then(|m| m.silence_error(r, quiet));
+                let _ = x.reply.send(Err(named.map_or_else(
+                    || {
+                        format!(
+                            "rank {r} has sent nothing for {:.1} s (killed, stopped or hung)",
+                            quiet.as_secs_f64()
+                        )
+                    },
+                    |e| e.to_string(),
+                )));
+            }
+            if let Some(inc) = self.attached.as_ref() {
+                if self.reported[i] != Some(inc.generation) {
+                    self.reported[i] = Some(inc.generation);
+                    inc.rank_silent(r, quiet);
+                }
+            }
+        }
+    }
+
+    /// How long until the next heartbeat is due (at least 1 ms).
+    fn until_heartbeat(&self) -> Duration {
+        let oldest = self.others().map(|r| self.last_sent[r as usize]).min();
+        oldest.map_or(HEARTBEAT, |t| {
+            (t + HEARTBEAT)
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        })
+    }
+
+    /// Frees the buffers of completed sends, keeping a few for the next batches.
+    fn complete_sends(&mut self) {
+        if self.sends.is_empty() {
+            return;
+        }
+        let mut still = Vec::with_capacity(self.sends.len());
+        for s in std::mem::take(&mut self.sends) {
+            match s.finish() {
+                Ok(buf) if self.spare.len() < SPARE_BUFFERS && buf.capacity() > 0 => {
+                    self.spare.push(buf)
+                }
+                Ok(_) => {}
+                Err(s) => still.push(s),
+            }
+        }
+        self.sends = still;
+    }
+
+    /// Completes every send (up to `deadline`), then finalises MPI.
+    fn finalize(
+        mut self,
+        deadline: Instant,
+        done: Sender<bool>,
+        universe: mpi::environment::Universe,
+    ) {
+        self.send_queued();
+        while !self.sends.is_empty() && Instant::now() < deadline {
+            self.complete_sends();
+            // Keep taking what others send meanwhile, so their sends complete.
+            while let Some((msg, status)) = self.world.any_process().immediate_matched_probe() {
+                let n = status.count(u8::equivalent_datatype()).max(0) as usize;
+                if self.recv.len() < n {
+                    self.recv.resize(n, 0);
+                }
+                msg.matched_receive_into(&mut self.recv[..n]);
+            }
+        }
+        if !self.sends.is_empty() {
+            // A send that never completes cannot be dropped safely: end the job.
+            let _ = done.send(false);
+            self.world.abort(1);
+        }
+        drop(self.world);
+        drop(universe);
+        let _ = done.send(true);
     }
 }

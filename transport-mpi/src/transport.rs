@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use ttmesh_fabric::{ChipMemory, Fabric};
 
 use crate::links::{Incoming, RankLinks};
+use crate::outbox::Outboxes;
 use crate::progress::{self, Cmd};
 use crate::TransportError;
 
@@ -18,6 +19,7 @@ pub struct Transport {
     rank: u32,
     size: u32,
     cmds: Sender<Cmd>,
+    out: Arc<Outboxes>,
     thread: Mutex<Option<JoinHandle<()>>>,
     generations: AtomicU32,
     /// The mesh now attached: its generation and incoming side, to detach on close.
@@ -46,11 +48,12 @@ impl Transport {
         // A rank silent this long is taken for gone: half the operation timeout, so the
         // waits it would end at their timeouts end first, naming it.
         let silence = ttmesh_settings::settings().operation_timeout() / 2;
+        let bell = cmds.clone();
         let thread = std::thread::Builder::new()
             .name("mpi-progress".into())
-            .spawn(move || progress::run(rx, ready_tx, silence))
+            .spawn(move || progress::run(rx, bell, ready_tx, silence))
             .map_err(|e| TransportError(format!("cannot start the MPI progress thread: {e}")))?;
-        let (rank, size) = ready
+        let (rank, size, out) = ready
             .recv_timeout(Duration::from_secs(60))
             .ok()
             .flatten()
@@ -65,6 +68,7 @@ impl Transport {
             rank,
             size,
             cmds,
+            out,
             thread: Mutex::new(Some(thread)),
             generations: AtomicU32::new(0),
             current: Mutex::new(None),
@@ -92,7 +96,7 @@ impl Transport {
             generation,
             me: self.rank,
             owner,
-            cmds: self.cmds.clone(),
+            out: self.out.clone(),
         });
         let incoming = Arc::new(Incoming {
             generation,
@@ -173,6 +177,39 @@ impl Transport {
                 missing.join(", rank ")
             ))
         })
+    }
+
+    /// OpenMPI's own `MPI_Allreduce` (f32 sum) of `bytes` per rank between the ranks of this
+    /// job, timed here: the mean seconds of `iters` calls on the slowest rank, to print beside
+    /// the fabric's all_reduce measured in the same run. Every rank must call it, in the same
+    /// order as its other exchanges.
+    pub fn time_allreduce(
+        &self,
+        bytes: usize,
+        iters: usize,
+        timeout: Duration,
+    ) -> Result<f64, TransportError> {
+        // Every rank is here before any blocks in MPI's collective.
+        self.exchange(Vec::new(), timeout)?;
+        let (reply, got) = crossbeam_channel::bounded(1);
+        self.cmds
+            .send(Cmd::TimeAllreduce {
+                bytes,
+                iters,
+                reply,
+            })
+            .map_err(|_| TransportError("the MPI progress thread has ended".into()))?;
+        let mine = got.recv_timeout(timeout).map_err(|_| {
+            TransportError(format!(
+                "rank {}: MPI_Allreduce did not finish within {timeout:?}",
+                self.rank
+            ))
+        })?;
+        let all = self.exchange(mine.to_le_bytes().to_vec(), timeout)?;
+        Ok(all
+            .iter()
+            .filter_map(|b| b.as_slice().try_into().ok().map(f64::from_le_bytes))
+            .fold(mine, f64::max))
     }
 
     /// Completes every send and finalises MPI (bounded): the last call of a rank that ends

@@ -1,6 +1,11 @@
 //! The messages ranks send each other, as bytes: fabric traffic (writes into a chip,
 //! semaphore increments, a fabric's abort) and host exchanges. No MPI here, so it is tested
 //! without it.
+//!
+//! Fabric traffic travels in batches: every message a rank has for another rank when its
+//! progress thread next sends is one MPI message, the messages back to back (each header
+//! says how long its payload is). A large neighbour write arrives as one packet per page,
+//! and one MPI message per page had cost more than the bytes' copies.
 
 use ttmesh_fabric::{MemSpace, NocAddr};
 
@@ -40,28 +45,56 @@ pub enum Message<'a> {
     },
     /// The sender's part of host exchange `seq`.
     Host { seq: u32, data: &'a [u8] },
+    /// `packets` carrying `payload` bytes crossed link `link` (from its `a` end if `a_to_b`)
+    /// into chip `chip`, counted by the sender: the receiver adds them to its statistics.
+    Arrived {
+        generation: u32,
+        chip: u32,
+        link: u32,
+        a_to_b: bool,
+        packets: u64,
+        payload: u64,
+    },
 }
 
 const WRITE: u8 = 1;
 const SEM_INC: u8 = 2;
 const ABORT: u8 = 3;
 const HOST: u8 = 4;
+const ARRIVED: u8 = 5;
 
-fn header(kind: u8, generation: u32, chip: u32, a: u32, b: u64, payload: usize) -> Vec<u8> {
-    let mut v = Vec::with_capacity(HEADER + payload);
-    v.push(kind);
-    v.extend_from_slice(&[0; 3]);
-    v.extend_from_slice(&generation.to_le_bytes());
-    v.extend_from_slice(&chip.to_le_bytes());
-    v.extend_from_slice(&a.to_le_bytes());
-    v.extend_from_slice(&b.to_le_bytes());
-    v.extend_from_slice(&[0; 8]);
-    v
+/// Appends a header: kind, a sub-kind byte, then the fields and the payload's length.
+#[allow(clippy::too_many_arguments)]
+fn put_header(
+    out: &mut Vec<u8>,
+    kind: u8,
+    sub: u8,
+    generation: u32,
+    chip: u32,
+    a: u32,
+    b: u64,
+    payload: &[u8],
+) {
+    out.reserve(HEADER + payload.len());
+    out.extend_from_slice(&[kind, sub, 0, 0]);
+    out.extend_from_slice(&generation.to_le_bytes());
+    out.extend_from_slice(&chip.to_le_bytes());
+    out.extend_from_slice(&a.to_le_bytes());
+    out.extend_from_slice(&b.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(payload);
 }
 
 impl Message<'_> {
     /// The message as bytes (header, then payload).
     pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.encode_into(&mut v);
+        v
+    }
+
+    /// Appends the message's bytes to `out` (a batch for one rank).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         match *self {
             Message::Write {
                 generation,
@@ -69,81 +102,151 @@ impl Message<'_> {
                 at,
                 data,
             } => {
-                let mut v = header(WRITE, generation, chip, at.bank, at.addr, data.len());
-                v[1] = match at.space {
+                let space = match at.space {
                     MemSpace::Dram => 0,
                     MemSpace::L1 => 1,
                     MemSpace::Host => 2,
                 };
-                v.extend_from_slice(data);
-                v
+                put_header(out, WRITE, space, generation, chip, at.bank, at.addr, data)
             }
             Message::SemInc {
                 generation,
                 chip,
                 sem,
                 by,
-            } => header(SEM_INC, generation, chip, sem, by, 0),
+            } => put_header(out, SEM_INC, 0, generation, chip, sem, by, &[]),
             Message::Abort {
                 generation,
                 chip,
                 reason,
-            } => {
-                let mut v = header(ABORT, generation, chip, 0, 0, reason.len());
-                v.extend_from_slice(reason.as_bytes());
-                v
-            }
-            Message::Host { seq, data } => {
-                let mut v = header(HOST, seq, 0, 0, 0, data.len());
-                v.extend_from_slice(data);
-                v
-            }
+            } => put_header(out, ABORT, 0, generation, chip, 0, 0, reason.as_bytes()),
+            Message::Host { seq, data } => put_header(out, HOST, 0, seq, 0, 0, 0, data),
+            Message::Arrived {
+                generation,
+                chip,
+                link,
+                a_to_b,
+                packets,
+                payload,
+            } => put_header(
+                out,
+                ARRIVED,
+                u8::from(a_to_b),
+                generation,
+                chip,
+                link,
+                packets,
+                &payload.to_le_bytes(),
+            ),
         }
     }
 
-    /// Reads a message; None if the bytes are not one (a peer of another version).
+    /// Reads one whole message; None if the bytes are not exactly one (a peer of another
+    /// version).
     pub fn decode(b: &[u8]) -> Option<Message<'_>> {
-        if b.len() < HEADER {
+        match split_first(b) {
+            Some((m, [])) => Some(m),
+            _ => None,
+        }
+    }
+}
+
+/// The first message of `b` and the bytes after it; None if `b` does not start with a whole
+/// message.
+pub fn split_first(b: &[u8]) -> Option<(Message<'_>, &[u8])> {
+    if b.len() < HEADER {
+        return None;
+    }
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+    let len = usize::try_from(u64_at(24)).ok()?;
+    let end = HEADER.checked_add(len).filter(|&e| e <= b.len())?;
+    Some((read_message(&b[..end])?, &b[end..]))
+}
+
+/// The messages of a batch in order; a batch whose bytes stop being messages (another
+/// version's) yields None there and ends.
+pub fn batch(mut b: &[u8]) -> impl Iterator<Item = Option<Message<'_>>> {
+    std::iter::from_fn(move || {
+        if b.is_empty() {
             return None;
         }
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
-        let (generation, chip, a, x) = (u32_at(4), u32_at(8), u32_at(12), u64_at(16));
-        let payload = &b[HEADER..];
-        Some(match b[0] {
-            WRITE => Message::Write {
-                generation,
-                chip,
-                at: NocAddr {
-                    space: match b[1] {
-                        0 => MemSpace::Dram,
-                        1 => MemSpace::L1,
-                        2 => MemSpace::Host,
-                        _ => return None,
-                    },
-                    bank: a,
-                    addr: x,
-                },
-                data: payload,
-            },
-            SEM_INC => Message::SemInc {
-                generation,
-                chip,
-                sem: a,
-                by: x,
-            },
-            ABORT => Message::Abort {
-                generation,
-                chip,
-                reason: std::str::from_utf8(payload).ok()?,
-            },
-            HOST => Message::Host {
-                seq: generation,
-                data: payload,
-            },
-            _ => return None,
-        })
+        match split_first(b) {
+            Some((m, rest)) => {
+                b = rest;
+                Some(Some(m))
+            }
+            None => {
+                b = &[];
+                Some(None)
+            }
+        }
+    })
+}
+
+impl Message<'_> {
+    /// The mesh generation a fabric message belongs to (None for a host exchange's part).
+    pub fn generation(&self) -> Option<u32> {
+        match *self {
+            Message::Write { generation, .. }
+            | Message::SemInc { generation, .. }
+            | Message::Abort { generation, .. }
+            | Message::Arrived { generation, .. } => Some(generation),
+            Message::Host { .. } => None,
+        }
     }
+}
+
+/// One message's bytes (header and exactly its payload) read.
+fn read_message(b: &[u8]) -> Option<Message<'_>> {
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+    let (generation, chip, a, x) = (u32_at(4), u32_at(8), u32_at(12), u64_at(16));
+    let payload = &b[HEADER..];
+    Some(match b[0] {
+        WRITE => Message::Write {
+            generation,
+            chip,
+            at: NocAddr {
+                space: match b[1] {
+                    0 => MemSpace::Dram,
+                    1 => MemSpace::L1,
+                    2 => MemSpace::Host,
+                    _ => return None,
+                },
+                bank: a,
+                addr: x,
+            },
+            data: payload,
+        },
+        SEM_INC => Message::SemInc {
+            generation,
+            chip,
+            sem: a,
+            by: x,
+        },
+        ABORT => Message::Abort {
+            generation,
+            chip,
+            reason: std::str::from_utf8(payload).ok()?,
+        },
+        HOST => Message::Host {
+            seq: generation,
+            data: payload,
+        },
+        ARRIVED => Message::Arrived {
+            generation,
+            chip,
+            link: a,
+            a_to_b: match b[1] {
+                0 => false,
+                1 => true,
+                _ => return None,
+            },
+            packets: x,
+            payload: u64::from_le_bytes(payload.try_into().ok()?),
+        },
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -179,11 +282,33 @@ mod tests {
                 seq: 9,
                 data: &data,
             },
+            Message::Arrived {
+                generation: 4,
+                chip: 16,
+                link: 40,
+                a_to_b: false,
+                packets: 4096,
+                payload: 8 << 20,
+            },
         ];
-        for m in msgs {
+        for m in &msgs {
             assert_eq!(Message::decode(&m.encode()), Some(m.clone()));
         }
         assert_eq!(Message::decode(&[WRITE; 8]), None);
+        // Back to back in one batch, they read back in order.
+        let mut b = Vec::new();
+        for m in &msgs {
+            m.encode_into(&mut b);
+        }
+        let back: Vec<_> = batch(&b).collect();
+        assert_eq!(back, msgs.iter().cloned().map(Some).collect::<Vec<_>>());
+        // A batch cut short, or followed by a stray byte, ends with None there.
+        let cut: Vec<_> = batch(&b[..b.len() - 1]).collect();
+        assert_eq!(cut.len(), msgs.len());
+        assert_eq!(cut.last(), Some(&None));
+        let mut long = msgs_first().encode();
+        long.push(0);
+        assert_eq!(Message::decode(&long), None);
         let mut bad = msgs_first().encode();
         bad[0] = 77;
         assert_eq!(Message::decode(&bad), None);
