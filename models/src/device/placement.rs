@@ -88,7 +88,7 @@ fn per_chip_spec(
 /// Where placement takes the tensors' values from.
 #[derive(Clone, Copy)]
 pub enum WeightSource<'a> {
-    /// The weights' values, written to the device: a loaded [`LlamaWeights`], or a file read
+    /// The weights' values, written to the device: a loaded [`crate::LlamaWeights`], or a file read
     /// one block at a time ([`crate::GgufWeights`]).
     Values(&'a dyn ModelTensors),
     /// Only the shapes of a config: every tensor is allocated with the spec it would have,
