@@ -26,11 +26,20 @@ const ROW_AT_A_TIME_MAX_ROWS: usize = 8;
 /// too when the chips already fill the host (`device::kernels_may_fan_out`).
 const PAR_MIN_B_ELEMS: usize = 1 << 16;
 
-/// Column tiles per task: a task walks its band of B row by row of tiles, so consecutive reads
+/// Column tiles per task, at most: a task walks its band of B row by row of tiles, so consecutive reads
 /// are consecutive pages (B's page order is row-major by tiles), and the next few are asked
 /// for ahead (`PREFETCH_AHEAD`); walking one column of tiles at a time jumps a whole row of
 /// pages per read.
 const BAND_TILES: usize = 16;
+
+/// Column tiles per band: at most `BAND_TILES`, narrower when the bands go to the pool so
+/// that every thread gets an equal share. With 16 at most, 18 tile columns (a 576-wide
+/// projection) over two threads went 16 + 2, and one thread did 8/9 of the work.
+fn band_width(nt_count: usize, threads: usize) -> usize {
+    let threads = threads.max(1);
+    let bands = nt_count.div_ceil(BAND_TILES).div_ceil(threads) * threads;
+    nt_count.div_ceil(bands.max(1)).max(1)
+}
 
 /// Tiles of B asked into the cache ahead of the one being decoded. Consecutive pages sit in
 /// different DRAM banks, each its own host allocation, so the hardware prefetchers lose the
@@ -52,10 +61,16 @@ pub(crate) fn matmul_streaming_b(
     let (kt_count, nt_count) = b_tiles.grid();
     let dtype = b_tiles.dtype();
     // One band of column tiles: its partial sums, `[tile][row]` of 32 values each.
+    let on_pool = k * n >= PAR_MIN_B_ELEMS && crate::device::kernels_may_fan_out();
+    let width = if on_pool {
+        band_width(nt_count, rayon::current_num_threads())
+    } else {
+        BAND_TILES
+    };
     let band = |scratch: &mut (Vec<u8>, Vec<f32>),
                 tile: &mut Box<[f32; TILE_ELEMS]>,
                 first: usize| {
-        let tiles = BAND_TILES.min(nt_count - first);
+        let tiles = width.min(nt_count - first);
         let mut acc = vec![[0f32; TILE_WIDTH]; tiles * rows];
         // The tile PREFETCH_AHEAD reads after this one, in this band's order (row of tiles
         // by row of tiles).
@@ -85,20 +100,19 @@ pub(crate) fn matmul_streaming_b(
         Ok::<_, crate::error::ChipError>((first, acc))
     };
     let init = || (b_tiles.scratch(), Box::new([0f32; TILE_ELEMS]));
-    let firsts = (0..nt_count).step_by(BAND_TILES);
-    let bands: Vec<(usize, Vec<[f32; TILE_WIDTH]>)> =
-        if k * n < PAR_MIN_B_ELEMS || !crate::device::kernels_may_fan_out() {
-            let (mut scratch, mut tile) = init();
-            firsts
-                .map(|first| band(&mut scratch, &mut tile, first))
-                .collect::<Result<_>>()?
-        } else {
-            firsts
-                .collect::<Vec<_>>()
-                .into_par_iter()
-                .map_init(init, |(scratch, tile), first| band(scratch, tile, first))
-                .collect::<Result<_>>()?
-        };
+    let firsts = (0..nt_count).step_by(width);
+    let bands: Vec<(usize, Vec<[f32; TILE_WIDTH]>)> = if !on_pool {
+        let (mut scratch, mut tile) = init();
+        firsts
+            .map(|first| band(&mut scratch, &mut tile, first))
+            .collect::<Result<_>>()?
+    } else {
+        firsts
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map_init(init, |(scratch, tile), first| band(scratch, tile, first))
+            .collect::<Result<_>>()?
+    };
     if rows == 0 {
         return Ok(());
     }
@@ -386,6 +400,26 @@ mod tests {
                     assert_eq!(bits(&got), bits(&want), "{dtype} rows {rows} k {k}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn bands_share_the_columns_equally_between_threads() {
+        // (tile columns, threads) -> band width
+        for (nt, threads, want) in [
+            (18, 2, 9),
+            (6, 2, 3),
+            (48, 2, 12),
+            (1536, 2, 16),
+            (1, 2, 1),
+            (18, 1, 9),
+            (40, 3, 14),
+        ] {
+            assert_eq!(
+                band_width(nt, threads),
+                want,
+                "{nt} columns, {threads} threads"
+            );
         }
     }
 
