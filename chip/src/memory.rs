@@ -59,13 +59,16 @@ fn chunk_spans(
     len: usize,
     size: u64,
 ) -> impl Iterator<Item = (usize, u64, usize, usize)> {
+    debug_assert!(size.is_power_of_two(), "chunk sizes are powers of two");
+    // A shift and a mask, not a division: every page a kernel reads or prefetches asks.
+    let (shift, mask) = (size.trailing_zeros(), size - 1);
     let mut off = 0usize;
     std::iter::from_fn(move || {
         (off < len).then(|| {
             let a = addr + off as u64;
-            let in_chunk = (a % size) as usize;
+            let in_chunk = (a & mask) as usize;
             let n = (size as usize - in_chunk).min(len - off);
-            let span = (off, a / size, in_chunk, n);
+            let span = (off, a >> shift, in_chunk, n);
             off += n;
             span
         })

@@ -89,20 +89,83 @@ pub fn argmax_rows(data: &[f32], cols: usize) -> Result<Vec<u32>, ComputeError> 
     if data.is_empty() {
         return Ok(Vec::new());
     }
-    Ok(data
-        .chunks_exact(cols)
-        .map(|row| {
-            let mut best = 0usize;
-            for (i, &x) in row.iter().enumerate().skip(1) {
-                let b = row[best];
-                // Strictly greater keeps the lowest index on ties; NaN beats numbers only.
-                if !b.is_nan() && (x.is_nan() || x > b) {
-                    best = i;
-                }
+    Ok(data.chunks_exact(cols).map(argmax_row).collect())
+}
+
+/// The first NaN's index if there is one, else the first index of the largest value: the
+/// same answer as a scan keeping the best so far (strictly greater moves it on, so ties keep
+/// the lowest index, and a NaN beats any number), found in passes that vectorise (a decode
+/// step's argmax runs over the whole vocabulary on every chip).
+fn argmax_row(row: &[f32]) -> u32 {
+    if let Some(i) = row.iter().position(|x| x.is_nan()) {
+        return i as u32;
+    }
+    // Lane-wise maxima of 16 columns, then across lanes: no NaN is left, so the order in
+    // which values are compared does not change the maximum (+0 and -0 compare equal below).
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let chunks = row.chunks_exact(16);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (m, &x) in lanes.iter_mut().zip(chunk) {
+            *m = if x > *m { x } else { *m };
+        }
+    }
+    let max = lanes
+        .iter()
+        .chain(tail)
+        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    row.iter().position(|&x| x == max).unwrap_or(0) as u32
+}
+
+#[cfg(test)]
+mod argmax_tests {
+    use super::argmax_rows;
+
+    /// The scan the passes must agree with.
+    fn scan(row: &[f32]) -> u32 {
+        let mut best = 0usize;
+        for (i, &x) in row.iter().enumerate().skip(1) {
+            let b = row[best];
+            if !b.is_nan() && (x.is_nan() || x > b) {
+                best = i;
             }
-            best as u32
-        })
-        .collect())
+        }
+        best as u32
+    }
+
+    #[test]
+    fn passes_agree_with_the_scan() {
+        let mut x = 12345u64;
+        let mut next = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            x >> 33
+        };
+        let specials = [
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1.0,
+            -1.0,
+        ];
+        for len in [1, 2, 15, 16, 17, 33, 100, 1000] {
+            for _ in 0..200 {
+                let row: Vec<f32> = (0..len)
+                    .map(|_| match next() % 10 {
+                        0 => specials[(next() % 7) as usize],
+                        1..=3 => (next() % 4) as f32, // many ties
+                        _ => (next() % 2000) as f32 / 100.0 - 10.0,
+                    })
+                    .collect();
+                assert_eq!(argmax_rows(&row, len).unwrap(), vec![scan(&row)], "{row:?}");
+            }
+        }
+        // All -inf: index 0, as the scan gives.
+        assert_eq!(argmax_rows(&[f32::NEG_INFINITY; 40], 40).unwrap(), vec![0]);
+    }
 }
 
 #[cfg(test)]

@@ -222,9 +222,13 @@ pub(super) fn unpack_block_codes<const MAG_BITS: u32>(
     } else {
         f32::from_bits(1 << (exp + 22 - fraction_bits))
     };
-    for (o, &c) in out.iter_mut().zip(codes) {
-        let mag = f32::from(c & mag_mask) * step;
-        *o = if c & sign_bit != 0 { -mag } else { mag };
+    // The sign goes in as a bit (mag is never negative, so this is negation): a select per
+    // lane, inlined into the streaming matmul's row loop, was vectorised into shuffles and
+    // scalar multiplies.
+    let codes = codes.map(u32::from);
+    for (o, c) in out.iter_mut().zip(codes) {
+        let mag = ((c & u32::from(mag_mask)) as f32 * step).to_bits();
+        *o = f32::from_bits(mag | ((c & u32::from(sign_bit)) << (31 - MAG_BITS)));
     }
 }
 

@@ -109,12 +109,14 @@ impl DeviceMemory {
 impl Bank {
     /// The `len` bytes at `addr` in place, when they lie in one written chunk.
     pub(super) fn in_place(&self, addr: u64, len: usize) -> Option<&[u8]> {
-        let in_chunk = (addr % self.chunk) as usize;
+        // Chunk sizes are powers of two: a mask and a shift, not a division per page.
+        debug_assert!(self.chunk.is_power_of_two());
+        let in_chunk = (addr & (self.chunk - 1)) as usize;
         if in_chunk + len > self.chunk as usize {
             return None;
         }
         self.chunks
-            .get(&(addr / self.chunk))
+            .get(&(addr >> self.chunk.trailing_zeros()))
             .and_then(|c| c.bytes(in_chunk, len))
     }
 

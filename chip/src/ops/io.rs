@@ -21,8 +21,8 @@ use crate::program::KernelContext;
 use crate::tensor::{
     decode_pages, encode_pages, DataType, HostData, Layout, TensorPages, TensorSpec,
 };
-pub(super) use convert::decode_run;
 use convert::{decode_rows_fast, decode_tile_fast, encode_rows_fast, encode_tile_fast};
+pub(super) use convert::{decode_run, Bf16Rows, Bfp4Rows, Bfp8Rows, F32Rows, TileRowDecode};
 
 /// Reads every page of a tensor at `address` and decodes its logical values.
 pub fn read_logical(ctx: &KernelContext, spec: &TensorSpec, address: u32) -> Result<HostData> {
@@ -444,6 +444,25 @@ impl<'a> TileReader<'a> {
     /// drop it before anything that waits).
     pub(crate) fn held_reads(&self) -> HeldReads<'a> {
         self.ctx.memory.held_reads(self.t.space)
+    }
+
+    /// The tensor's data type (how its tile pages are encoded).
+    pub(crate) fn dtype(&self) -> DataType {
+        self.t.dtype
+    }
+
+    /// Calls `f` with tile (`tr`, `tc`)'s page bytes of the first matrix, in place when they
+    /// lie in one chunk, else copied into `bytes` (the first of [`Self::scratch`]).
+    pub(crate) fn with_page<R>(
+        &self,
+        reads: &mut HeldReads<'_>,
+        (tr, tc): (usize, usize),
+        bytes: &mut [u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        let t = &self.t;
+        let (bank, addr) = t.pages.location((tr * t.wt + tc) as u64);
+        reads.read_with(bank, addr, &mut bytes[..t.page], f)
     }
 
     /// Decodes tile (`tr`, `tc`) of the first matrix into `out`, row-major 32x32. Values

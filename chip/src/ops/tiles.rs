@@ -193,6 +193,38 @@ impl TileRows {
     ) -> Result<()> {
         debug_assert!(row < self.rows && values.len() == self.width);
         let (tile_row, r) = (row / TILE_HEIGHT, row % TILE_HEIGHT);
+        let size = match self.dtype {
+            DataType::BFloat16 => 2,
+            DataType::Float32 => 4,
+            _ => 0,
+        };
+        if size > 0 {
+            // A bf16 or f32 value is encoded alone, so only the row's two 16-value face runs
+            // of each tile are written, with no read, decode and re-encode of the other 31 rows
+            // (a KV-cache update was ~5% of a t3k decode step that way).
+            for tc in 0..self.tile_cols {
+                let (bank, addr) = self.location(slice, tile_row, tc);
+                for half in 0..2 {
+                    let col = tc * TILE_WIDTH + half * FACE_WIDTH;
+                    if col >= self.width {
+                        break;
+                    }
+                    let n = FACE_WIDTH.min(self.width - col);
+                    let bytes = &mut s.bytes[..n * size];
+                    for (b, &v) in bytes.chunks_exact_mut(size).zip(&values[col..][..n]) {
+                        if size == 2 {
+                            b.copy_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes());
+                        } else {
+                            b.copy_from_slice(&v.to_le_bytes());
+                        }
+                    }
+                    let at = tiled_position(TILE_WIDTH, r, half * FACE_WIDTH) * size;
+                    ctx.memory
+                        .write(self.space, bank, addr + at as u64, bytes)?;
+                }
+            }
+            return Ok(());
+        }
         for tc in 0..self.tile_cols {
             self.read_tile(ctx, (slice, tile_row, tc), s)?;
             let (c0, n) = (

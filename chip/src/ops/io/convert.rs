@@ -107,6 +107,70 @@ fn decode_runs<const SIZE: usize>(
     }
 }
 
+/// Decodes one row of a tile (32 values: its left face row, then its right) straight from
+/// the tile's page bytes, for kernels that consume a tile a row at a time and so never write
+/// the whole tile out in f32. `N` is the format's tile page size: a fixed-size page lets the
+/// row's offsets go unchecked.
+pub(in crate::ops) trait TileRowDecode<const N: usize> {
+    /// Row `r` (0..32) of the tile in `page`.
+    fn row(page: &[u8; N], r: usize, out: &mut [f32; TILE_WIDTH]);
+}
+
+/// bfloat16 tiles (2048-byte pages).
+pub(in crate::ops) struct Bf16Rows;
+/// float32 tiles (4096-byte pages).
+pub(in crate::ops) struct F32Rows;
+/// bfloat8_b tiles (1088-byte pages).
+pub(in crate::ops) struct Bfp8Rows;
+/// bfloat4_b tiles (576-byte pages).
+pub(in crate::ops) struct Bfp4Rows;
+
+/// The two halves of a tile row.
+#[inline(always)]
+fn halves(out: &mut [f32; TILE_WIDTH]) -> (&mut [f32; FACE_WIDTH], &mut [f32; FACE_WIDTH]) {
+    let (left, right) = out.split_at_mut(FACE_WIDTH);
+    (
+        left.try_into().expect("16 values"),
+        right.try_into().expect("16 values"),
+    )
+}
+
+impl TileRowDecode<2048> for Bf16Rows {
+    #[inline(always)]
+    fn row(page: &[u8; 2048], r: usize, out: &mut [f32; TILE_WIDTH]) {
+        let (left, right) = halves(out);
+        decode_bf16_run(&page[face_offset(r, 0) * 2..][..32], left);
+        decode_bf16_run(&page[face_offset(r, 1) * 2..][..32], right);
+    }
+}
+
+impl TileRowDecode<4096> for F32Rows {
+    #[inline(always)]
+    fn row(page: &[u8; 4096], r: usize, out: &mut [f32; TILE_WIDTH]) {
+        let (left, right) = halves(out);
+        decode_f32_run(&page[face_offset(r, 0) * 4..][..64], left);
+        decode_f32_run(&page[face_offset(r, 1) * 4..][..64], right);
+    }
+}
+
+impl TileRowDecode<BFP8_TILE_BYTES> for Bfp8Rows {
+    #[inline(always)]
+    fn row(page: &[u8; BFP8_TILE_BYTES], r: usize, out: &mut [f32; TILE_WIDTH]) {
+        let (left, right) = halves(out);
+        format::unpack_bfp8_block(page, face_offset(r, 0) / FACE_WIDTH, left);
+        format::unpack_bfp8_block(page, face_offset(r, 1) / FACE_WIDTH, right);
+    }
+}
+
+impl TileRowDecode<BFP4_TILE_BYTES> for Bfp4Rows {
+    #[inline(always)]
+    fn row(page: &[u8; BFP4_TILE_BYTES], r: usize, out: &mut [f32; TILE_WIDTH]) {
+        let (left, right) = halves(out);
+        format::unpack_bfp4_block(page, face_offset(r, 0) / FACE_WIDTH, left);
+        format::unpack_bfp4_block(page, face_offset(r, 1) / FACE_WIDTH, right);
+    }
+}
+
 /// Decodes whole tiles `tc0..` of a full band (32 rows `w` wide) from their pages, `page`
 /// bytes apart in `pages`, a logical row at a time (see [`Tiles::by_rows`]).
 #[inline(always)]
