@@ -5,7 +5,8 @@
 //! fetched it, else the synthetic llama. Weights in bf16 and in bfp8_b (the width closest to
 //! llama.cpp's Q4 that the chip has). When `scripts/llama-cpp-setup.sh` has measured llama.cpp
 //! on the same model on this host, its tokens/s are printed beside ours (the host's real
-//! yardstick for an LLM step).
+//! yardstick for an LLM step). The full run ends with a model of Llama-3.2-1B's shape
+//! (synthetic weights) on a T3K in bfp8_b.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -102,91 +103,129 @@ fn bench(quick: bool) -> Result<String, String> {
         ]
     };
     for &(mesh_name, batch, dtype) in runs {
-        let mesh = MeshDevice::open(MeshConfig {
-            topology: mesh_name.into(),
-            trace_region_size: 64 << 20,
-            ..Default::default()
-        })
-        .map_err(|x| e(&x))?;
-        let decode = DeviceDecodeConfig {
+        measure(
+            &mut s,
+            name,
+            &weights,
+            yardstick.as_ref(),
+            mesh_name,
             batch,
-            max_positions: steps + 1,
             dtype,
-        };
-        let mut model = DeviceLlama::new(&mesh, &weights, decode).map_err(|x| e(&x))?;
-        let split = model.parallel().describe();
-        let mut host =
-            HostReference::new(Arc::clone(&weights), batch, steps + 1).map_err(|x| e(&x))?;
-        // (median step, median host time per token) of one mode. Traced, each step is paired
-        // with the host reference's step at the same position, and the ratio is the median of
-        // the pairs': a burst of load from other processes on the host lands on both sides of
-        // it. Which of the two goes first alternates, so neither always runs while the
-        // other's threads are still winding down.
-        let (mut host_steps, mut ratios) = (Vec::new(), Vec::new());
-        let mut time = |traced: bool| -> Result<(f64, f64), String> {
-            let (mut step, mut host_time) = (Vec::new(), Vec::new());
-            for pos in 0..steps {
-                let mut reference = || -> Result<Duration, String> {
-                    let t = Instant::now();
-                    host.forward_decode(&vec![1; batch], &vec![pos; batch])
-                        .map_err(|x| e(&x))?;
-                    Ok(t.elapsed())
-                };
-                let reference_first = traced && pos % 2 == 1;
-                let before = if reference_first {
-                    Some(reference()?)
-                } else {
-                    None
-                };
-                let t = Instant::now();
-                model
-                    .decode_step(&vec![1; batch], &vec![pos; batch], traced)
-                    .map_err(|x| e(&x))?;
-                let ours = t.elapsed();
-                let reference_time = match before {
-                    Some(d) => Some(d),
-                    None if traced => Some(reference()?),
-                    None => None,
-                };
-                // The first step of each mode compiles (and, traced, captures).
-                if pos == 0 {
-                    continue;
-                }
-                step.push(ours);
-                host_time.push(model.last_host_dispatch());
-                if let Some(r) = reference_time {
-                    host_steps.push(r);
-                    ratios.push(ours.as_secs_f64() / r.as_secs_f64().max(1e-9));
-                }
-            }
-            Ok((median(step), median(host_time)))
-        };
-        let (untraced, untraced_host) = time(false)?;
-        let (traced, traced_host) = time(true)?;
-        drop(model);
-        mesh.close().map_err(|x| e(&x))?;
-        let host_ms = median(host_steps);
-        let (llama_goal, reference_goal) = goals(mesh_name);
-        let traced_tps = batch as f64 * 1e3 / traced.max(1e-9);
-        let _ = writeln!(
-            s,
-            "{name} weights {} on {mesh_name}, batch {batch} ({split}):\n  step untraced {untraced:.2} ms, traced {traced:.2} ms ({:.2}x); emulated tokens/s untraced {:.1}, traced {traced_tps:.1}\n  host time per token untraced {untraced_host:.3} ms, traced {traced_host:.3} ms: trace removes {:.0}x (goal >= 50x)\n  host f32 reference step {host_ms:.2} ms: emulated traced / reference = {:.2}x, median of step pairs (goal <= {reference_goal}x)",
-            dtype.as_str().to_lowercase(),
-            untraced / traced.max(1e-9),
-            batch as f64 * 1e3 / untraced.max(1e-9),
-            untraced_host / traced_host.max(1e-9),
-            median_f64(ratios)
-        );
-        if let (Some((tps, _)), 1) = (&yardstick, batch) {
-            let _ = writeln!(
-                s,
-                "  llama.cpp {tps:.1} tokens/s: ours / llama.cpp = {:.2} (goal >= {llama_goal})",
-                traced_tps / tps
-            );
-        }
+            steps,
+        )?;
+    }
+    if !quick {
+        // A model of Llama-3.2-1B's shape (random weights: no registry this project reaches
+        // ships one) on a T3K in bfp8_b: what a user bringing a bigger model gets.
+        drop(weights);
+        let shape = SyntheticConfig::llama_3_2_1b();
+        write_synthetic_llama(&synthetic, &shape).map_err(|x| e(&x))?;
+        let loaded = LlamaWeights::load(&synthetic, LoadOptions::default());
+        let _ = std::fs::remove_file(&synthetic);
+        let weights = Arc::new(loaded.map_err(|x| e(&x))?);
+        let name = "Llama-3.2-1B shape (synthetic)";
+        measure(&mut s, name, &weights, None, "t3k", 1, bfp8, 8)?;
     }
     if quick {
         s.push_str("(quick: synthetic model, few steps; figures are only indicative)\n");
     }
     Ok(s)
+}
+
+/// One mesh, batch and weight format: untraced then traced steps, each traced step paired with
+/// the host reference's at the same position; appends the figures to `s`.
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    s: &mut String,
+    name: &str,
+    weights: &Arc<LlamaWeights>,
+    yardstick: Option<&(f64, String)>,
+    mesh_name: &str,
+    batch: usize,
+    dtype: DataType,
+    steps: usize,
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let mesh = MeshDevice::open(MeshConfig {
+        topology: mesh_name.into(),
+        trace_region_size: 64 << 20,
+        ..Default::default()
+    })
+    .map_err(|x| e(&x))?;
+    let decode = DeviceDecodeConfig {
+        batch,
+        max_positions: steps + 1,
+        dtype,
+    };
+    let mut model = DeviceLlama::new(&mesh, weights, decode).map_err(|x| e(&x))?;
+    let split = model.parallel().describe();
+    let mut host = HostReference::new(Arc::clone(weights), batch, steps + 1).map_err(|x| e(&x))?;
+    // (median step, median host time per token) of one mode. Traced, each step is paired
+    // with the host reference's step at the same position, and the ratio is the median of
+    // the pairs': a burst of load from other processes on the host lands on both sides of
+    // it. Which of the two goes first alternates, so neither always runs while the
+    // other's threads are still winding down.
+    let (mut host_steps, mut ratios) = (Vec::new(), Vec::new());
+    let mut time = |traced: bool| -> Result<(f64, f64), String> {
+        let (mut step, mut host_time) = (Vec::new(), Vec::new());
+        for pos in 0..steps {
+            let mut reference = || -> Result<Duration, String> {
+                let t = Instant::now();
+                host.forward_decode(&vec![1; batch], &vec![pos; batch])
+                    .map_err(|x| e(&x))?;
+                Ok(t.elapsed())
+            };
+            let reference_first = traced && pos % 2 == 1;
+            let before = if reference_first {
+                Some(reference()?)
+            } else {
+                None
+            };
+            let t = Instant::now();
+            model
+                .decode_step(&vec![1; batch], &vec![pos; batch], traced)
+                .map_err(|x| e(&x))?;
+            let ours = t.elapsed();
+            let reference_time = match before {
+                Some(d) => Some(d),
+                None if traced => Some(reference()?),
+                None => None,
+            };
+            // The first step of each mode compiles (and, traced, captures).
+            if pos == 0 {
+                continue;
+            }
+            step.push(ours);
+            host_time.push(model.last_host_dispatch());
+            if let Some(r) = reference_time {
+                host_steps.push(r);
+                ratios.push(ours.as_secs_f64() / r.as_secs_f64().max(1e-9));
+            }
+        }
+        Ok((median(step), median(host_time)))
+    };
+    let (untraced, untraced_host) = time(false)?;
+    let (traced, traced_host) = time(true)?;
+    drop(model);
+    mesh.close().map_err(|x| e(&x))?;
+    let host_ms = median(host_steps);
+    let (llama_goal, reference_goal) = goals(mesh_name);
+    let traced_tps = batch as f64 * 1e3 / traced.max(1e-9);
+    let _ = writeln!(
+        s,
+        "{name} weights {} on {mesh_name}, batch {batch} ({split}):\n  step untraced {untraced:.2} ms, traced {traced:.2} ms ({:.2}x); emulated tokens/s untraced {:.1}, traced {traced_tps:.1}\n  host time per token untraced {untraced_host:.3} ms, traced {traced_host:.3} ms: trace removes {:.0}x (goal >= 50x)\n  host f32 reference step {host_ms:.2} ms: emulated traced / reference = {:.2}x, median of step pairs (goal <= {reference_goal}x)",
+        dtype.as_str().to_lowercase(),
+        untraced / traced.max(1e-9),
+        batch as f64 * 1e3 / untraced.max(1e-9),
+        untraced_host / traced_host.max(1e-9),
+        median_f64(ratios)
+    );
+    if let (Some((tps, _)), 1) = (&yardstick, batch) {
+        let _ = writeln!(
+            s,
+            "  llama.cpp {tps:.1} tokens/s: ours / llama.cpp = {:.2} (goal >= {llama_goal})",
+            traced_tps / tps
+        );
+    }
+    Ok(())
 }
