@@ -19,6 +19,12 @@ use ttmesh_models::{
     LoadOptions, ModelTensors, TextStream, MAX_BATCH,
 };
 
+mod model;
+mod report;
+
+use model::{load, synthetic_shape, HostRun, ModelWeights};
+use report::Report;
+
 /// The longest --hold: a day.
 const MAX_HOLD_SECONDS: f64 = 86_400.0;
 /// The most new tokens one run generates.
@@ -123,15 +129,6 @@ pub(crate) fn parse_forced_ids(text: &str, max_new_tokens: usize) -> Result<Vec<
     Ok(ids)
 }
 
-fn synthetic_shape(name: &str) -> Result<SyntheticConfig, String> {
-    SyntheticConfig::named(name).ok_or_else(|| {
-        format!(
-            "--synthetic {name}: use one of {}",
-            SyntheticConfig::NAMES.join(", ")
-        )
-    })
-}
-
 fn check_flags(args: &DecodeArgs) -> Result<DataType, String> {
     synthetic_shape(&args.synthetic)?;
     args.on.fabric_config()?;
@@ -213,105 +210,6 @@ fn fabric_bytes(mesh: &MeshDevice) -> u64 {
 
 /// Steps a traced run enqueues untraced first, for the side-by-side figures.
 const COMPARISON_STEPS: usize = 4;
-
-/// The model's weights as this run needs them: all of them in f32 when the host reference
-/// computes with them too, else read from the file one block at a time as they are placed (the
-/// host never holds the whole f32 model).
-struct ModelWeights {
-    tensors: Tensors,
-    path: PathBuf,
-    /// The synthetic model's file, read until the weights are dropped.
-    _file: Option<RemoveOnDrop>,
-}
-
-enum Tensors {
-    Whole(Arc<LlamaWeights>),
-    ByBlock(GgufWeights),
-}
-
-impl ModelWeights {
-    fn tensors(&self) -> &dyn ModelTensors {
-        match &self.tensors {
-            Tensors::Whole(w) => w.as_ref(),
-            Tensors::ByBlock(w) => w,
-        }
-    }
-
-    /// The same weights read one block at a time from now on: the whole f32 copy is freed
-    /// before the chips are given theirs, so the two never sit on the host together.
-    fn into_by_block(self) -> Result<ModelWeights, String> {
-        if let Tensors::ByBlock(_) = self.tensors {
-            return Ok(self);
-        }
-        let tensors = Tensors::ByBlock(
-            GgufWeights::open(&self.path)
-                .map_err(|e| format!("--model {}: {e}", self.path.display()))?,
-        );
-        Ok(ModelWeights { tensors, ..self })
-    }
-
-    fn whole(&self) -> Option<&Arc<LlamaWeights>> {
-        match &self.tensors {
-            Tensors::Whole(w) => Some(w),
-            Tensors::ByBlock(_) => None,
-        }
-    }
-}
-
-/// Opens the weights (all of them when `whole`) and tokenizer; the synthetic model when no
-/// --model is given.
-fn load(
-    args: &DecodeArgs,
-    whole: bool,
-    progress: &dyn Fn(&str),
-) -> Result<(ModelWeights, GgufTokenizer, String), String> {
-    let (path, model_name, file) = match &args.model {
-        Some(p) => {
-            if p.is_dir() {
-                return Err(format!(
-                    "--model {}: is a folder; give the path of a .gguf file",
-                    p.display()
-                ));
-            }
-            (p.clone(), p.display().to_string(), None)
-        }
-        None => {
-            let p = std::env::temp_dir().join(format!(
-                "ttmesh-decode-synthetic-{}.gguf",
-                std::process::id()
-            ));
-            let shape = synthetic_shape(&args.synthetic)?;
-            progress(&format!("writing the synthetic llama ({})", args.synthetic));
-            let guard = RemoveOnDrop(p.clone());
-            write_synthetic_llama(&p, &shape).map_err(|e| e.to_string())?;
-            let name = if args.synthetic == "small" {
-                "synthetic llama (no --model given)".to_string()
-            } else {
-                format!(
-                    "synthetic llama at {}'s shape (random weights)",
-                    args.synthetic
-                )
-            };
-            (p, name, Some(guard))
-        }
-    };
-    progress(&format!("loading {model_name}"));
-    let bad_file = |e: ttmesh_models::ModelError| format!("--model {}: {e}", path.display());
-    let tensors = if whole {
-        Tensors::Whole(Arc::new(
-            LlamaWeights::load(&path, LoadOptions::default()).map_err(bad_file)?,
-        ))
-    } else {
-        Tensors::ByBlock(GgufWeights::open(&path).map_err(bad_file)?)
-    };
-    let tokenizer = GgufTokenizer::load(&path).map_err(|e| e.to_string())?;
-    let weights = ModelWeights {
-        tensors,
-        path,
-        _file: file,
-    };
-    Ok((weights, tokenizer, model_name))
-}
 
 /// Places the model with a progress bar per block (hidden with --json or off a terminal).
 fn place(
@@ -410,31 +308,6 @@ struct Loaded<'a> {
     prompt: &'a [u32],
     started: Instant,
     host: Option<HostRun>,
-}
-
-/// The host f32 reference's greedy decode of the same prompt (`--check-host`).
-struct HostRun {
-    ids: Vec<u32>,
-    per_token: Duration,
-}
-
-impl HostRun {
-    fn run(weights: &Arc<LlamaWeights>, prompt: &[u32], n: usize) -> Result<HostRun, String> {
-        let started = Instant::now();
-        let ids = HostReference::new(Arc::clone(weights), 1, prompt.len() + n)
-            .and_then(|mut host| host.generate(prompt, n))
-            .map_err(|e| format!("--check-host: the host reference failed: {e}"))?;
-        let steps = (prompt.len() + n - 1).max(1) as u32;
-        Ok(HostRun {
-            ids,
-            per_token: started.elapsed() / steps,
-        })
-    }
-
-    /// The first position where `device` differs from the host's ids, None when all equal.
-    fn first_difference(&self, device: &[u32]) -> Option<usize> {
-        (0..self.ids.len().max(device.len())).find(|&i| self.ids.get(i) != device.get(i))
-    }
 }
 
 /// Places the model on `mesh` and decodes, printing as it goes.
@@ -600,219 +473,4 @@ fn decode_on(
         std::thread::sleep(Duration::from_secs_f64(args.hold));
     }
     Ok(())
-}
-
-/// What a run measured, printed as a table or one JSON object.
-struct Report<'a> {
-    args: &'a DecodeArgs,
-    model_name: &'a str,
-    mesh: &'a MeshDevice,
-    model: &'a DeviceLlama,
-    prompt_tokens: usize,
-    generated: &'a [u32],
-    /// The ids fed after the prompt under `--score-against`.
-    forced: Option<&'a [u32]>,
-    host_reference: Option<&'a HostRun>,
-    text: &'a str,
-    total: Duration,
-    /// Median step and host dispatch time of the requested mode's steady state.
-    step: Duration,
-    host: Duration,
-    /// (step, host) of the untraced first steps of a traced run.
-    untraced_first: Option<(Duration, Duration)>,
-    wire_bytes_per_token: Option<f64>,
-}
-
-impl Report<'_> {
-    fn traced(&self) -> bool {
-        !self.args.no_trace
-    }
-
-    fn tokens_per_s(&self) -> f64 {
-        (self.generated.len() * self.args.batch) as f64
-            / self.total.as_secs_f64().max(f64::MIN_POSITIVE)
-    }
-
-    /// Under `--score-against`: how many greedy picks equal the ids fed, of how many.
-    fn teacher_forced_agreement(&self) -> Option<(usize, usize)> {
-        let forced = self.forced?;
-        let agree = self
-            .generated
-            .iter()
-            .zip(forced)
-            .filter(|(a, b)| a == b)
-            .count();
-        Some((agree, self.generated.len()))
-    }
-
-    fn json(&self) -> serde_json::Value {
-        let p = self.model.parallel();
-        let (all_reduces, all_gathers) = self.model.collectives_per_step();
-        let chips: Vec<_> = self
-            .mesh
-            .reports()
-            .iter()
-            .map(|r| {
-                json!({
-                    "id": r.id, "coord": [r.coord.row, r.coord.col],
-                    "dram_allocated": r.dram_allocated, "dram_capacity": r.dram_capacity,
-                    "l1_allocated": r.l1_allocated, "trace_allocated": r.trace_allocated,
-                    "trace_region_size": r.trace_region_size, "trace_replays": r.trace_replays,
-                    "host_bytes": r.host_bytes,
-                })
-            })
-            .collect();
-        json!({
-            "model": self.model_name, "mesh": self.args.on.mesh, "chips": self.mesh.num_devices(),
-            "fabric": self.args.on.fabric_name(),
-            "parallel": {
-                "degree": p.degree, "cluster_axis": p.cluster_axis, "replicas": p.replicas,
-                "query_heads_per_chip": p.local_heads(), "kv_heads_per_chip": p.local_kv_heads(),
-                "lm_head": format!("{:?}", p.lm_head).to_lowercase(),
-                "both_axes": p.both_axes, "ffn_size": p.ffn_size, "ffn_padding": p.ffn_padding,
-            },
-            "dtype": self.args.dtype, "batch": self.args.batch, "traced": self.traced(),
-            "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated.len(),
-            "token_ids": self.generated, "text": self.text,
-            "host_reference": self.host_reference.map(|h| json!({"token_ids": h.ids, "equal": h.first_difference(self.generated).is_none(), "first_difference": h.first_difference(self.generated), "ms_per_token": ms(h.per_token)})),
-            "teacher_forced": self.teacher_forced_agreement().map(|(agree, of)| json!({"fed_ids": self.forced, "top1_agree": agree, "of": of})),
-            "tokens_per_s": self.tokens_per_s(),
-            "median_step_ms": ms(self.step),
-            "host_ms_per_token": ms(self.host),
-            "untraced_first_steps": self.untraced_first.map(|(s, h)| json!({"median_step_ms": ms(s), "host_ms_per_token": ms(h)})),
-            "total_s": self.total.as_secs_f64(),
-            "replay_skew_us": self.mesh.last_replay().map(|r| r.skew_us),
-            "collectives_per_token": {"all_reduce": all_reduces, "all_gather": all_gathers},
-            "fabric_wire_bytes_per_token": self.wire_bytes_per_token,
-            "weights_bytes_per_chip": self.model.dram_bytes_per_chip().0,
-            "kv_cache_bytes_per_chip": self.model.dram_bytes_per_chip().1,
-            "per_chip": chips,
-            "host_peak_rss_bytes": peak_rss_bytes(),
-        })
-    }
-
-    fn print(&self) {
-        let a = self.args;
-        println!(
-            "\n{} on {} ({} chip(s), {} fabric), {}, batch {}",
-            self.model_name,
-            a.on.mesh,
-            self.mesh.num_devices(),
-            a.on.fabric_name(),
-            a.dtype,
-            a.batch
-        );
-        println!("{}", self.model.parallel().describe());
-        println!(
-            "{} prompt + {} generated tokens in {:.2} s: {:.1} tokens/s",
-            self.prompt_tokens,
-            self.generated.len(),
-            self.total.as_secs_f64(),
-            self.tokens_per_s()
-        );
-        let mode = if self.traced() { "traced" } else { "untraced" };
-        println!(
-            "{:<38} {:>12} {:>22}",
-            "per token (median)", "step", "host time (dispatch)"
-        );
-        println!(
-            "{:<38} {:>9.2} ms {:>19.3} ms",
-            mode,
-            ms(self.step),
-            ms(self.host)
-        );
-        if let Some((s, h)) = self.untraced_first {
-            println!(
-                "{:<38} {:>9.2} ms {:>19.3} ms",
-                "untraced (first steps, incl. compile)",
-                ms(s),
-                ms(h)
-            );
-            println!(
-                "trace removes {:.1}x of the host time per token and {:.2}x of the step time",
-                h.as_secs_f64() / self.host.as_secs_f64().max(1e-9),
-                s.as_secs_f64() / self.step.as_secs_f64().max(1e-9)
-            );
-        }
-        let (all_reduces, all_gathers) = self.model.collectives_per_step();
-        if all_reduces + all_gathers > 0 {
-            let phases = if self.model.parallel().both_axes {
-                " (each over the whole mesh: along columns then rows, the gather rows then columns)"
-            } else {
-                ""
-            };
-            println!(
-                "collectives per token: {all_reduces} all_reduce + {all_gathers} all_gather{phases}; fabric wire bytes per token {}",
-                self.wire_bytes_per_token
-                    .map_or("n/a".into(), |b| format!("{:.2} MiB (measured on the links)", b / (1 << 20) as f64))
-            );
-        }
-        let (weights, cache) = self.model.dram_bytes_per_chip();
-        println!(
-            "each chip's DRAM holds {:.2} MiB of weights and {:.2} MiB of KV cache",
-            mib(weights),
-            mib(cache)
-        );
-        println!(
-            "{:>5} {:>7} {:>12} {:>10} {:>12} {:>8} {:>12}",
-            "chip", "coord", "DRAM", "L1", "TRACE", "replays", "host"
-        );
-        let reports = self.mesh.reports();
-        for r in &reports {
-            println!(
-                "{:>5} {:>7} {:>8.2} MiB {:>6.2} MiB {:>8.2} MiB {:>8} {:>8.2} MiB",
-                r.id,
-                format!("({},{})", r.coord.row, r.coord.col),
-                mib(r.dram_allocated),
-                mib(r.l1_allocated),
-                mib(r.trace_allocated),
-                r.trace_replays,
-                mib(r.host_bytes)
-            );
-        }
-        let device: u64 = reports
-            .iter()
-            .map(|r| r.dram_allocated + r.l1_allocated)
-            .sum();
-        let host: u64 = reports.iter().map(|r| r.host_bytes).sum();
-        println!(
-            "chip memory on the host: {:.2} MiB for {:.2} MiB allocated on the devices (equal chunks stored once); process peak RSS {}",
-            mib(host),
-            mib(device),
-            peak_rss_bytes().map_or("n/a".into(), |b| format!("{:.2} MiB", mib(b)))
-        );
-        if let Some(r) = self.mesh.last_replay() {
-            println!("replay skew between chips (last step): {:.1} us", r.skew_us);
-        }
-        println!("token ids: {:?}", self.generated);
-        if let Some(h) = self.host_reference {
-            match h.first_difference(self.generated) {
-                None => println!(
-                    "host f32 reference: the same {} ids ({:.1} ms per token on the host)",
-                    h.ids.len(),
-                    ms(h.per_token)
-                ),
-                Some(i) => println!(
-                    "host f32 reference: ids differ from token {i} on (device {:?}, host {:?}); host ids {:?}",
-                    self.generated.get(i),
-                    h.ids.get(i),
-                    h.ids
-                ),
-            }
-        }
-        if let Some((agree, of)) = self.teacher_forced_agreement() {
-            println!(
-                "teacher forced (--score-against): {agree} of {of} greedy picks equal the ids fed"
-            );
-        }
-    }
-}
-
-/// Removes the synthetic model's temporary file when the run ends.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
