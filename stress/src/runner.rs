@@ -71,13 +71,13 @@ fn every_rank_goes_on(go: bool, opts: &RunOptions) -> bool {
     }
 }
 
-/// Under `mpirun`: why this case's mesh cannot run split over the ranks (its rows do not
-/// split evenly), checked before it opens; None when it can, or outside `mpirun`.
+/// Under `mpirun`: why this case's mesh cannot run split over the ranks (neither its rows nor
+/// its columns split evenly), checked before it opens; None when it can, or outside `mpirun`.
 fn split_refusal(t: &TopologyChoice) -> Option<String> {
     let (_, ranks) = ttmesh::ranks::launched()?;
     let (name, _, _) = t.mesh_key();
     let cluster = ttmesh_topologies::load(&name).ok()?;
-    ttmesh::ranks::RankBindings::split_by_rows(&cluster, ranks)
+    ttmesh::ranks::RankBindings::split_evenly(&cluster, ranks)
         .err()
         .map(|e| format!("not run over {ranks} ranks: {e}"))
 }

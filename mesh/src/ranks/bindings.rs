@@ -1,5 +1,5 @@
 //! Rank bindings: which chips of a big mesh each MPI rank opens, from a file in the spirit of
-//! tt-run's rank bindings, or split evenly by rows. Every check runs before any chip opens.
+//! tt-run's rank bindings, or split evenly by rows (by columns when only they divide). Every check runs before any chip opens.
 //!
 //! The file (TOML):
 //!
@@ -26,7 +26,7 @@ pub struct RankBindings {
     /// Rank of each chip, by chip id.
     owner: Vec<u32>,
     ranks: u32,
-    /// Where the split came from, for messages: the file, or "the even split by rows".
+    /// Where the split came from, for messages: the file, or "the even split of galaxy's 4 rows".
     source: String,
 }
 
@@ -64,36 +64,46 @@ impl RankBindings {
     }
 
     /// The default: the mesh's rows split evenly over `ranks`, in order (rank 0 the first
-    /// rows).
-    pub fn split_by_rows(g: &ClusterGraph, ranks: u32) -> Result<RankBindings, BindingsError> {
+    /// rows); a mesh whose rows do not split but whose columns do (a line of one row, say) is
+    /// split by columns the same way.
+    pub fn split_evenly(g: &ClusterGraph, ranks: u32) -> Result<RankBindings, BindingsError> {
         let (rows, cols) = g.mesh_shape();
         let n = ranks as usize;
-        if n == 0 || rows % n != 0 {
-            let fits: Vec<String> = (1..=rows)
-                .filter(|k| rows % k == 0)
-                .map(|k| k.to_string())
-                .collect();
+        let divides = |len: usize| n != 0 && len % n == 0;
+        let (by_rows, along) = if divides(rows) {
+            (true, rows)
+        } else if divides(cols) {
+            (false, cols)
+        } else {
+            let counts =
+                |len: usize| -> Vec<usize> { (1..=len).filter(|k| len % k == 0).collect() };
+            let mut fits = counts(rows);
+            fits.extend(counts(cols));
+            fits.sort_unstable();
+            fits.dedup();
+            let fits: Vec<String> = fits.iter().map(|k| k.to_string()).collect();
             return Err(BindingsError(format!(
-                "the mesh {} has {rows} rows, which do not split evenly over {ranks} ranks: run \
-                 with -np {} instead, or give a rank-bindings file (--rank-bindings) that says \
-                 which chips each rank opens",
+                "the mesh {} has {rows} rows and {cols} columns, neither of which splits evenly \
+                 over {ranks} ranks: run with -np {} instead, or give a rank-bindings file \
+                 (--rank-bindings) that says which chips each rank opens",
                 g.name(),
                 fits.join(", -np ")
             )));
-        }
-        let per = rows / n;
+        };
+        let per = along / n;
         let mut owner = vec![0; g.num_chips()];
         for r in 0..rows {
             for c in 0..cols {
                 if let Some(id) = g.chip_at(r, c) {
-                    owner[id as usize] = (r / per) as u32;
+                    owner[id as usize] = ((if by_rows { r } else { c }) / per) as u32;
                 }
             }
         }
+        let what = if by_rows { "rows" } else { "columns" };
         Ok(RankBindings {
             owner,
             ranks,
-            source: format!("the even split of {}'s {rows} rows", g.name()),
+            source: format!("the even split of {}'s {along} {what}", g.name()),
         })
     }
 
@@ -292,22 +302,41 @@ mod tests {
     #[test]
     fn the_default_splits_rows_in_order() {
         let g = galaxy();
-        let b = RankBindings::split_by_rows(&g, 2).unwrap();
+        let b = RankBindings::split_evenly(&g, 2).unwrap();
         assert_eq!(b.chips_of(0), (0..16).collect::<Vec<_>>());
         assert_eq!(b.chips_of(1), (16..32).collect::<Vec<_>>());
-        let b4 = RankBindings::split_by_rows(&g, 4).unwrap();
+        let b4 = RankBindings::split_evenly(&g, 4).unwrap();
         assert_eq!(b4.chips_of(3), (24..32).collect::<Vec<_>>());
     }
 
     #[test]
     fn a_mesh_that_cannot_split_names_the_rank_counts_that_can() {
-        let e = RankBindings::split_by_rows(&galaxy(), 3).unwrap_err().0;
-        assert!(e.contains("4 rows") && e.contains("3 ranks"), "{e}");
+        let e = RankBindings::split_evenly(&galaxy(), 3).unwrap_err().0;
         assert!(
-            e.contains("-np 1, -np 2, -np 4") && e.contains("--rank-bindings"),
+            e.contains("4 rows and 8 columns") && e.contains("3 ranks"),
             "{e}"
         );
-        assert!(RankBindings::split_by_rows(&galaxy(), 8).is_err());
+        assert!(
+            e.contains("-np 1, -np 2, -np 4, -np 8") && e.contains("--rank-bindings"),
+            "{e}"
+        );
+        assert!(RankBindings::split_evenly(&galaxy(), 16).is_err());
+    }
+
+    #[test]
+    fn rows_that_do_not_split_fall_back_to_columns_in_order() {
+        // A Galaxy's 4 rows do not split over 8 ranks; its 8 columns do: rank c holds column c.
+        let g = galaxy();
+        let b = RankBindings::split_evenly(&g, 8).unwrap();
+        for c in 0..8u32 {
+            let want: Vec<u32> = (0..4).filter_map(|r| g.chip_at(r, c as usize)).collect();
+            assert_eq!(b.chips_of(c), want, "rank {c}");
+        }
+        // A line of one row splits along its length.
+        let line = ttmesh_topologies::load("line-8").unwrap();
+        let b = RankBindings::split_evenly(&line, 2).unwrap();
+        assert_eq!(b.chips_of(0).len(), 4);
+        assert_eq!(b.chips_of(1).len(), 4);
     }
 
     #[test]

@@ -31,7 +31,7 @@ impl MeshRanks {
         let t = transport().map_err(|e| MeshError::Config(e.to_string()))?;
         let bindings = match bindings_file {
             Some(p) => RankBindings::from_file(p, cluster, t.size()),
-            None => RankBindings::split_by_rows(cluster, t.size()),
+            None => RankBindings::split_evenly(cluster, t.size()),
         }
         .map_err(|e| MeshError::Config(e.to_string()))?;
         let owner: Vec<u32> = (0..cluster.num_chips() as u32)
