@@ -47,6 +47,36 @@ fn median_f64(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// The name [`bench_model`] gives SmolLM2.
+const REAL_MODEL_NAME: &str = "SmolLM2-135M";
+
+/// The model the decode benchmarks run, and its name: SmolLM2 when `scripts/fetch-model.sh`
+/// has fetched it (not in a quick run), else the small synthetic llama.
+pub(crate) fn bench_model(quick: bool) -> Result<(Arc<LlamaWeights>, &'static str), String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    match (!quick)
+        .then(|| ttmesh_models::real_model_path(&root))
+        .flatten()
+    {
+        Some(path) => LlamaWeights::load(&path, LoadOptions::default())
+            .map(|w| (Arc::new(w), REAL_MODEL_NAME))
+            .map_err(|e| e.to_string()),
+        None => Ok((
+            load_synthetic(&SyntheticConfig::small())?,
+            "synthetic llama",
+        )),
+    }
+}
+
+/// A synthetic llama of `shape`, written to a temporary file, loaded, and the file removed.
+fn load_synthetic(shape: &SyntheticConfig) -> Result<Arc<LlamaWeights>, String> {
+    let path = std::env::temp_dir().join(format!("ttmesh-bench-{}.gguf", std::process::id()));
+    write_synthetic_llama(&path, shape).map_err(|e| e.to_string())?;
+    let loaded = LlamaWeights::load(&path, LoadOptions::default());
+    let _ = std::fs::remove_file(&path);
+    loaded.map(Arc::new).map_err(|e| e.to_string())
+}
+
 /// Runs the benchmark; the report says which model, mesh and batch it used.
 pub fn run(quick: bool) -> String {
     match bench(quick) {
@@ -56,24 +86,9 @@ pub fn run(quick: bool) -> String {
 }
 
 fn bench(quick: bool) -> Result<String, String> {
-    let e = |e: &dyn std::fmt::Display| e.to_string();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let real = if quick {
-        None
-    } else {
-        ttmesh_models::real_model_path(&root)
-    };
-    let synthetic = std::env::temp_dir().join(format!("ttmesh-bench-{}.gguf", std::process::id()));
-    let is_real = real.is_some();
-    let (path, name) = match real {
-        Some(p) => (p, "SmolLM2-135M"),
-        None => {
-            write_synthetic_llama(&synthetic, &SyntheticConfig::small()).map_err(|x| e(&x))?;
-            (synthetic.clone(), "synthetic llama")
-        }
-    };
-    let weights = Arc::new(LlamaWeights::load(&path, LoadOptions::default()).map_err(|x| e(&x))?);
-    let _ = std::fs::remove_file(&synthetic);
+    let (weights, name) = bench_model(quick)?;
+    let is_real = name == REAL_MODEL_NAME;
     let steps = if quick { 6 } else { 16 };
     let mut s = String::new();
     let yardstick = if is_real { llama_cpp(&root) } else { None };
@@ -118,11 +133,7 @@ fn bench(quick: bool) -> Result<String, String> {
         // A model of Llama-3.2-1B's shape (random weights: no registry this project reaches
         // ships one) on a T3K in bfp8_b: what a user bringing a bigger model gets.
         drop(weights);
-        let shape = SyntheticConfig::llama_3_2_1b();
-        write_synthetic_llama(&synthetic, &shape).map_err(|x| e(&x))?;
-        let loaded = LlamaWeights::load(&synthetic, LoadOptions::default());
-        let _ = std::fs::remove_file(&synthetic);
-        let weights = Arc::new(loaded.map_err(|x| e(&x))?);
+        let weights = load_synthetic(&SyntheticConfig::llama_3_2_1b())?;
         let name = "Llama-3.2-1B shape (synthetic)";
         measure(&mut s, name, &weights, None, "t3k", 1, bfp8, 8)?;
     }

@@ -8,7 +8,6 @@
 //! falls on both.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ttmesh::ccl::{self, CclArgs};
@@ -16,8 +15,7 @@ use ttmesh::{
     CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice, MeshTensor,
     ReplicateTensorToMesh,
 };
-use ttmesh_models::synthetic::{write_synthetic_llama, SyntheticConfig};
-use ttmesh_models::{DeviceDecodeConfig, DeviceLlama, LlamaWeights, LoadOptions};
+use ttmesh_models::{DeviceDecodeConfig, DeviceLlama};
 
 use crate::ccl::{open, time_collective_along, Iters, Op};
 
@@ -164,21 +162,7 @@ fn wire_bytes(mesh: &MeshDevice) -> u64 {
 
 fn decode(quick: bool, s: &mut String) -> Result<(), String> {
     let e = |e: &dyn std::fmt::Display| e.to_string();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let real = (!quick)
-        .then(|| ttmesh_models::real_model_path(&root))
-        .flatten();
-    let synthetic =
-        std::env::temp_dir().join(format!("ttmesh-bench-fabric2d-{}.gguf", std::process::id()));
-    let (path, name) = match real {
-        Some(p) => (p, "SmolLM2-135M"),
-        None => {
-            write_synthetic_llama(&synthetic, &SyntheticConfig::small()).map_err(|x| e(&x))?;
-            (synthetic.clone(), "synthetic llama")
-        }
-    };
-    let weights = Arc::new(LlamaWeights::load(&path, LoadOptions::default()).map_err(|x| e(&x))?);
-    let _ = std::fs::remove_file(&synthetic);
+    let (weights, name) = crate::decode::bench_model(quick)?;
     let steps = if quick { 5 } else { 9 };
     let rounds = if quick { 1 } else { 2 };
     let batch = 1;

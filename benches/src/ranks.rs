@@ -144,24 +144,30 @@ pub fn time_all_reduce(
     iters: usize,
 ) -> Result<f64, String> {
     let x = inputs(mesh, rows, cols, 5)?;
+    let mine = mean_all_reduce_us(mesh, &x, iters)?;
+    x.deallocate(true).map_err(|e| e.to_string())?;
+    let all = ttmesh::ranks::exchange_f64(mesh, mine, Duration::from_secs(60))?;
+    Ok(all.iter().copied().fold(0.0, f64::max))
+}
+
+/// This rank's mean time of an all_reduce of `x` (us over `iters`, after one untimed run that
+/// compiles and first touches), each finished and its output freed.
+fn mean_all_reduce_us(mesh: &MeshDevice, x: &MeshTensor, iters: usize) -> Result<f64, String> {
     let args = CclArgs::default();
     let once = || -> Result<Duration, String> {
         let t = Instant::now();
-        let y = ccl::all_reduce(&x, &args).map_err(|e| e.to_string())?;
+        let y = ccl::all_reduce(x, &args).map_err(|e| e.to_string())?;
         mesh.finish(CqId(0)).map_err(|e| e.to_string())?;
         let took = t.elapsed();
         y.deallocate(true).map_err(|e| e.to_string())?;
         Ok(took)
     };
-    once()?; // compile, first touch
+    once()?;
     let mut total = Duration::ZERO;
     for _ in 0..iters {
         total += once()?;
     }
-    x.deallocate(true).map_err(|e| e.to_string())?;
-    let mine = total.as_secs_f64() * 1e6 / iters as f64;
-    let all = ttmesh::ranks::exchange_f64(mesh, mine, Duration::from_secs(60))?;
-    Ok(all.iter().copied().fold(0.0, f64::max))
+    Ok(total.as_secs_f64() * 1e6 / iters.max(1) as f64)
 }
 
 /// OpenMPI's MPI_Allreduce of `bytes` per rank between this job's ranks, timed now (mean
@@ -253,22 +259,7 @@ fn big_mesh(quick: bool, ranks: u32, out: &mut String) -> Result<(), String> {
     .unwrap();
     for &(rows, cols) in sizes {
         let x = inputs(&mesh, rows, cols, 11)?;
-        let args = CclArgs::default();
-        let once = || -> Result<Duration, String> {
-            let t = Instant::now();
-            let y = ccl::all_reduce(&x, &args).map_err(|e| e.to_string())?;
-            mesh.finish(CqId(0)).map_err(|e| e.to_string())?;
-            let took = t.elapsed();
-            y.deallocate(true).map_err(|e| e.to_string())?;
-            Ok(took)
-        };
-        once()?;
-        let iters = if quick { 3 } else { 10 };
-        let mut total = Duration::ZERO;
-        for _ in 0..iters {
-            total += once()?;
-        }
-        let mine = total.as_secs_f64() * 1e6 / iters as f64;
+        let mine = mean_all_reduce_us(&mesh, &x, if quick { 3 } else { 10 })?;
         let us = ttmesh::ranks::exchange_f64(&mesh, mine, timeout)?
             .into_iter()
             .fold(0.0, f64::max);
