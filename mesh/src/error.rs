@@ -45,3 +45,19 @@ pub(crate) fn invalid(op: &str, detail: impl Into<String>) -> MeshError {
         detail: detail.into(),
     }
 }
+
+/// An error and every cause below it, as one line (each cause once: a message that already
+/// quotes its source is not repeated). A fault's link, say, is often named only by a source.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s += ": ";
+            s += &t;
+        }
+        cur = c.source();
+    }
+    s
+}

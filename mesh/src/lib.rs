@@ -28,7 +28,7 @@ mod trace;
 
 pub use described::implied_fabric_config;
 pub use device::{ChipReport, MeshConfig, MeshCoordinate, MeshDevice, MeshShape};
-pub use error::{MeshError, Result};
+pub use error::{error_chain, MeshError, Result};
 pub use labels::{LabelledMemory, MemoryRole};
 pub use tensor::{
     allocate_tensor_on_device, copy_host_to_device_tensor, ConcatMesh2dToTensor,

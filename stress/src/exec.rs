@@ -121,19 +121,7 @@ impl MeshMapper for PerChip {
 }
 
 /// Every error in a chain, joined: a fault's link may be named by a source.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s += ": ";
-            s += &t;
-        }
-        cur = c.source();
-    }
-    s
-}
+pub use ttmesh::error_chain as chain;
 
 fn memory_config(case: &Case) -> MemoryConfig {
     if case.l1 {

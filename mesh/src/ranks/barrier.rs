@@ -67,21 +67,6 @@ pub(crate) fn judge(states: &[RankState], me: u32) -> Verdict {
     }
 }
 
-/// An error with its causes, as one line for another rank.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s += ": ";
-            s += &t;
-        }
-        cur = c.source();
-    }
-    s
-}
-
 /// The barrier: `results` are this rank's chips' waits, `idle` whether a reset may go ahead
 /// here. Returns the same verdict on every rank: this rank's own error first, else another
 /// rank's, else the fabric's failure if one was reset.
@@ -95,8 +80,8 @@ pub(crate) fn barrier(
     let failure = fabric.and_then(|f| f.failure());
     let local = pick_error(results);
     let state = RankState {
-        error: local.as_ref().err().map(|e| chain(e)),
-        fabric_failure: failure.as_ref().map(|e| chain(e)),
+        error: local.as_ref().err().map(|e| crate::error_chain(e)),
+        fabric_failure: failure.as_ref().map(|e| crate::error_chain(e)),
         idle,
         traces: mesh.inner.trace_calls.lock().take(),
     };
