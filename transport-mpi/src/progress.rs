@@ -83,6 +83,40 @@ impl InFlight {
     }
 }
 
+/// A receive in flight: a message matched from one rank whose bytes MPI is still copying
+/// into `buf` (a large message is pulled from the sender once matched; if the sender dies
+/// meanwhile, the copy never ends, so it is tested, never waited for: a blocking receive
+/// here once held this thread, and with it the silence check, forever).
+struct Receiving {
+    req: Request<'static, [u8], StaticScope>,
+    buf: Vec<u8>,
+    len: usize,
+    tag: i32,
+}
+
+impl Receiving {
+    fn start(msg: mpi::point_to_point::Message, tag: i32, mut buf: Vec<u8>, len: usize) -> Self {
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        // SAFETY: MPI writes the buffer until the request completes; the Vec's heap block
+        // does not move when the Vec does, and it is neither read, changed nor freed before
+        // `finish` saw the request complete (or the job is aborted).
+        let bytes: &'static mut [u8] =
+            unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr(), len) };
+        let req = msg.immediate_matched_receive_into(StaticScope, bytes);
+        Receiving { req, buf, len, tag }
+    }
+
+    /// The tag, the buffer and the message's length (its first bytes) if the receive is done.
+    fn finish(self) -> Result<(i32, Vec<u8>, usize), Receiving> {
+        match self.req.test() {
+            Ok(_) => Ok((self.tag, self.buf, self.len)),
+            Err(req) => Err(Receiving { req, ..self }),
+        }
+    }
+}
+
 /// A host exchange under way.
 struct Exchange {
     parts: Vec<Option<Vec<u8>>>,
@@ -115,8 +149,9 @@ struct Progress {
     out: Arc<Outboxes>,
     sends: Vec<InFlight>,
     spare: Vec<Vec<u8>>,
-    /// Reused for every incoming message.
-    recv: Vec<u8>,
+    /// Per rank: a message whose bytes are still arriving, and the buffer reused for the next.
+    receiving: Vec<Option<Receiving>>,
+    recv_bufs: Vec<Vec<u8>>,
     attached: Option<Arc<Incoming>>,
     /// Fabric traffic for a mesh this rank has not opened yet (another rank got there
     /// first): each message alone, with its sender.
@@ -155,7 +190,8 @@ pub(crate) fn run(
         out,
         sends: Vec::new(),
         spare: Vec::new(),
-        recv: Vec::new(),
+        receiving: (0..size).map(|_| None).collect(),
+        recv_bufs: vec![Vec::new(); size as usize],
         attached: None,
         early: Vec::new(),
         host_inbox: vec![VecDeque::new(); size as usize],
@@ -174,7 +210,7 @@ pub(crate) fn run(
             waits_seen = waits;
             last_traffic = Instant::now();
         }
-        let attentive = p.out.someone_waits() || !p.sends.is_empty() || p.exchange.is_some();
+        let attentive = p.out.someone_waits() || p.in_flight() || p.exchange.is_some();
         let first = if last_traffic.elapsed() < HOT {
             std::thread::yield_now();
             cmds.try_recv().ok()
@@ -330,35 +366,66 @@ impl Progress {
     }
 
     /// Takes everything that arrived, in the order each rank sent it; true if anything did.
+    /// A message whose bytes are still on their way (a large one, copied in by the receiver
+    /// once matched) stays in flight, and that rank's later messages wait behind it.
     fn receive(&mut self) -> bool {
         let mut any = false;
-        while let Some((msg, status)) = self.world.any_process().immediate_matched_probe() {
-            any = true;
-            let n = status.count(u8::equivalent_datatype()).max(0) as usize;
-            if self.recv.len() < n {
-                self.recv.resize(n, 0);
+        for r in self.others() {
+            let i = r as usize;
+            if let Some(rv) = self.receiving[i].take() {
+                match rv.finish() {
+                    Ok((tag, buf, len)) => {
+                        self.take_message(r, tag, &buf[..len]);
+                        self.recv_bufs[i] = buf;
+                        any = true;
+                    }
+                    Err(rv) => {
+                        self.receiving[i] = Some(rv);
+                        continue;
+                    }
+                }
             }
-            msg.matched_receive_into(&mut self.recv[..n]);
-            let from = status.source_rank() as u32;
-            self.last_heard[from as usize] = Instant::now();
-            let bytes = &self.recv[..n];
-            match status.tag() {
-                TAG_HEARTBEAT => {}
-                TAG_HOST => self.host_inbox[from as usize].push_back(bytes.to_vec()),
-                _ => {
-                    let now = self.attached.as_ref().map(|a| a.generation);
-                    for m in wire::batch(bytes).map_while(|m| m) {
-                        match (&self.attached, m.generation()) {
-                            (Some(inc), g) if g == now => inc.deliver(from, m),
-                            (_, g) if g > now => self.early.push((from, m.encode())),
-                            // A closed mesh's leftovers.
-                            _ => {}
-                        }
+            while let Some((msg, status)) = self
+                .world
+                .process_at_rank(r as i32)
+                .immediate_matched_probe()
+            {
+                let n = status.count(u8::equivalent_datatype()).max(0) as usize;
+                let buf = std::mem::take(&mut self.recv_bufs[i]);
+                match Receiving::start(msg, status.tag(), buf, n).finish() {
+                    Ok((tag, buf, len)) => {
+                        self.take_message(r, tag, &buf[..len]);
+                        self.recv_bufs[i] = buf;
+                        any = true;
+                    }
+                    Err(rv) => {
+                        self.receiving[i] = Some(rv);
+                        break;
                     }
                 }
             }
         }
         any
+    }
+
+    /// Files one whole message from rank `from`.
+    fn take_message(&mut self, from: u32, tag: i32, bytes: &[u8]) {
+        self.last_heard[from as usize] = Instant::now();
+        match tag {
+            TAG_HEARTBEAT => {}
+            TAG_HOST => self.host_inbox[from as usize].push_back(bytes.to_vec()),
+            _ => {
+                let now = self.attached.as_ref().map(|a| a.generation);
+                for m in wire::batch(bytes).map_while(|m| m) {
+                    match (&self.attached, m.generation()) {
+                        (Some(inc), g) if g == now => inc.deliver(from, m),
+                        (_, g) if g > now => self.early.push((from, m.encode())),
+                        // A closed mesh's leftovers.
+                        _ => {}
+                    }
+                }
+            }
+        }
     }
 
     /// Completes the host exchange under way once every rank's part is here.
@@ -452,6 +519,11 @@ impl Progress {
         self.sends = still;
     }
 
+    /// True while a send or a receive is incomplete.
+    fn in_flight(&self) -> bool {
+        !self.sends.is_empty() || self.receiving.iter().any(Option::is_some)
+    }
+
     /// Completes every send (up to `deadline`), then finalises MPI.
     fn finalize(
         mut self,
@@ -460,19 +532,14 @@ impl Progress {
         universe: mpi::environment::Universe,
     ) {
         self.send_queued();
-        while !self.sends.is_empty() && Instant::now() < deadline {
+        // Keep taking what others send meanwhile, so their sends complete.
+        self.attached = None;
+        while self.in_flight() && Instant::now() < deadline {
             self.complete_sends();
-            // Keep taking what others send meanwhile, so their sends complete.
-            while let Some((msg, status)) = self.world.any_process().immediate_matched_probe() {
-                let n = status.count(u8::equivalent_datatype()).max(0) as usize;
-                if self.recv.len() < n {
-                    self.recv.resize(n, 0);
-                }
-                msg.matched_receive_into(&mut self.recv[..n]);
-            }
+            self.receive();
         }
-        if !self.sends.is_empty() {
-            // A send that never completes cannot be dropped safely: end the job.
+        if self.in_flight() {
+            // A send or receive that never completes cannot be dropped safely: end the job.
             let _ = done.send(false);
             self.world.abort(1);
         }
