@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use ttmesh::ccl::{self, CclArgs};
 use ttmesh::{
-    CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice, MeshTensor,
-    ShardTensorToMesh, Topology,
+    Blocking, CqId, DataType, FabricConfig, Layout, MemoryConfig, MeshConfig, MeshDevice,
+    MeshTensor, ShardTensorToMesh, Topology,
 };
 
 use crate::ccl::MpiFigures;
@@ -36,16 +36,25 @@ const OPS: [&str; 3] = ["all_gather", "reduce_scatter", "all_reduce"];
 /// `topologies/bindings/{topology}-{ranks}-ranks.toml` where there is one (a mesh whose rows
 /// do not split that many ways), else by rows.
 fn open(topology: &str, fabric: FabricConfig, ranks: u32) -> Result<MeshDevice, String> {
+    open_with(config(topology, fabric, ranks))
+}
+
+/// The configuration [`open`] opens.
+fn config(topology: &str, fabric: FabricConfig, ranks: u32) -> MeshConfig {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../topologies/bindings")
         .join(format!("{topology}-{ranks}-ranks.toml"));
-    MeshDevice::open(MeshConfig {
+    MeshConfig {
         topology: topology.into(),
         fabric_config: fabric,
         rank_bindings: (ranks > 1 && file.exists()).then_some(file),
         ..Default::default()
-    })
-    .map_err(|e| format!("--mesh {topology}: {e}"))
+    }
+}
+
+fn open_with(config: MeshConfig) -> Result<MeshDevice, String> {
+    let topology = config.topology.clone();
+    MeshDevice::open(config).map_err(|e| format!("--mesh {topology}: {e}"))
 }
 
 /// Runs `op` on `x` (per chip `[1, 1, rows, cols]` bf16) along `axis`; the output tensor.
@@ -226,6 +235,152 @@ fn speed(quick: bool, out: &mut String) -> Result<(), String> {
     mesh.close().map_err(|e| e.to_string())
 }
 
+/// What one `synchronize_device` costs, in us.
+#[derive(Clone, Copy, Default)]
+struct SyncCosts {
+    /// With no work queued.
+    idle: f64,
+    /// Right after an `execute_trace` (not waited for) of a one-op trace.
+    traced: f64,
+}
+
+/// This rank's [`SyncCosts`] on `mesh` (means), the trace a relu of one tile per chip. On a
+/// mesh split over ranks each synchronize is one barrier: a host exchange.
+fn synchronize_costs(
+    mesh: &MeshDevice,
+    idle_iters: usize,
+    traced_iters: usize,
+) -> Result<SyncCosts, String> {
+    let err = |e: ttmesh::MeshError| e.to_string();
+    mesh.synchronize_device().map_err(err)?;
+    let t = Instant::now();
+    for _ in 0..idle_iters {
+        mesh.synchronize_device().map_err(err)?;
+    }
+    let idle = t.elapsed().as_secs_f64() * 1e6 / idle_iters.max(1) as f64;
+
+    let x = inputs(mesh, 32, 32, 3)?;
+    // Compiled before capture, as a trace requires.
+    ttmesh::ops::relu(&x, &Default::default())
+        .and_then(|y| y.deallocate(true))
+        .map_err(err)?;
+    let tid = mesh.begin_trace_capture(CqId(0)).map_err(err)?;
+    let y = ttmesh::ops::relu(&x, &Default::default());
+    mesh.end_trace_capture(tid, CqId(0)).map_err(err)?;
+    let y = y.map_err(err)?;
+    mesh.execute_trace(tid, CqId(0), Blocking::Yes)
+        .map_err(err)?;
+    mesh.synchronize_device().map_err(err)?;
+    let mut synchronizing = Duration::ZERO;
+    for _ in 0..traced_iters {
+        mesh.execute_trace(tid, CqId(0), Blocking::No)
+            .map_err(err)?;
+        let t = Instant::now();
+        mesh.synchronize_device().map_err(err)?;
+        synchronizing += t.elapsed();
+    }
+    mesh.release_trace(tid).map_err(err)?;
+    y.deallocate(true).map_err(err)?;
+    x.deallocate(true).map_err(err)?;
+    let traced = synchronizing.as_secs_f64() * 1e6 / traced_iters.max(1) as f64;
+    Ok(SyncCosts { idle, traced })
+}
+
+/// The slowest rank's costs, exchanged over `mesh`'s ranks.
+fn slowest(mesh: &MeshDevice, mine: SyncCosts) -> Result<SyncCosts, String> {
+    let max = |v: f64| -> Result<f64, String> {
+        let all = ttmesh::ranks::exchange_f64(mesh, v, Duration::from_secs(60))?;
+        Ok(all.into_iter().fold(v, f64::max))
+    };
+    Ok(SyncCosts {
+        idle: max(mine.idle)?,
+        traced: max(mine.traced)?,
+    })
+}
+
+/// The lockstep barrier's cost: `synchronize_device` on an n300 split one chip per rank,
+/// beside OpenMPI's MPI_Barrier between the same ranks timed right after it, and beside the
+/// same n300 opened wholly in rank 0's process (rank 1 waiting meanwhile, so the host runs
+/// 2 chips either way).
+fn lockstep(quick: bool, out: &mut String) -> Result<(), String> {
+    let (idle_iters, traced_iters, mpi_iters) = if quick {
+        (200, 50, 1000)
+    } else {
+        (2000, 500, 10000)
+    };
+    let mut cfg = config("n300", FabricConfig::Fabric1D, 2);
+    cfg.trace_region_size = 1 << 20;
+    let split = open_with(cfg.clone())?;
+    let mut run = || -> Result<(), String> {
+        let ranks = slowest(&split, synchronize_costs(&split, idle_iters, traced_iters)?)?;
+        let mpi = mpi_barrier_us(mpi_iters)?;
+        let mut alone = SyncCosts::default();
+        if launched_rank() == 0 {
+            let mesh = ttmesh::ranks::open_in_this_process(MeshConfig {
+                rank_bindings: None,
+                ..cfg.clone()
+            })
+            .map_err(|e| format!("n300 in one process: {e}"))?;
+            let costs = synchronize_costs(&mesh, idle_iters, traced_iters);
+            let closed = mesh.close().map_err(|e| e.to_string());
+            alone = costs?;
+            closed?;
+        }
+        let alone = slowest(&split, alone)?;
+        writeln!(
+            out,
+            "synchronize_device on an n300: split one chip per rank over 2 ranks (a barrier), in one process, and OpenMPI MPI_Barrier between the same 2 ranks\n{:<34} {:>10} {:>10} {:>10} {:>12} {:>12}",
+            "", "2 ranks us", "1 proc us", "MPI us", "2 ranks/1", "2 ranks/MPI"
+        )
+        .unwrap();
+        let rows = [
+            ("idle (nothing queued)", ranks.idle, alone.idle),
+            (
+                "after execute_trace (1-op trace)",
+                ranks.traced,
+                alone.traced,
+            ),
+        ];
+        for (what, r, a) in rows {
+            let (m, vs_mpi) = match mpi {
+                Some(m) => (format!("{m:.1}"), format!("{:.1}x", r / m.max(1e-9))),
+                None => ("-".into(), "-".into()),
+            };
+            let vs_one = format!("{:.1}x", r / a.max(1e-9));
+            writeln!(
+                out,
+                "{what:<34} {r:>10.1} {a:>10.1} {m:>10} {vs_one:>12} {vs_mpi:>12}"
+            )
+            .unwrap();
+        }
+        writeln!(out, "(slowest rank's means of {idle_iters} idle and {traced_iters} traced synchronizes, {mpi_iters} MPI_Barriers)").unwrap();
+        Ok(())
+    };
+    let r = run();
+    let closed = split.close().map_err(|e| e.to_string());
+    r?;
+    closed
+}
+
+/// This process's rank (0 outside mpirun).
+fn launched_rank() -> u32 {
+    ttmesh::ranks::launched().map_or(0, |(rank, _)| rank)
+}
+
+/// OpenMPI's MPI_Barrier between this job's ranks, timed now (mean us of `iters`, slowest
+/// rank); None when this build has no MPI.
+fn mpi_barrier_us(iters: usize) -> Result<Option<f64>, String> {
+    #[cfg(feature = "mpi")]
+    if let Some(t) = ttmesh_transport_mpi::started() {
+        return t
+            .time_barrier(iters, Duration::from_secs(60))
+            .map(|s| Some(s * 1e6))
+            .map_err(|e| e.to_string());
+    }
+    let _ = iters;
+    Ok(None)
+}
+
 /// Peak resident memory of this process (VmHWM), in MiB; 0 where /proc does not say.
 fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -284,7 +439,10 @@ pub fn run(quick: bool) -> Result<RanksReport, String> {
     let mut text = format!("ranks: {ranks}\n");
     bits(quick, ranks, &mut text)?;
     match ranks {
-        2 => speed(quick, &mut text)?,
+        2 => {
+            speed(quick, &mut text)?;
+            lockstep(quick, &mut text)?;
+        }
         4 => big_mesh(quick, ranks, &mut text)?,
         _ => text.push_str(
             "speed beside MPI_Allreduce: run under mpirun -np 2; a 128-chip mesh: -np 4\n",

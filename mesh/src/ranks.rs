@@ -278,6 +278,45 @@ mod shard_tests {
     }
 }
 
+thread_local! {
+    /// Set while [`open_in_this_process`] opens a mesh on this thread.
+    static OPENING_IN_THIS_PROCESS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Opens `config`'s mesh wholly in this process, even under `mpirun`: every chip here, no
+/// links to other ranks, and no barrier with them at `synchronize_device`, `finish` or
+/// `close`. For a rank that runs a small mesh of its own, or that times one mesh in one
+/// process beside the same mesh split over the ranks (`ttmesh bench ranks`). Outside
+/// `mpirun` it is `MeshDevice::open`.
+pub fn open_in_this_process(config: crate::MeshConfig) -> crate::Result<crate::MeshDevice> {
+    if let Some(file) = &config.rank_bindings {
+        return Err(crate::error::invalid(
+            "open_in_this_process",
+            format!(
+                "rank bindings {} were given for a mesh that opens wholly in this process: \
+                 drop them, or open it with MeshDevice::open to split it over the ranks",
+                file.display()
+            ),
+        ));
+    }
+    // Cleared on the way out however `open` leaves.
+    struct Opening;
+    impl Drop for Opening {
+        fn drop(&mut self) {
+            OPENING_IN_THIS_PROCESS.with(|f| f.set(false));
+        }
+    }
+    OPENING_IN_THIS_PROCESS.with(|f| f.set(true));
+    let _opening = Opening;
+    crate::MeshDevice::open(config)
+}
+
+/// True while [`open_in_this_process`] is opening a mesh on this thread.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub(crate) fn opening_in_this_process() -> bool {
+    OPENING_IN_THIS_PROCESS.with(|f| f.get())
+}
+
 /// This process's rank and the job's size when an MPI launcher started it, else None.
 pub fn launched() -> Option<(u32, u32)> {
     settings().mpi_launch.as_ref().map(|l| (l.rank, l.size))

@@ -54,6 +54,9 @@ pub(crate) enum Cmd {
         iters: usize,
         reply: Sender<f64>,
     },
+    /// Time OpenMPI's own `MPI_Barrier`: the mean of `iters` calls after one warm-up, this
+    /// rank's, in seconds. Asked as [`Cmd::TimeAllreduce`] is (it blocks in MPI too).
+    TimeBarrier { iters: usize, reply: Sender<f64> },
 }
 
 /// A send in flight: its request and the buffer MPI reads from until it completes.
@@ -310,6 +313,9 @@ impl Progress {
             } => {
                 let _ = reply.send(self.time_allreduce(bytes, iters));
             }
+            Cmd::TimeBarrier { iters, reply } => {
+                let _ = reply.send(self.time_barrier(iters));
+            }
             Cmd::Wake | Cmd::Finalize { .. } => {}
         }
     }
@@ -330,6 +336,17 @@ impl Progress {
         for _ in 0..iters.max(1) {
             self.world
                 .all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
+        }
+        start.elapsed().as_secs_f64() / iters.max(1) as f64
+    }
+
+    /// See [`Cmd::TimeBarrier`].
+    fn time_barrier(&self, iters: usize) -> f64 {
+        use mpi::collective::CommunicatorCollectives;
+        self.world.barrier();
+        let start = Instant::now();
+        for _ in 0..iters.max(1) {
+            self.world.barrier();
         }
         start.elapsed().as_secs_f64() / iters.max(1) as f64
     }

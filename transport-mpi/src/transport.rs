@@ -189,19 +189,46 @@ impl Transport {
         iters: usize,
         timeout: Duration,
     ) -> Result<f64, TransportError> {
+        self.time_mpi_call(
+            "MPI_Allreduce",
+            |reply| Cmd::TimeAllreduce {
+                bytes,
+                iters,
+                reply,
+            },
+            timeout,
+        )
+    }
+
+    /// OpenMPI's own `MPI_Barrier` between the ranks of this job, timed here: the mean
+    /// seconds of `iters` calls on the slowest rank, to print beside the mesh's barrier
+    /// (`synchronize_device` across ranks) measured in the same run. Called as
+    /// [`Transport::time_allreduce`] is.
+    pub fn time_barrier(&self, iters: usize, timeout: Duration) -> Result<f64, TransportError> {
+        self.time_mpi_call(
+            "MPI_Barrier",
+            |reply| Cmd::TimeBarrier { iters, reply },
+            timeout,
+        )
+    }
+
+    /// Has the progress thread time one of MPI's own calls (`cmd`, replying this rank's mean
+    /// seconds) once every rank is here; the slowest rank's mean.
+    fn time_mpi_call(
+        &self,
+        name: &str,
+        cmd: impl FnOnce(crossbeam_channel::Sender<f64>) -> Cmd,
+        timeout: Duration,
+    ) -> Result<f64, TransportError> {
         // Every rank is here before any blocks in MPI's collective.
         self.exchange(Vec::new(), timeout)?;
         let (reply, got) = crossbeam_channel::bounded(1);
         self.cmds
-            .send(Cmd::TimeAllreduce {
-                bytes,
-                iters,
-                reply,
-            })
+            .send(cmd(reply))
             .map_err(|_| TransportError("the MPI progress thread has ended".into()))?;
         let mine = got.recv_timeout(timeout).map_err(|_| {
             TransportError(format!(
-                "rank {}: MPI_Allreduce did not finish within {timeout:?}",
+                "rank {}: {name} did not finish within {timeout:?}",
                 self.rank
             ))
         })?;

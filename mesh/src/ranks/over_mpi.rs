@@ -25,7 +25,7 @@ impl MeshRanks {
         bindings_file: Option<&std::path::Path>,
         cluster: &ttmesh_topologies::ClusterGraph,
     ) -> Result<Option<MeshRanks>> {
-        if ttmesh_settings::settings().mpi_launch.is_none() {
+        if ttmesh_settings::settings().mpi_launch.is_none() || super::opening_in_this_process() {
             return Ok(None);
         }
         let t = transport().map_err(|e| MeshError::Config(e.to_string()))?;
