@@ -242,22 +242,52 @@ struct SyncCosts {
     idle: f64,
     /// Right after an `execute_trace` (not waited for) of a one-op trace.
     traced: f64,
+    /// A bare host exchange (empty bytes) between the mesh's ranks: the barrier's transport
+    /// without the mesh's state (nothing to exchange on a mesh wholly in this process).
+    exchange: f64,
 }
 
-/// This rank's [`SyncCosts`] on `mesh` (means), the trace a relu of one tile per chip. On a
-/// mesh split over ranks each synchronize is one barrier: a host exchange.
+/// Timing batches: each figure is the median of the batches' means, so a burst of other load
+/// on the host moves one batch, not the figure.
+const BATCHES: usize = 5;
+
+/// The median of `BATCHES` means of `iters` runs of `once` (each returning the time it counts).
+fn median_of_batches(
+    iters: usize,
+    mut once: impl FnMut() -> Result<Duration, String>,
+) -> Result<f64, String> {
+    let per = iters.div_ceil(BATCHES).max(1);
+    let mut means = Vec::with_capacity(BATCHES);
+    for _ in 0..BATCHES {
+        let mut total = Duration::ZERO;
+        for _ in 0..per {
+            total += once()?;
+        }
+        means.push(total.as_secs_f64() * 1e6 / per as f64);
+    }
+    means.sort_by(f64::total_cmp);
+    Ok(means[BATCHES / 2])
+}
+
+/// This rank's [`SyncCosts`] on `mesh`, the trace a relu of one tile per chip. On a mesh split
+/// over ranks each synchronize is one barrier: a host exchange of every rank's state.
 fn synchronize_costs(
     mesh: &MeshDevice,
     idle_iters: usize,
     traced_iters: usize,
 ) -> Result<SyncCosts, String> {
     let err = |e: ttmesh::MeshError| e.to_string();
+    let timed = |f: &dyn Fn() -> ttmesh::Result<()>| -> Result<Duration, String> {
+        let t = Instant::now();
+        f().map_err(err)?;
+        Ok(t.elapsed())
+    };
     mesh.synchronize_device().map_err(err)?;
-    let t = Instant::now();
-    for _ in 0..idle_iters {
-        mesh.synchronize_device().map_err(err)?;
-    }
-    let idle = t.elapsed().as_secs_f64() * 1e6 / idle_iters.max(1) as f64;
+    let idle = median_of_batches(idle_iters, || timed(&|| mesh.synchronize_device()))?;
+    let bare = || {
+        ttmesh::ranks::exchange_bytes(mesh, "timing", Vec::new(), Duration::from_secs(60)).map(drop)
+    };
+    let exchange = median_of_batches(idle_iters, || timed(&bare))?;
 
     let x = inputs(mesh, 32, 32, 3)?;
     // Compiled before capture, as a trace requires.
@@ -271,19 +301,19 @@ fn synchronize_costs(
     mesh.execute_trace(tid, CqId(0), Blocking::Yes)
         .map_err(err)?;
     mesh.synchronize_device().map_err(err)?;
-    let mut synchronizing = Duration::ZERO;
-    for _ in 0..traced_iters {
+    let traced = median_of_batches(traced_iters, || {
         mesh.execute_trace(tid, CqId(0), Blocking::No)
             .map_err(err)?;
-        let t = Instant::now();
-        mesh.synchronize_device().map_err(err)?;
-        synchronizing += t.elapsed();
-    }
+        timed(&|| mesh.synchronize_device())
+    });
     mesh.release_trace(tid).map_err(err)?;
     y.deallocate(true).map_err(err)?;
     x.deallocate(true).map_err(err)?;
-    let traced = synchronizing.as_secs_f64() * 1e6 / traced_iters.max(1) as f64;
-    Ok(SyncCosts { idle, traced })
+    Ok(SyncCosts {
+        idle,
+        traced: traced?,
+        exchange,
+    })
 }
 
 /// The slowest rank's costs, exchanged over `mesh`'s ranks.
@@ -295,26 +325,60 @@ fn slowest(mesh: &MeshDevice, mine: SyncCosts) -> Result<SyncCosts, String> {
     Ok(SyncCosts {
         idle: max(mine.idle)?,
         traced: max(mine.traced)?,
+        exchange: max(mine.exchange)?,
     })
 }
 
-/// The lockstep barrier's cost: `synchronize_device` on an n300 split one chip per rank,
-/// beside OpenMPI's MPI_Barrier between the same ranks timed right after it, and beside the
-/// same n300 opened wholly in rank 0's process (rank 1 waiting meanwhile, so the host runs
-/// 2 chips either way).
-fn lockstep(quick: bool, out: &mut String) -> Result<(), String> {
+/// A round trip between two threads of this process over a channel, in us (median of
+/// batches): the floor under a host exchange, whose caller hands its bytes to MPI's progress
+/// thread and is woken by it with the answer.
+fn thread_round_trip_us(iters: usize) -> Result<f64, String> {
+    let (ask, asked) = std::sync::mpsc::channel::<()>();
+    let (answer, answered) = std::sync::mpsc::channel::<()>();
+    let echo = std::thread::spawn(move || {
+        while asked.recv().is_ok() {
+            if answer.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    let gone = || "the echo thread ended".to_string();
+    let us = median_of_batches(iters, || {
+        let t = Instant::now();
+        ask.send(()).map_err(|_| gone())?;
+        answered
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|_| gone())?;
+        Ok(t.elapsed())
+    });
+    drop(ask);
+    let _ = echo.join();
+    us
+}
+
+/// The lockstep barrier's cost: `synchronize_device` on an n300 split over the
+/// `ranks_running` ranks (one chip per rank on 2), beside OpenMPI's MPI_Barrier between the
+/// same ranks timed right after it, and beside the same n300 opened wholly in rank 0's
+/// process (the other rank waiting meanwhile, so the host runs 2 chips either way).
+fn lockstep(quick: bool, ranks_running: u32, out: &mut String) -> Result<(), String> {
     let (idle_iters, traced_iters, mpi_iters) = if quick {
         (200, 50, 1000)
     } else {
         (2000, 500, 10000)
     };
-    let mut cfg = config("n300", FabricConfig::Fabric1D, 2);
+    let mut cfg = config("n300", FabricConfig::Fabric1D, ranks_running);
     cfg.trace_region_size = 1 << 20;
     let split = open_with(cfg.clone())?;
     let mut run = || -> Result<(), String> {
         let ranks = slowest(&split, synchronize_costs(&split, idle_iters, traced_iters)?)?;
-        let mpi = mpi_barrier_us(mpi_iters)?;
+        let mut mpi = Vec::new();
+        for _ in 0..BATCHES {
+            mpi.extend(mpi_barrier_us(mpi_iters / BATCHES)?);
+        }
+        mpi.sort_by(f64::total_cmp);
+        let mpi = mpi.get(mpi.len() / 2).copied();
         let mut alone = SyncCosts::default();
+        let mut handoff = 0.0;
         if launched_rank() == 0 {
             let mesh = ttmesh::ranks::open_in_this_process(MeshConfig {
                 rank_bindings: None,
@@ -325,35 +389,46 @@ fn lockstep(quick: bool, out: &mut String) -> Result<(), String> {
             let closed = mesh.close().map_err(|e| e.to_string());
             alone = costs?;
             closed?;
+            handoff = thread_round_trip_us(idle_iters)?;
         }
         let alone = slowest(&split, alone)?;
+        let handoff = ttmesh::ranks::exchange_f64(&split, handoff, Duration::from_secs(60))?
+            .into_iter()
+            .fold(0.0, f64::max);
         writeln!(
             out,
-            "synchronize_device on an n300: split one chip per rank over 2 ranks (a barrier), in one process, and OpenMPI MPI_Barrier between the same 2 ranks\n{:<34} {:>10} {:>10} {:>10} {:>12} {:>12}",
-            "", "2 ranks us", "1 proc us", "MPI us", "2 ranks/1", "2 ranks/MPI"
+            "synchronize_device on an n300: split over {n} rank(s) under mpirun (a barrier), in one process, and OpenMPI MPI_Barrier between the same {n} rank(s)\n{:<34} {:>10} {:>10} {:>10} {:>12} {:>12}",
+            "", format!("{ranks_running} rank(s) us"), "1 proc us", "MPI us", "ranks/1 proc", "ranks/MPI",
+            n = ranks_running
         )
         .unwrap();
         let rows = [
-            ("idle (nothing queued)", ranks.idle, alone.idle),
+            ("idle (nothing queued)", ranks.idle, Some(alone.idle)),
             (
                 "after execute_trace (1-op trace)",
                 ranks.traced,
-                alone.traced,
+                Some(alone.traced),
             ),
+            ("bare host exchange (no mesh state)", ranks.exchange, None),
         ];
+        let ratio = |a: f64, b: f64| format!("{:.1}x", a / b.max(1e-9));
         for (what, r, a) in rows {
             let (m, vs_mpi) = match mpi {
-                Some(m) => (format!("{m:.1}"), format!("{:.1}x", r / m.max(1e-9))),
+                Some(m) => (format!("{m:.1}"), ratio(r, m)),
                 None => ("-".into(), "-".into()),
             };
-            let vs_one = format!("{:.1}x", r / a.max(1e-9));
+            let (a, vs_one) = match a {
+                Some(a) => (format!("{a:.1}"), ratio(r, a)),
+                None => ("-".into(), "-".into()),
+            };
             writeln!(
                 out,
-                "{what:<34} {r:>10.1} {a:>10.1} {m:>10} {vs_one:>12} {vs_mpi:>12}"
+                "{what:<34} {r:>10.1} {a:>10} {m:>10} {vs_one:>12} {vs_mpi:>12}"
             )
             .unwrap();
         }
-        writeln!(out, "(slowest rank's means of {idle_iters} idle and {traced_iters} traced synchronizes, {mpi_iters} MPI_Barriers)").unwrap();
+        writeln!(out, "(medians of {BATCHES} batch means, slowest rank: {idle_iters} idle and {traced_iters} traced synchronizes, {idle_iters} exchanges, {mpi_iters} MPI_Barriers)").unwrap();
+        writeln!(out, "for scale: a round trip between two threads of one process over a channel (a host exchange's caller and MPI's progress thread make one): {handoff:.1} us").unwrap();
         Ok(())
     };
     let r = run();
@@ -441,9 +516,12 @@ pub fn run(quick: bool) -> Result<RanksReport, String> {
     match ranks {
         2 => {
             speed(quick, &mut text)?;
-            lockstep(quick, &mut text)?;
+            lockstep(quick, 2, &mut text)?;
         }
         4 => big_mesh(quick, ranks, &mut text)?,
+        // One rank under mpirun: its barrier is an exchange with itself, the hand-offs to
+        // MPI's progress thread and back with no message between ranks.
+        1 if launch.is_some() => lockstep(quick, 1, &mut text)?,
         _ => text.push_str(
             "speed beside MPI_Allreduce: run under mpirun -np 2; a 128-chip mesh: -np 4\n",
         ),
