@@ -429,12 +429,65 @@ fn lockstep(quick: bool, ranks_running: u32, out: &mut String) -> Result<(), Str
         }
         writeln!(out, "(medians of {BATCHES} batch means, slowest rank: {idle_iters} idle and {traced_iters} traced synchronizes, {idle_iters} exchanges, {mpi_iters} MPI_Barriers)").unwrap();
         writeln!(out, "for scale: a round trip between two threads of one process over a channel (a host exchange's caller and MPI's progress thread make one): {handoff:.1} us").unwrap();
+        if ranks_running == 2 {
+            let iters = if quick { 50 } else { 200 };
+            let mut lags = Vec::new();
+            for early in [Duration::from_micros(500), Duration::from_millis(2)] {
+                lags.push(release_lag_us(&split, early, iters)?);
+            }
+            writeln!(
+                out,
+                "rank 0, arriving early, leaves the barrier this long after rank 1 leaves it (median of {iters}): {:.1} us when it waited 0.5 ms, {:.1} us when it waited 2 ms",
+                lags[0], lags[1]
+            )
+            .unwrap();
+        }
         Ok(())
     };
     let r = run();
     let closed = split.close().map_err(|e| e.to_string());
     r?;
     closed
+}
+
+/// How long after the last rank's barrier ends the barrier of a rank that arrived `early`
+/// ends, in us (median of `iters`; the same on every rank): rank 1 idles `early` before each
+/// `synchronize_device`, so rank 0 waits for it that long. What a rank whose share of the work
+/// is smaller loses at each barrier on top of the wait itself.
+fn release_lag_us(mesh: &MeshDevice, early: Duration, iters: usize) -> Result<f64, String> {
+    let late = launched_rank() == 1;
+    // Wall-clock times (ns): the ranks compare them, which holds on one host.
+    let mut ends = Vec::with_capacity(iters * 8);
+    for _ in 0..iters {
+        if late {
+            std::thread::sleep(early);
+        }
+        mesh.synchronize_device().map_err(|e| e.to_string())?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|e| e.to_string())?;
+        ends.extend((now.as_nanos() as u64).to_le_bytes());
+    }
+    let all = ttmesh::ranks::exchange_bytes(mesh, "barrier ends", ends, Duration::from_secs(60))
+        .map_err(|e| e.to_string())?;
+    let times = |r: usize| -> Vec<f64> {
+        all.get(r).map_or_else(Vec::new, |b| {
+            b.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()) as f64)
+                .collect()
+        })
+    };
+    let (first, last) = (times(0), times(1));
+    let mut lags: Vec<f64> = first
+        .iter()
+        .zip(&last)
+        .map(|(a, b)| (a - b) / 1e3)
+        .collect();
+    if lags.is_empty() {
+        return Err("barrier ends: a rank sent no times".into());
+    }
+    lags.sort_by(f64::total_cmp);
+    Ok(lags[lags.len() / 2])
 }
 
 /// This process's rank (0 outside mpirun).
