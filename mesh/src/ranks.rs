@@ -63,6 +63,28 @@ mod tests {
         assert!(check_launch_of(Some(&l), true).is_ok());
         assert!(check_launch_of(None, false).is_ok());
     }
+
+    #[test]
+    fn a_mesh_in_this_process_refuses_rank_bindings_and_holds_every_chip() {
+        let config = |bindings: Option<&str>| crate::MeshConfig {
+            topology: "n300".into(),
+            rank_bindings: bindings.map(Into::into),
+            ..Default::default()
+        };
+        let e = open_in_this_process(config(Some("n300-2-ranks.toml")))
+            .err()
+            .expect("bindings refused")
+            .to_string();
+        assert!(
+            e.contains("n300-2-ranks.toml") && e.contains("MeshDevice::open"),
+            "{e}"
+        );
+        assert!(!opening_in_this_process(), "the flag outlives the refusal");
+        let mesh = open_in_this_process(config(None)).unwrap();
+        assert!(!opening_in_this_process(), "the flag outlives the open");
+        assert_eq!(mesh.num_devices(), 2);
+        mesh.close().unwrap();
+    }
 }
 
 /// A host exchange's bytes labelled with what the rank is doing (`what`), so a rank that took
