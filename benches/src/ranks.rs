@@ -8,9 +8,12 @@
 //!
 //! Speed (2 ranks only): all_reduce of 36 KiB and 16 MiB per chip on an n300 split one chip
 //! per rank, next to OpenMPI's MPI_Allreduce between the same 2 processes timed right after
-//! it (so both see the same host load), with the ratio. On 4 ranks: a 128-chip all_reduce (four
-//! Galaxies as one mesh, a Galaxy per rank), its time and each rank's peak memory. Prints
-//! figures; asserts nothing.
+//! it (so both see the same host load), with the ratio. Then the lockstep barrier: what one
+//! `synchronize_device` costs on that n300 (idle, and after an `execute_trace`) beside OpenMPI's
+//! MPI_Barrier timed right after and the same n300 in one process, and how late a rank that
+//! arrived early leaves it (under `mpirun -np 1`: the barrier as an exchange with itself). On 4
+//! ranks: a 128-chip all_reduce (four Galaxies as one mesh, a Galaxy per rank), its time and
+//! each rank's peak memory. Prints figures; asserts nothing.
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -560,7 +563,8 @@ fn big_mesh(quick: bool, ranks: u32, out: &mut String) -> Result<(), String> {
     mesh.close().map_err(|e| e.to_string())
 }
 
-/// The benchmark: the bits on every split, then (on 2 ranks) the speed beside MPI.
+/// The benchmark: the bits on every split, then (on 2 ranks) the speed and the barrier beside
+/// MPI.
 pub fn run(quick: bool) -> Result<RanksReport, String> {
     let launch = ttmesh_settings::settings().mpi_launch.clone();
     let ranks = launch.as_ref().map_or(1, |l| l.size);
@@ -576,7 +580,7 @@ pub fn run(quick: bool) -> Result<RanksReport, String> {
         // MPI's progress thread and back with no message between ranks.
         1 if launch.is_some() => lockstep(quick, 1, &mut text)?,
         _ => text.push_str(
-            "speed beside MPI_Allreduce: run under mpirun -np 2; a 128-chip mesh: -np 4\n",
+            "speed beside MPI_Allreduce and the barrier beside MPI_Barrier: run under mpirun -np 2; a 128-chip mesh: -np 4\n",
         ),
     }
     Ok(RanksReport {
