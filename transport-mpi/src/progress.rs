@@ -8,8 +8,9 @@
 //! queued in the order it was given, so a write and the semaphore increment after it leave in
 //! that order) as one message, and MPI keeps the order of messages between two ranks, so they
 //! land in that order too. Other requests (host exchanges, attaching a mesh, finalize) come
-//! on a channel. It never blocks in MPI: sends are immediate and tested, receives are
-//! probed, so every wait here is the caller's, bounded by its timeout.
+//! on a channel. It never blocks in MPI: sends and receives are immediate and tested (a
+//! receive only once a probe matched its message), so every wait here is the caller's,
+//! bounded by its timeout, and a rank that dies mid-message cannot hold this thread.
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use mpi::datatype::Equivalence;
