@@ -213,8 +213,17 @@ impl Slot {
 pub(crate) struct Channel {
     slots: Box<[Mutex<Slot>]>,
     n: u64,
-    /// Slots consumed so far (written by the consumer only).
+    /// Slots whose credits have returned (written by the consumer, or by whoever releases
+    /// held credits, under `held`).
     head: AtomicU64,
+    /// Slots the consumer has taken so far (its cursor). Equal to `head` once a pass ends,
+    /// except into a chip another process holds: there each batch's credits are held until
+    /// that process confirms it took what was sent to it (`held`).
+    taken: AtomicU64,
+    /// Held credits, oldest first: (the mark the far process must confirm, the `taken`
+    /// index whose credits return then).
+    held: Mutex<std::collections::VecDeque<(u64, u64)>>,
+    n_held: AtomicUsize,
     /// Slots reserved so far (producers race with CAS).
     tail: AtomicU64,
     /// The draining router's wake, shared by all its inbound channels.
@@ -268,6 +277,9 @@ impl Channel {
             n: slots.len() as u64,
             slots: slots.into_boxed_slice(),
             head: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
+            held: Mutex::new(Default::default()),
+            n_held: AtomicUsize::new(0),
             tail: AtomicU64::new(0),
             consumer,
             router: OnceLock::new(),
@@ -423,23 +435,92 @@ impl Channel {
 
     /// Returns the credits of `k` freed slots (one update per batch of packets).
     pub fn advance(&self, k: u64) {
+        self.taken.fetch_add(k, SeqCst);
         self.head.fetch_add(k, SeqCst);
         self.wake_waiters();
+    }
+
+    /// Takes `k` freed slots whose credits return only once the far process has confirmed
+    /// `mark` (see [`Channel::release_confirmed`]).
+    pub fn advance_held(&self, k: u64, mark: u64) {
+        let mut held = self.held.lock();
+        let upto = self.taken.fetch_add(k, SeqCst) + k;
+        match held.back_mut() {
+            // Batches waiting for the same mark return together.
+            Some(last) if last.0 == mark => last.1 = upto,
+            _ => held.push_back((mark, upto)),
+        }
+        self.n_held.store(held.len(), SeqCst);
+    }
+
+    /// Returns the held credits whose mark is at most `confirmed`; true if any returned.
+    pub fn release_confirmed(&self, confirmed: u64) -> bool {
+        if self.n_held.load(SeqCst) == 0 {
+            return false;
+        }
+        let mut held = self.held.lock();
+        let mut upto = None;
+        while let Some(&(mark, idx)) = held.front() {
+            if mark > confirmed {
+                break;
+            }
+            upto = Some(idx);
+            held.pop_front();
+        }
+        self.n_held.store(held.len(), SeqCst);
+        drop(held);
+        let Some(upto) = upto else { return false };
+        self.head.store(upto, SeqCst);
+        self.wake_waiters();
+        true
+    }
+
+    /// True while credits are held for the far process.
+    pub fn holds_credits(&self) -> bool {
+        self.n_held.load(SeqCst) > 0
+    }
+
+    /// Reserves exactly `k` credits, with nothing queued before them, for a message the
+    /// holder of the consumer's token delivers without the slots (`FabricSender::send_direct`
+    /// into a chip another process holds), which then takes them with
+    /// [`Channel::advance_held`]; false, reserving nothing, if that cannot be.
+    pub fn take_unfilled(&self, k: u64) -> bool {
+        loop {
+            let h = self.head.load(SeqCst);
+            let t = self.tail.load(SeqCst);
+            if t - h + k > self.n || t != self.taken.load(SeqCst) {
+                return false;
+            }
+            if self
+                .tail
+                .compare_exchange_weak(t, t + k, SeqCst, SeqCst)
+                .is_ok()
+            {
+                return true;
+            }
+        }
     }
 
     pub fn slots(&self) -> u64 {
         self.n
     }
 
-    /// Index of the oldest slot (to tell one head-of-line packet from the next).
-    pub fn head(&self) -> u64 {
-        self.head.load(SeqCst)
+    /// Index of the oldest slot the consumer has not taken (to tell one head-of-line packet
+    /// from the next; past it, a lent payload is no longer read).
+    pub fn cursor(&self) -> u64 {
+        self.taken.load(SeqCst)
     }
 
-    /// Slots reserved or filled right now.
+    /// Slots reserved or filled, or taken with their credits held, right now.
     pub fn len(&self) -> u64 {
         let h = self.head.load(SeqCst);
         self.tail.load(SeqCst) - h
+    }
+
+    /// Slots reserved or filled and not yet taken by the consumer.
+    pub fn queued(&self) -> u64 {
+        let c = self.taken.load(SeqCst);
+        self.tail.load(SeqCst).saturating_sub(c)
     }
 
     /// The router that drains this channel, for senders that help it.

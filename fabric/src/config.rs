@@ -291,12 +291,19 @@ pub struct FabricSpec {
     pub config: FabricConfig,
     /// Slots per channel, one packet per slot (EDM's buffer count).
     pub channel_slots: usize,
+    /// Slots per channel from a chip held here into one another process holds (a big mesh
+    /// over MPI ranks).
+    /// Their credits return only once that process confirms taking the packets, a round
+    /// trip between processes of tens of microseconds where the ethernet's is about one, so
+    /// the channel holds that much more to keep the link as busy.
+    pub remote_channel_slots: usize,
     /// Every wait (free slot, flush, semaphore default) ends after this.
     pub timeout: Duration,
 }
 
 impl FabricSpec {
     pub const DEFAULT_SLOTS: usize = 8;
+    pub const DEFAULT_REMOTE_SLOTS: usize = 64;
     /// How long a send, flush or semaphore wait may take unless the spec says otherwise: the
     /// chips' default operation timeout. The fabric reads no environment; the mesh sets
     /// `timeout` to its chips' operation timeout (`TTMESH_OPERATION_TIMEOUT_SECONDS`).
@@ -318,6 +325,7 @@ impl FabricSpec {
             params,
             config,
             channel_slots: Self::DEFAULT_SLOTS,
+            remote_channel_slots: Self::DEFAULT_REMOTE_SLOTS,
             timeout: Self::DEFAULT_TIMEOUT,
         }
     }

@@ -60,10 +60,12 @@ fn validate(spec: &FabricSpec, memories: usize) -> Result<()> {
             "{memories} chip memories given for {n} chips; register exactly one per chip"
         )));
     }
-    if spec.channel_slots == 0 {
-        return Err(invalid(
-            "channel_slots is 0; every channel needs at least one slot".into(),
-        ));
+    if spec.channel_slots == 0 || spec.remote_channel_slots == 0 {
+        return Err(invalid(format!(
+            "channel_slots is {} and remote_channel_slots {}; every channel needs at least one \
+             slot",
+            spec.channel_slots, spec.remote_channel_slots
+        )));
     }
     if spec.timeout.is_zero() {
         return Err(invalid(
@@ -145,6 +147,7 @@ fn validate(spec: &FabricSpec, memories: usize) -> Result<()> {
 /// Builds the hop from position `p` to its neighbour in one direction, if there is one.
 fn build_hop(
     spec: &FabricSpec,
+    held_elsewhere: &dyn Fn(u32) -> bool,
     chips: &[u32],
     ring: bool,
     p: usize,
@@ -171,8 +174,16 @@ fn build_hop(
             (0..vcs)
                 .map(|_| {
                     let a_to_b = spec.links[l].a.0 == from;
+                    // Deeper where this process's packets cross to another's (see
+                    // `FabricSpec::remote_channel_slots`); between two chips held elsewhere
+                    // only routes passing through use them.
+                    let slots = if held_elsewhere(to) && !held_elsewhere(from) {
+                        spec.remote_channel_slots
+                    } else {
+                        spec.channel_slots
+                    };
                     let ch = Arc::new(Channel::new(
-                        spec.channel_slots,
+                        slots,
                         spec.params.max_payload_bytes,
                         l,
                         a_to_b,
@@ -217,6 +228,7 @@ impl Fabric {
     ) -> Result<Fabric> {
         validate(&spec, memories.len())?;
         let (plans, routing) = Routing::plan(&spec)?;
+        let held_elsewhere = |chip: u32| remote.as_ref().is_some_and(|r| r.is_remote(chip));
         let mut channels = Vec::new();
         let mut lines = Vec::new();
         for plan in plans {
@@ -226,6 +238,7 @@ impl Fabric {
             for p in 0..n {
                 fwd.push(build_hop(
                     &spec,
+                    &held_elsewhere,
                     &plan.chips,
                     plan.ring,
                     p,
@@ -234,6 +247,7 @@ impl Fabric {
                 ));
                 bwd.push(build_hop(
                     &spec,
+                    &held_elsewhere,
                     &plan.chips,
                     plan.ring,
                     p,
@@ -403,6 +417,15 @@ impl Fabric {
     /// True if `chip` is held by another process (see [`crate::RemoteChips`]).
     pub fn is_remote(&self, chip: u32) -> bool {
         self.inner.held_elsewhere.get(chip as usize).copied() == Some(true)
+    }
+
+    /// The process holding some chips here confirmed taking more of what was sent to it
+    /// ([`crate::RemoteChips::confirmed`] grew): returns the credits that waited for it, waking
+    /// the senders that wait for them.
+    pub fn confirmations_arrived(&self) {
+        for ch in &self.inner.channels {
+            self.inner.release_confirmed(ch);
+        }
     }
 
     /// Stops the routers and waits for them (the operation timeout, kept within 1..=10 s);

@@ -435,6 +435,29 @@ impl Inner {
         }
     }
 
+    /// Returns the credits of `k` slots of `ch` its consumer took. Into a chip another
+    /// process holds they return once that process confirms it took everything sent to it
+    /// so far (the writes and increments of these packets among them), as a link's far end
+    /// returns credits only for what it took; the sending process's own delivery is not
+    /// the far end's.
+    pub fn return_credits(&self, ch: &Channel, k: u64) {
+        match (&self.remote, self.held_elsewhere[ch.to as usize]) {
+            (Some(r), true) => {
+                ch.advance_held(k, r.mark(ch.to));
+                ch.release_confirmed(r.confirmed(ch.to));
+            }
+            _ => ch.advance(k),
+        }
+    }
+
+    /// Returns `ch`'s held credits the far process has confirmed since (see
+    /// [`Inner::return_credits`]).
+    pub fn release_confirmed(&self, ch: &Channel) {
+        if let (Some(r), true) = (&self.remote, ch.holds_credits()) {
+            ch.release_confirmed(r.confirmed(ch.to));
+        }
+    }
+
     pub fn sem_add(&self, chip: u32, sem: u32, by: u64) {
         if let (Some(r), true) = (&self.remote, self.held_elsewhere[chip as usize]) {
             r.add_semaphore(chip, sem, by);

@@ -95,7 +95,7 @@ impl RefGuard<'_> {
         let last = self.last;
         match self
             .inner
-            .wait_with_help(self.ch, timeout, self.src, true, || self.ch.head() > last)
+            .wait_with_help(self.ch, timeout, self.src, true, || self.ch.cursor() > last)
         {
             Ok(()) => Ok(()),
             Err(shut) => {
@@ -116,7 +116,7 @@ impl RefGuard<'_> {
 
     fn revoke(&self, first: u64) {
         for idx in first..=self.last {
-            if self.ch.head() > idx {
+            if self.ch.cursor() > idx {
                 continue;
             }
             let mut s = self.ch.slot(idx);

@@ -27,6 +27,19 @@ pub trait RemoteChips: Send + Sync {
     /// incoming messages promptly while someone waits, and rarely otherwise.
     fn wait_begins(&self) {}
     fn wait_ends(&self) {}
+    /// A mark after everything this process has sent so far to the process holding `chip`
+    /// (writes, increments, statistics): the credits of packets just delivered there return
+    /// once [`RemoteChips::confirmed`] reaches it. Marks only grow.
+    fn mark(&self, chip: u32) -> u64 {
+        let _ = chip;
+        0
+    }
+    /// The highest mark the process holding `chip` has confirmed taking. The transport calls
+    /// [`crate::Fabric::confirmations_arrived`] when it grows.
+    fn confirmed(&self, chip: u32) -> u64 {
+        let _ = chip;
+        u64::MAX
+    }
     /// `packets` carrying `payload` bytes crossed link `link` (from its `a` end if `a_to_b`)
     /// into `chip`, held elsewhere: counted here where their slots were filled, and told to
     /// the process holding `chip`, which adds them to its statistics

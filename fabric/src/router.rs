@@ -168,7 +168,7 @@ impl Router {
         self.inbound
             .iter()
             .zip(stalled_at)
-            .any(|((c, _), &blocked)| c.len() > 0 && c.head() != blocked)
+            .any(|((c, _), &blocked)| c.queued() > 0 && c.cursor() != blocked)
     }
 
     /// Runs one pass on the caller's thread if the router is not running one already: a
@@ -188,7 +188,8 @@ impl Router {
         };
         let mut done = DoneBatch::default();
         for (i, (ch, vc)) in self.inbound.iter().enumerate() {
-            let start = ch.head();
+            inner.release_confirmed(ch);
+            let start = ch.cursor();
             let mut h = start;
             let mut run = None;
             let mut returned = start;
@@ -219,14 +220,14 @@ impl Router {
                 // filling while this batch is written.
                 if h - returned >= CREDIT_BATCH.min(ch.slots() / 2).max(1) {
                     self.flush_run(inner, &mut run, &mut done);
-                    ch.advance(h - returned);
+                    inner.return_credits(ch, h - returned);
                     returned = h;
                 }
             }
             // Before the credits return: the run may still point into a sender's buffer.
             self.flush_run(inner, &mut run, &mut done);
             if h > returned {
-                ch.advance(h - returned);
+                inner.return_credits(ch, h - returned);
             }
             if h > start {
                 pass.progress = true;

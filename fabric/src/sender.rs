@@ -576,8 +576,8 @@ impl FabricSender {
             ctx.seq = seq0.wrapping_add(sent as u16);
             let h = header(ctx.seq, (kind, off, len));
             let chunk = &data[off..off + len];
-            let lend =
-                by_ref || (one_hop && ch.head() == idx && ch.router().is_some_and(|r| r.is_free()));
+            let lend = by_ref
+                || (one_hop && ch.cursor() == idx && ch.router().is_some_and(|r| r.is_free()));
             let res = inner.transmit(ch, idx, &ctx, len, Some(&self.tracker), 0, |slot| {
                 if lend {
                     slot.ext = Some(ExtRef::new(chunk, data));
@@ -629,7 +629,13 @@ impl FabricSender {
         let router = ch.router()?;
         router
             .run_exclusive(|| {
-                if ch.len() != 0 {
+                // Into a chip another process holds, the message takes its credits as its
+                // packets would, and they return when that process confirms taking it.
+                let far = inner
+                    .remote
+                    .as_ref()
+                    .filter(|_| inner.held_elsewhere[dst as usize]);
+                if ch.len() != 0 || (far.is_some() && !ch.take_unfilled(packets)) {
                     return None;
                 }
                 // Sequence numbers stay those of the packet path (they name lost packets).
@@ -653,6 +659,9 @@ impl FabricSender {
                     }
                 };
                 let delivered = inner.deliver_message(dst, write, sem);
+                if far.is_some() {
+                    inner.return_credits(ch, packets);
+                }
                 Some(match delivered {
                     true => Direct::Done,
                     false => Direct::Rejected { seq0 },

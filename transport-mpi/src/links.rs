@@ -75,6 +75,14 @@ impl RemoteChips for RankLinks {
         self.out.wait_begins();
     }
 
+    fn mark(&self, chip: u32) -> u64 {
+        self.out.mark(self.owner(chip))
+    }
+
+    fn confirmed(&self, chip: u32) -> u64 {
+        self.out.confirmed(self.owner(chip))
+    }
+
     fn arrived(&self, chip: u32, link: usize, a_to_b: bool, packets: u64, payload: u64) {
         let m = Message::Arrived {
             generation: self.generation,
@@ -134,6 +142,14 @@ pub(crate) struct Incoming {
 }
 
 impl Incoming {
+    /// Another rank confirmed taking more of what this rank sent it: the fabric returns the
+    /// credits that waited for it.
+    pub fn confirmations_arrived(&self) {
+        if let Some(fabric) = self.fabric.get().and_then(Weak::upgrade) {
+            fabric.confirmations_arrived();
+        }
+    }
+
     /// Rank `rank` has sent nothing for `silent`: stops this mesh's fabric naming the rank,
     /// a chip it holds and the links that reach it, so every wait here ends now rather than
     /// at its timeout.
@@ -229,7 +245,7 @@ impl Incoming {
                 payload,
                 ..
             } => fabric.count_arrived(link as usize, a_to_b, packets, payload),
-            Message::Host { .. } => {}
+            Message::Host { .. } | Message::Taken { .. } => {}
         }
     }
 }

@@ -8,8 +8,9 @@
 //! queued in the order it was given, so a write and the semaphore increment after it leave in
 //! that order) as one message, and MPI keeps the order of messages between two ranks, so they
 //! land in that order too. Other requests (host exchanges, attaching a mesh, finalize) come
-//! on a channel. It never blocks in MPI: sends are immediate and tested, receives are
-//! probed, so every wait here is the caller's, bounded by its timeout.
+//! on a channel. It never blocks in MPI: sends and receives are immediate and tested (a
+//! receive only once a probe matched its message), so every wait here is the caller's,
+//! bounded by its timeout, and a rank that dies mid-message cannot hold this thread.
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use mpi::datatype::Equivalence;
@@ -164,6 +165,12 @@ struct Progress {
     next_seq: u32,
     last_heard: Vec<Instant>,
     last_sent: Vec<Instant>,
+    /// Per rank: fabric messages taken from it, and how many of those it was told of.
+    taken: Vec<u64>,
+    told: Vec<u64>,
+    /// When fabric traffic last came in: more usually follows, and its sender's credits wait
+    /// for this rank to confirm it, so the thread stays attentive a while.
+    last_fabric_in: Instant,
     /// The mesh generation a silent rank was last reported to, per rank (once per mesh).
     reported: Vec<Option<u32>>,
     silence: Duration,
@@ -203,6 +210,9 @@ pub(crate) fn run(
         last_heard: vec![start; size as usize],
         last_sent: vec![start; size as usize],
         reported: vec![None; size as usize],
+        taken: vec![0; size as usize],
+        told: vec![0; size as usize],
+        last_fabric_in: start,
         silence,
     };
     let mut last_traffic = Instant::now();
@@ -213,7 +223,11 @@ pub(crate) fn run(
             waits_seen = waits;
             last_traffic = Instant::now();
         }
-        let attentive = p.out.someone_waits() || p.in_flight() || p.exchange.is_some();
+        let attentive = p.out.someone_waits()
+            || p.in_flight()
+            || p.exchange.is_some()
+            || p.out.unconfirmed()
+            || p.last_fabric_in.elapsed() < HEARTBEAT;
         let first = if last_traffic.elapsed() < HOT {
             std::thread::yield_now();
             cmds.try_recv().ok()
@@ -240,6 +254,8 @@ pub(crate) fn run(
         }
         busy |= p.send_queued();
         busy |= p.receive();
+        // Confirmations of what was just taken leave at once.
+        p.send_queued();
         p.serve_exchange();
         p.heartbeats();
         p.complete_sends();
@@ -422,6 +438,7 @@ impl Progress {
                 }
             }
         }
+        self.confirm_taken();
         any
     }
 
@@ -432,8 +449,16 @@ impl Progress {
             TAG_HEARTBEAT => {}
             TAG_HOST => self.host_inbox[from as usize].push_back(bytes.to_vec()),
             _ => {
+                self.last_fabric_in = Instant::now();
                 let now = self.attached.as_ref().map(|a| a.generation);
+                let mut confirmed = false;
                 for m in wire::batch(bytes).map_while(|m| m) {
+                    if let Message::Taken { upto } = m {
+                        self.out.confirm(from, upto);
+                        confirmed = true;
+                        continue;
+                    }
+                    self.taken[from as usize] += 1;
                     match (&self.attached, m.generation()) {
                         (Some(inc), g) if g == now => inc.deliver(from, m),
                         (_, g) if g > now => self.early.push((from, m.encode())),
@@ -441,6 +466,20 @@ impl Progress {
                         _ => {}
                     }
                 }
+                if let (true, Some(inc)) = (confirmed, &self.attached) {
+                    inc.confirmations_arrived();
+                }
+            }
+        }
+    }
+
+    /// Tells each rank that sent fabric messages since the last call how many were taken.
+    fn confirm_taken(&mut self) {
+        for r in self.others() {
+            let i = r as usize;
+            if self.taken[i] > self.told[i] {
+                self.told[i] = self.taken[i];
+                self.out.push_taken(r, self.taken[i]);
             }
         }
     }

@@ -55,6 +55,9 @@ pub enum Message<'a> {
         packets: u64,
         payload: u64,
     },
+    /// The sender has taken the first `upto` fabric messages (all but these) the receiver
+    /// sent it: the credits waiting for them return (see `Outboxes`).
+    Taken { upto: u64 },
 }
 
 const WRITE: u8 = 1;
@@ -62,6 +65,7 @@ const SEM_INC: u8 = 2;
 const ABORT: u8 = 3;
 const HOST: u8 = 4;
 const ARRIVED: u8 = 5;
+const TAKEN: u8 = 6;
 
 /// Appends a header: kind, a sub-kind byte, then the fields and the payload's length.
 #[allow(clippy::too_many_arguments)]
@@ -138,6 +142,7 @@ impl Message<'_> {
                 packets,
                 &payload.to_le_bytes(),
             ),
+            Message::Taken { upto } => put_header(out, TAKEN, 0, 0, 0, 0, upto, &[]),
         }
     }
 
@@ -184,14 +189,15 @@ pub fn batch(mut b: &[u8]) -> impl Iterator<Item = Option<Message<'_>>> {
 }
 
 impl Message<'_> {
-    /// The mesh generation a fabric message belongs to (None for a host exchange's part).
+    /// The mesh generation a fabric message belongs to (None for a host exchange's part and
+    /// a confirmation, which belong to the two ranks).
     pub fn generation(&self) -> Option<u32> {
         match *self {
             Message::Write { generation, .. }
             | Message::SemInc { generation, .. }
             | Message::Abort { generation, .. }
             | Message::Arrived { generation, .. } => Some(generation),
-            Message::Host { .. } => None,
+            Message::Host { .. } | Message::Taken { .. } => None,
         }
     }
 }
@@ -245,6 +251,7 @@ fn read_message(b: &[u8]) -> Option<Message<'_>> {
             packets: x,
             payload: u64::from_le_bytes(payload.try_into().ok()?),
         },
+        TAKEN => Message::Taken { upto: x },
         _ => return None,
     })
 }
@@ -290,6 +297,7 @@ mod tests {
                 packets: 4096,
                 payload: 8 << 20,
             },
+            Message::Taken { upto: 1 << 40 },
         ];
         for m in &msgs {
             assert_eq!(Message::decode(&m.encode()), Some(m.clone()));
