@@ -13,7 +13,8 @@
 //! MPI_Barrier timed right after and the same n300 in one process, and how late a rank that
 //! arrived early leaves it (under `mpirun -np 1`: the barrier as an exchange with itself). On 4
 //! ranks: a 128-chip all_reduce (four Galaxies as one mesh, a Galaxy per rank), its time and
-//! each rank's peak memory. Prints figures; asserts nothing.
+//! each rank's peak memory, and that mesh's barrier beside MPI_Barrier. Prints figures;
+//! asserts nothing.
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -374,12 +375,7 @@ fn lockstep(quick: bool, ranks_running: u32, out: &mut String) -> Result<(), Str
     let split = open_with(cfg.clone())?;
     let mut run = || -> Result<(), String> {
         let ranks = slowest(&split, synchronize_costs(&split, idle_iters, traced_iters)?)?;
-        let mut mpi = Vec::new();
-        for _ in 0..BATCHES {
-            mpi.extend(mpi_barrier_us(mpi_iters / BATCHES)?);
-        }
-        mpi.sort_by(f64::total_cmp);
-        let mpi = mpi.get(mpi.len() / 2).copied();
+        let mpi = mpi_barrier_us(mpi_iters)?;
         let mut alone = SyncCosts::default();
         let mut handoff = 0.0;
         if launched_rank() == 0 {
@@ -498,15 +494,21 @@ fn launched_rank() -> u32 {
     ttmesh::ranks::launched().map_or(0, |(rank, _)| rank)
 }
 
-/// OpenMPI's MPI_Barrier between this job's ranks, timed now (mean us of `iters`, slowest
-/// rank); None when this build has no MPI.
+/// OpenMPI's MPI_Barrier between this job's ranks, timed now: the median of [`BATCHES`]
+/// means of `iters / BATCHES` barriers each (slowest rank's), in us; None when this build has
+/// no MPI.
 fn mpi_barrier_us(iters: usize) -> Result<Option<f64>, String> {
     #[cfg(feature = "mpi")]
     if let Some(t) = ttmesh_transport_mpi::started() {
-        return t
-            .time_barrier(iters, Duration::from_secs(60))
-            .map(|s| Some(s * 1e6))
-            .map_err(|e| e.to_string());
+        let mut means = Vec::with_capacity(BATCHES);
+        for _ in 0..BATCHES {
+            let s = t
+                .time_barrier(iters / BATCHES, Duration::from_secs(60))
+                .map_err(|e| e.to_string())?;
+            means.push(s * 1e6);
+        }
+        means.sort_by(f64::total_cmp);
+        return Ok(Some(means[BATCHES / 2]));
     }
     let _ = iters;
     Ok(None)
@@ -560,6 +562,24 @@ fn big_mesh(quick: bool, ranks: u32, out: &mut String) -> Result<(), String> {
         .unwrap();
         x.deallocate(true).map_err(|e| e.to_string())?;
     }
+    let iters = if quick { 200 } else { 2000 };
+    let sync = median_of_batches(iters, || {
+        let t = Instant::now();
+        mesh.synchronize_device().map_err(|e| e.to_string())?;
+        Ok(t.elapsed())
+    })?;
+    let sync = ttmesh::ranks::exchange_f64(&mesh, sync, timeout)?
+        .into_iter()
+        .fold(sync, f64::max);
+    let (mpi, ratio) = match mpi_barrier_us(iters * 5)? {
+        Some(m) => (format!("{m:.1}"), format!("{:.1}x", sync / m.max(1e-9))),
+        None => ("-".into(), "-".into()),
+    };
+    writeln!(
+        out,
+        "synchronize_device with nothing queued (a barrier of {ranks} ranks): {sync:.1} us; OpenMPI MPI_Barrier between the same ranks {mpi} us; ratio {ratio} (medians of {BATCHES} batch means, slowest rank)"
+    )
+    .unwrap();
     mesh.close().map_err(|e| e.to_string())
 }
 
