@@ -123,8 +123,7 @@ fn bits(quick: bool, ranks: u32, out: &mut String) -> Result<(), String> {
                             Topology::Linear
                         };
                         let y = collective(&x, op, axis, topology)?;
-                        let shards = y.to_host_shards(CqId(0)).map_err(|e| e.to_string())?;
-                        let d = ttmesh::ranks::bits_digest(&shards);
+                        let d = y.bits_digest(CqId(0)).map_err(|e| e.to_string())?;
                         let kib = rows * cols * 2 / 1024;
                         let axis = axis.map_or("all".to_string(), |a| a.to_string());
                         writeln!(out, "bits {name} {op} axis={axis} {kib}KiB {d:016x}").unwrap();

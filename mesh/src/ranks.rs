@@ -270,6 +270,44 @@ pub(crate) fn gather_shards(
 }
 
 #[cfg(test)]
+mod digest_tests {
+    use super::*;
+
+    #[test]
+    fn digests_combine_in_chip_order_whatever_rank_sent_them() {
+        let rank0 = encode_digests(&[(0, 11), (1, 12)]);
+        let rank1 = encode_digests(&[(2, 13), (3, 14)]);
+        let whole = encode_digests(&[(0, 11), (1, 12), (2, 13), (3, 14)]);
+        let chips = [0, 1, 2, 3];
+        let split = combine_digests(&chips, &[rank0.clone(), rank1.clone()]).unwrap();
+        assert_eq!(split, combine_digests(&chips, &[whole]).unwrap());
+        assert_eq!(
+            split,
+            combine_digests(&chips, &[rank1.clone(), rank0.clone()]).unwrap()
+        );
+        // Another chip order, or another digest, is another digest.
+        assert_ne!(
+            split,
+            combine_digests(&[1, 0, 2, 3], &[rank0.clone(), rank1.clone()]).unwrap()
+        );
+        let other = encode_digests(&[(2, 13), (3, 15)]);
+        assert_ne!(
+            split,
+            combine_digests(&chips, &[rank0.clone(), other]).unwrap()
+        );
+        // A chip nobody sent, or bytes that are not whole pairs, are named.
+        let e = combine_digests(&chips, std::slice::from_ref(&rank0))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no rank sent the digest of chip 2"), "{e}");
+        let e = combine_digests(&chips, &[rank0, rank1[..5].to_vec()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rank 1 sent 5 bytes"), "{e}");
+    }
+}
+
+#[cfg(test)]
 mod shard_tests {
     use super::*;
 
@@ -382,17 +420,59 @@ pub fn exchange_f64(
         .collect()
 }
 
+/// Each chip's digest as bytes (chip id, digest), for [`combine_digests`] on every rank.
+pub(crate) fn encode_digests(digests: &[(u32, u64)]) -> Vec<u8> {
+    digests
+        .iter()
+        .flat_map(|(id, d)| id.to_le_bytes().into_iter().chain(d.to_le_bytes()))
+        .collect()
+}
+
+/// The digest of every chip's digest, in the order of `chips`, from every rank's
+/// [`encode_digests`] (another rank's bytes: checked, never trusted).
+pub(crate) fn combine_digests(chips: &[u32], parts: &[Vec<u8>]) -> crate::Result<u64> {
+    let mut by_chip = std::collections::HashMap::new();
+    for (rank, part) in parts.iter().enumerate() {
+        if part.len() % 12 != 0 {
+            return Err(crate::MeshError::Config(format!(
+                "digesting a mesh tensor: rank {rank} sent {} bytes, not whole (chip, digest) \
+                 pairs; every rank must run the same ttmesh",
+                part.len()
+            )));
+        }
+        for pair in part.chunks_exact(12) {
+            let id = u32::from_le_bytes(pair[..4].try_into().unwrap());
+            by_chip.insert(id, u64::from_le_bytes(pair[4..].try_into().unwrap()));
+        }
+    }
+    let mut h = FNV_OFFSET;
+    for &id in chips {
+        let d = by_chip.get(&id).ok_or_else(|| {
+            crate::MeshError::Config(format!(
+                "digesting a mesh tensor: no rank sent the digest of chip {id}"
+            ))
+        })?;
+        h = fnv(h, &d.to_le_bytes());
+    }
+    Ok(h)
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
 /// A digest of tensors' bits (FNV-1a over each element's f32 or u32 bits, in order): two runs
 /// (one process, or the mesh split over MPI ranks) computed the same values exactly if their
 /// digests are equal. A comparison of runs, not a checksum against tampering.
 pub fn bits_digest<'a>(parts: impl IntoIterator<Item = &'a HostTensor>) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut h = FNV_OFFSET;
     for t in parts {
-        let mut add = |bits: u32| {
-            for b in bits.to_le_bytes() {
-                h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
-            }
-        };
+        let mut add = |bits: u32| h = fnv(h, &bits.to_le_bytes());
         match &t.data {
             HostData::F32(v) => v.iter().for_each(|x| add(x.to_bits())),
             HostData::U32(v) => v.iter().for_each(|&x| add(x)),

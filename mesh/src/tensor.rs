@@ -414,6 +414,31 @@ impl MeshTensor {
         crate::ranks::gather_shards(&self.shards, mine, &all)
     }
 
+    /// [`crate::ranks::bits_digest`] of every chip's tensor, each chip digested where it is
+    /// held, then those digests digested in chip order: on a mesh over MPI ranks only the
+    /// digests cross between ranks, where `to_host_shards` would gather the whole tensor on
+    /// every rank (a 1 GiB result is then 1 GiB per rank). Two runs computed the same bits if
+    /// their digests are equal. Every rank must call it.
+    pub fn bits_digest(&self, cq: CqId) -> Result<u64> {
+        let mut mine = Vec::new();
+        for s in self.shards.iter().filter(|s| !s.chip().held_elsewhere()) {
+            let id = s.chip().id();
+            let shard = s.to_host_async(cq).map_err(on_chip(id))?;
+            let shard = shard.wait().map_err(on_chip(id))?;
+            mine.push((id, crate::ranks::bits_digest([&shard])));
+        }
+        let all = match self.mesh.ranks() {
+            None => vec![crate::ranks::encode_digests(&mine)],
+            Some(ranks) => ranks.exchange(
+                "digesting a mesh tensor",
+                crate::ranks::encode_digests(&mine),
+                self.shards[0].chip().operation_timeout(),
+            )?,
+        };
+        let chips: Vec<u32> = self.shards.iter().map(|s| s.chip().id()).collect();
+        crate::ranks::combine_digests(&chips, &all)
+    }
+
     pub fn shards(&self) -> &[Tensor] {
         &self.shards
     }
