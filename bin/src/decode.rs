@@ -201,11 +201,10 @@ impl Timings {
     }
 }
 
-/// Wire bytes that crossed every fabric link so far.
-fn fabric_bytes(mesh: &MeshDevice) -> u64 {
-    mesh.fabric()
-        .map(|f| f.link_stats().iter().map(|l| l.bytes).sum())
-        .unwrap_or(0)
+/// Wire bytes that crossed every fabric link of the whole mesh so far (every rank's).
+fn fabric_bytes(mesh: &MeshDevice) -> Result<u64, String> {
+    let timeout = mesh.chips()[0].operation_timeout();
+    ttmesh::ranks::fabric_wire_bytes(mesh, timeout).map_err(|e| e.to_string())
 }
 
 /// Steps a traced run enqueues untraced first, for the side-by-side figures.
@@ -385,7 +384,7 @@ fn decode_on(
     let mut steady_bytes_from = None;
     for pos in 0..positions - 1 {
         if pos == steady_from {
-            steady_bytes_from = Some(fabric_bytes(mesh));
+            steady_bytes_from = Some(fabric_bytes(mesh)?);
         }
         let step_traced = traced && pos >= untraced_first;
         let t = Instant::now();
@@ -427,9 +426,10 @@ fn decode_on(
     let total = started.elapsed();
     let profile = crate::profile::finish(profiler, positions - 1)?;
     let steady_steps = (positions - 1).saturating_sub(steady_from);
-    let wire_bytes_per_token = steady_bytes_from
-        .filter(|_| steady_steps > 0)
-        .map(|from| (fabric_bytes(mesh) - from) as f64 / steady_steps as f64);
+    let wire_bytes_per_token = match steady_bytes_from.filter(|_| steady_steps > 0) {
+        Some(from) => Some((fabric_bytes(mesh)? - from) as f64 / steady_steps as f64),
+        None => None,
+    };
     if !args.on.json && speaks {
         println!("{}", stream.finish().map_err(|e| e.to_string())?);
     }

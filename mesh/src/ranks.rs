@@ -397,6 +397,45 @@ pub fn exchange_bytes(
     }
 }
 
+/// Wire bytes that crossed every link of `mesh` so far, both directions, 0 without a
+/// fabric. On a mesh over MPI ranks a link direction's counts are whole only on the rank that
+/// holds its receiving chip (ARCHITECTURE.md, "Meshes over MPI ranks", *Statistics*), so each
+/// rank sums those after a barrier (so every rank's traffic before it has been counted) and
+/// the sums are added up: every rank must call it, and gets the same total.
+pub fn fabric_wire_bytes(
+    mesh: &crate::MeshDevice,
+    timeout: std::time::Duration,
+) -> crate::Result<u64> {
+    let Some(fabric) = mesh.fabric() else {
+        return Ok(0);
+    };
+    if mesh.ranks().is_some() {
+        mesh.synchronize_device()?;
+    }
+    let here: u64 = fabric
+        .link_stats()
+        .iter()
+        .filter(|l| !fabric.is_remote(l.to_chip))
+        .map(|l| l.bytes)
+        .sum();
+    let all = exchange_bytes(
+        mesh,
+        "counting fabric bytes",
+        here.to_le_bytes().to_vec(),
+        timeout,
+    )?;
+    all.iter()
+        .map(|b| b.as_slice().try_into().map(u64::from_le_bytes))
+        .sum::<Result<u64, _>>()
+        .map_err(|_| {
+            crate::MeshError::Config(
+                "counting fabric bytes: a rank sent a malformed count; every rank must run the \
+                 same ttmesh"
+                    .into(),
+            )
+        })
+}
+
 /// Every rank's `value`, by rank (one value when the mesh is wholly in this process): a
 /// host-side exchange between the ranks of `mesh`, bounded by `timeout`.
 pub fn exchange_f64(
