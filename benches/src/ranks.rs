@@ -7,8 +7,8 @@
 //! across ranks give the same bits (`.ci/run` does).
 //!
 //! Speed (2 ranks only): all_reduce of 36 KiB and 16 MiB per chip on an n300 split one chip
-//! per rank, next to OpenMPI's MPI_Allreduce between the same 2 processes timed right after
-//! it (so both see the same host load), with the ratio. Then the lockstep barrier: what one
+//! per rank, next to OpenMPI's MPI_Allreduce between the same 2 processes timed in batches
+//! alternating with it (so both see the same host load), with the ratio of the medians. Then the lockstep barrier: what one
 //! `synchronize_device` costs on that n300 (idle, and after an `execute_trace`) beside OpenMPI's
 //! MPI_Barrier timed right after and the same n300 in one process, and how late a rank that
 //! arrived early leaves it (under `mpirun -np 1`: the barrier as an exchange with itself). On 4
@@ -201,29 +201,43 @@ pub fn mpi_allreduce_us(bytes: usize, iters: usize) -> Result<Option<f64>, Strin
 fn speed(quick: bool, out: &mut String) -> Result<(), String> {
     let mesh = speed_mesh()?;
     let recorded = MpiFigures::load();
-    let mut source = "MPI figures: MPI_Allreduce (f32 sum) between these 2 ranks, timed in this run right after ours".to_string();
+    let mut source = format!("MPI figures: MPI_Allreduce (f32 sum) between these 2 ranks, timed in this run in batches alternating with ours (medians of {BATCHES} batch means)");
     writeln!(
         out,
         "all_reduce across 2 ranks (n300, one chip per rank) vs OpenMPI MPI_Allreduce, 2 processes\n{:>10} {:>12} {:>12} {:>8}",
         "size", "ttmesh us", "MPI us", "ratio"
     )
     .unwrap();
-    // (rows, cols, iterations) per chip: 36 KiB as a decode layer's 32x576; 16 MiB as
-    // 8192x1024. MPI's small call takes microseconds: more of them, for a steady mean.
+    // (rows, cols, iterations per batch, MPI's per batch) per chip: 36 KiB as a decode
+    // layer's 32x576; 16 MiB as 8192x1024. MPI's small call takes microseconds: more of them.
     for (rows, cols, iters, mpi_iters) in [
-        (32, 576, if quick { 20 } else { 200 }, 1000),
+        (32, 576, if quick { 10 } else { 40 }, 200),
         (
             8192,
             1024,
-            if quick { 3 } else { 10 },
-            if quick { 3 } else { 10 },
+            if quick { 2 } else { 4 },
+            if quick { 2 } else { 4 },
         ),
     ] {
-        let us = time_all_reduce(&mesh, rows, cols, iters)?;
         let size = rows * cols * 2;
-        let mpi_us = match mpi_allreduce_us(size, mpi_iters)? {
-            Some(m) => Some(m),
-            None => {
+        let x = inputs(&mesh, rows, cols, 5)?;
+        // Ours and MPI's alternate batch by batch, each figure the median of its batches: a
+        // burst of other load (or one of MPI's slower runs: its 16 MiB mean read 3.8 and
+        // 8.1 ms in back-to-back runs) then moves one batch of each, not one side.
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for _ in 0..BATCHES {
+            let mine = mean_all_reduce_us(&mesh, &x, iters)?;
+            let all = ttmesh::ranks::exchange_f64(&mesh, mine, Duration::from_secs(60))?;
+            ours.push(all.into_iter().fold(mine, f64::max));
+            if let Some(m) = mpi_allreduce_us(size, mpi_iters)? {
+                theirs.push(m);
+            }
+        }
+        x.deallocate(true).map_err(|e| e.to_string())?;
+        let us = middle(ours);
+        let mpi_us = match theirs.is_empty() {
+            false => Some(middle(theirs)),
+            true => {
                 source = recorded.source.clone();
                 recorded.us(2, size)
             }
@@ -268,8 +282,13 @@ fn median_of_batches(
         }
         means.push(total.as_secs_f64() * 1e6 / per as f64);
     }
-    means.sort_by(f64::total_cmp);
-    Ok(means[BATCHES / 2])
+    Ok(middle(means))
+}
+
+/// The median of `v` (its upper middle for an even count; NaN if empty).
+fn middle(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// This rank's [`SyncCosts`] on `mesh`, the trace a relu of one tile per chip. On a mesh split
