@@ -108,8 +108,18 @@ impl MeshRanks {
 /// Ends this process's part of the MPI job, if it has one: `Ok` finalises MPI (after every
 /// rank got here), an error ends the whole job at once with that error printed first.
 pub fn end_of_job(result: &std::result::Result<(), String>) {
-    let Some(t) = ttmesh_transport_mpi::started() else {
-        return;
+    let t = match ttmesh_transport_mpi::started() {
+        Some(t) => t,
+        // An error before MPI started (an unknown mesh, a bad flag): a rank that just exits
+        // non-zero leaves mpirun, told not to end the job when a rank does (so survivors can
+        // name a lost one), exiting 0. Start MPI to end the job with the error instead.
+        None if result.is_err() && ttmesh_settings::settings().mpi_launch.is_some() => {
+            match transport() {
+                Ok(t) => t,
+                Err(_) => return,
+            }
+        }
+        None => return,
     };
     match result {
         Ok(()) => {
