@@ -9,6 +9,11 @@
 //! [`RemoteChips::add_semaphore`], after the writes before it. The far rank delivers them
 //! through its own chip's `ChipMemory` and [`crate::Fabric::add_semaphore`]. Kernels run only
 //! on chips held here, so no packet starts on a chip held elsewhere.
+//!
+//! Credits into a chip held elsewhere return as that chip's end would return them, once it
+//! took the packets: the router holds a batch's credits under [`RemoteChips::mark`] (taken
+//! after the batch's deliveries) until [`RemoteChips::confirmed`] reaches it, and the
+//! transport calls [`crate::Fabric::confirmations_arrived`] when it does.
 
 use crate::FabricError;
 
