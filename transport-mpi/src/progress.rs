@@ -424,17 +424,10 @@ impl Progress {
         for r in self.others() {
             let i = r as usize;
             if let Some(rv) = self.receiving[i].take() {
-                match rv.finish() {
-                    Ok((tag, buf, len)) => {
-                        self.take_message(r, tag, &buf[..len]);
-                        self.recv_bufs[i] = buf;
-                        any = true;
-                    }
-                    Err(rv) => {
-                        self.receiving[i] = Some(rv);
-                        continue;
-                    }
+                if !self.complete(r, rv) {
+                    continue;
                 }
+                any = true;
             }
             while let Some((msg, status)) = self
                 .world
@@ -443,21 +436,30 @@ impl Progress {
             {
                 let n = status.count(u8::equivalent_datatype()).max(0) as usize;
                 let buf = std::mem::take(&mut self.recv_bufs[i]);
-                match Receiving::start(msg, status.tag(), buf, n).finish() {
-                    Ok((tag, buf, len)) => {
-                        self.take_message(r, tag, &buf[..len]);
-                        self.recv_bufs[i] = buf;
-                        any = true;
-                    }
-                    Err(rv) => {
-                        self.receiving[i] = Some(rv);
-                        break;
-                    }
+                if !self.complete(r, Receiving::start(msg, status.tag(), buf, n)) {
+                    break;
                 }
+                any = true;
             }
         }
         self.confirm_taken();
         any
+    }
+
+    /// Takes rank `from`'s message if its receive is done (true), else keeps it in flight.
+    fn complete(&mut self, from: u32, rv: Receiving) -> bool {
+        let i = from as usize;
+        match rv.finish() {
+            Ok((tag, buf, len)) => {
+                self.take_message(from, tag, &buf[..len]);
+                self.recv_bufs[i] = buf;
+                true
+            }
+            Err(rv) => {
+                self.receiving[i] = Some(rv);
+                false
+            }
+        }
     }
 
     /// Files one whole message from rank `from`.
