@@ -7,6 +7,7 @@
 #
 #   bash scripts/python-setup.sh            # numpy only: from_torch/to_torch take and give numpy
 #   TTMESH_PYTHON_TORCH=1 bash scripts/python-setup.sh   # also torch, into the same venv
+#   TTMESH_PYTHON_MPI=1 bash scripts/python-setup.sh     # with MPI (after scripts/mpi-setup.sh)
 #   target/python/bin/python -c 'import ttmesh.ttnn as ttnn; print(ttnn.get_num_devices())'
 #
 # torch: decided 2026-11-27, asked of pip (`pip install --dry-run --report`): PyPI has no
@@ -65,11 +66,20 @@ fi
 # workspace's target/ and installs ttmesh into the venv. `develop` links the pure-Python
 # package in place (edits to python/ttmesh/*.py take effect without a rebuild) and copies the
 # extension beside it as python/ttmesh/_ttmesh.abi3.so (ignored by git).
-say "building and installing ttmesh (maturin develop --release)"
+# TTMESH_PYTHON_MPI=1 builds it with the `mpi` feature (after scripts/mpi-setup.sh), so a
+# program under mpirun opens one mesh over the ranks.
+features=()
+if [ "${TTMESH_PYTHON_MPI:-0}" = 1 ]; then
+  features=(--features mpi)
+fi
+say "building and installing ttmesh (maturin develop --release ${features[*]})"
 start=$(date +%s)
 VIRTUAL_ENV="$PWD/$venv" PATH="$PWD/$venv/bin:$PATH" \
-  "$venv/bin/maturin" develop --release --manifest-path python/Cargo.toml --quiet 2>&1 |
-  grep -v "^\(🔗\|🐍\|📦\|🛠\|✏\)" || true
+  "$venv/bin/maturin" develop --release --manifest-path python/Cargo.toml "${features[@]}" --quiet 2>&1 |
+  grep -v "^\(🔗\|🐍\|📦\|🛠\|✏\)" |
+  # With MPI the extension links libmpi, which sits in the system's library path: it needs
+  # no rpath, so maturin's warning that it cannot set one (no patchelf) says nothing here.
+  grep -v "Failed to set rpath.*patchelf" || true
 "$venv/bin/python" -c 'import ttmesh.ttnn as ttnn, ttmesh; print("python-setup: import ttmesh.ttnn ok; system", ttmesh.system(), "with", ttnn.get_num_devices(), "devices")'
 torch_state=$("$venv/bin/python" -c 'import torch; print("torch", torch.__version__, "imports")' 2>/dev/null || echo "torch not importable: numpy only (TTMESH_PYTHON_TORCH=1 installs it)")
 say "$torch_state"

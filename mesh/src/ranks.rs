@@ -36,8 +36,9 @@ fn check_launch_of(launch: Option<&MpiLaunch>, built_with_mpi: bool) -> Result<(
         Some(l) if !built_with_mpi => Err(format!(
             "this ttmesh was built without MPI, but an MPI launcher started it as rank {} of {} \
              ({} is set): every rank would open the whole mesh alone. Build with the feature \
-             (`bash scripts/mpi-setup.sh && cargo build --release -p ttmesh-cli --features mpi`) \
-             or run it without mpirun",
+             (`bash scripts/mpi-setup.sh && cargo build --release -p ttmesh-cli --features mpi`; \
+             for Python, `bash scripts/mpi-setup.sh && TTMESH_PYTHON_MPI=1 bash \
+             scripts/python-setup.sh`) or run it without mpirun",
             l.rank, l.size, l.detected_by
         )),
         _ => Ok(()),

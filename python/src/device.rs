@@ -158,6 +158,17 @@ pub fn system_info(topology: &str) -> PyResult<(String, usize, usize, usize)> {
     Ok((arch.into(), rows, cols, c.num_chips()))
 }
 
+/// Ends this process's part of an MPI job (under `mpirun`; nothing otherwise), as a Rust
+/// program's last call: `error` None finalises MPI once every rank got here, an error ends
+/// the whole job at once (`MPI_Abort`, so mpirun exits non-zero). `ttmesh/__init__.py` calls
+/// it at exit and from its exception hook.
+#[pyfunction]
+#[pyo3(signature = (error=None))]
+pub fn end_of_job(py: Python<'_>, error: Option<String>) {
+    let result = error.map_or(Ok(()), Err);
+    py.detach(|| ttmesh::ranks::end_of_job(&result));
+}
+
 /// `allocator.get_statistics(buffer_type)`'s answer (per bank, as tt-metal's).
 #[pyclass(module = "ttnn", frozen, get_all)]
 pub struct Statistics {

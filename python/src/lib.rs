@@ -46,6 +46,7 @@ fn _ttmesh(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::open_mesh, m)?)?;
     m.add_function(wrap_pyfunction!(device::close_mesh, m)?)?;
     m.add_function(wrap_pyfunction!(device::system_info, m)?)?;
+    m.add_function(wrap_pyfunction!(device::end_of_job, m)?)?;
     m.add_function(wrap_pyfunction!(device::synchronize_device, m)?)?;
     m.add_function(wrap_pyfunction!(
         device::get_max_worker_l1_unreserved_size,

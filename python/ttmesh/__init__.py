@@ -9,8 +9,42 @@ open is the *system*: ``TTMESH_SYSTEM`` (default ``t3k``: 8 Wormhole chips as 2x
 """
 
 import os as _os
+import sys as _sys
 
-from . import _ttmesh  # noqa: F401  (the native module; fails here if the build is missing)
+# Under an MPI launcher (`mpirun -np N python -m ttmesh prog.py`, a build with the `mpi`
+# feature) every rank runs the program and opens only its own chips of one mesh. OpenMPI
+# loads its transports as plugins that look for libmpi's symbols globally, so the native
+# module, which links libmpi, is loaded with RTLD_GLOBAL there.
+_UNDER_MPI = "OMPI_COMM_WORLD_SIZE" in _os.environ or "PMI_SIZE" in _os.environ
+if _UNDER_MPI:
+    _flags = _sys.getdlopenflags()
+    _sys.setdlopenflags(_flags | _os.RTLD_GLOBAL)
+    from . import _ttmesh  # noqa: F401
+
+    _sys.setdlopenflags(_flags)
+else:
+    from . import _ttmesh  # noqa: F401  (the native module; fails here if the build is missing)
+
+
+def _end_mpi_job():
+    """As a Rust program's last call: every rank meets, then MPI is finalised; an uncaught
+    exception instead ends the whole job (MPI_Abort), its traceback printed first, so
+    mpirun exits non-zero and no rank waits for one that failed."""
+    import atexit
+
+    previous_hook = _sys.excepthook
+
+    def on_uncaught(kind, value, tb):
+        previous_hook(kind, value, tb)
+        _sys.stderr.flush()
+        _ttmesh.end_of_job(f"{kind.__name__}: {value}")
+
+    _sys.excepthook = on_uncaught
+    atexit.register(_ttmesh.end_of_job)
+
+
+if _UNDER_MPI:
+    _end_mpi_job()
 
 _system = _os.environ.get("TTMESH_SYSTEM", "t3k")
 

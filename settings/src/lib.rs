@@ -111,6 +111,12 @@ pub const VARIABLES: &[Variable] = &[
         read_by: "scripts/python-setup.sh",
     },
     Variable {
+        name: "TTMESH_PYTHON_MPI",
+        default: "0",
+        meaning: "`1` makes `scripts/python-setup.sh` build the module with MPI (after `scripts/mpi-setup.sh`), so a program under `mpirun` opens one mesh over the ranks",
+        read_by: "scripts/python-setup.sh",
+    },
+    Variable {
         name: "TTMESH_BIN",
         default: "target/release/ttmesh",
         meaning: "the `ttmesh` command the Python tests run beside a program",
