@@ -11,19 +11,11 @@ open is the *system*: ``TTMESH_SYSTEM`` (default ``t3k``: 8 Wormhole chips as 2x
 import os as _os
 import sys as _sys
 
-# Under an MPI launcher (`mpirun -np N python -m ttmesh prog.py`, a build with the `mpi`
-# feature) every rank runs the program and opens only its own chips of one mesh. OpenMPI
-# loads its transports as plugins that look for libmpi's symbols globally, so the native
-# module, which links libmpi, is loaded with RTLD_GLOBAL there.
-_UNDER_MPI = "OMPI_COMM_WORLD_SIZE" in _os.environ or "PMI_SIZE" in _os.environ
-if _UNDER_MPI:
-    _flags = _sys.getdlopenflags()
-    _sys.setdlopenflags(_flags | _os.RTLD_GLOBAL)
-    from . import _ttmesh  # noqa: F401
+from . import _ttmesh  # noqa: F401  (the native module; fails here if the build is missing)
 
-    _sys.setdlopenflags(_flags)
-else:
-    from . import _ttmesh  # noqa: F401  (the native module; fails here if the build is missing)
+# Under an MPI launcher (`mpirun -np N python -m ttmesh prog.py`, a module built with the
+# `mpi` feature) every rank runs the program and opens only its own chips of one mesh.
+_UNDER_MPI = "OMPI_COMM_WORLD_SIZE" in _os.environ or "PMI_SIZE" in _os.environ
 
 
 def _end_mpi_job():
@@ -45,6 +37,15 @@ def _end_mpi_job():
 
 if _UNDER_MPI:
     _end_mpi_job()
+
+
+def _program_failed(reason):
+    """The program `python -m ttmesh` ran failed (it printed why): under a launcher, end the
+    whole job now, even if MPI never started (a rank that only exits non-zero before then
+    leaves mpirun, told not to end the job for it, exiting 0)."""
+    if _UNDER_MPI:
+        _sys.stderr.flush()
+        _ttmesh.end_of_job(str(reason))
 
 _system = _os.environ.get("TTMESH_SYSTEM", "t3k")
 

@@ -19,6 +19,7 @@ import runpy
 import sys
 import types
 
+import ttmesh
 from ttmesh._aliases import Aliases
 from ttmesh._run import select_system
 
@@ -166,13 +167,16 @@ def main(argv: list[str] | None = None) -> int:
             runpy.run_module(_real_module_name(target), run_name="__main__", alter_sys=True)
         else:
             exec(compile(target, "<string>", "exec", dont_inherit=True), _fresh_main(None).__dict__)
-    except SystemExit:
+    except SystemExit as leaving:
+        if leaving.code not in (None, 0):
+            ttmesh._program_failed(f"the program exited with {leaving.code!r}")
         raise
     except KeyboardInterrupt as interrupt:
         _print_exception(interrupt)
         _exit_like_python_after_interrupt()
     except BaseException as error:  # noqa: B036 - reported as the interpreter would
         _print_exception(error)
+        ttmesh._program_failed(f"{type(error).__name__}: {error}")
         return 1
     return 0
 
