@@ -89,33 +89,58 @@ pub(crate) fn allocate<'a>(
 /// Checks that every rank of a mesh over MPI ranks holds `what` where the others do: each
 /// rank sends the places of the chips it holds (one host exchange, bounded by the operation
 /// timeout) and every rank compares them all, so each reports the same error naming the rank,
-/// chip and addresses. Nothing to do on a mesh wholly in this process.
+/// chip and addresses. A rank whose own chips `failed` sends that instead, so it still meets
+/// the others here (a rank that returned early would leave them waiting for it) and every
+/// other rank fails too, naming it. Nothing to do on a mesh wholly in this process.
 pub(crate) fn check_across_ranks(
     mesh: &crate::MeshDevice,
     what: &dyn Display,
     places: &[Place],
+    failed: Option<&str>,
 ) -> Result<()> {
     let Some(ranks) = mesh.ranks() else {
         return Ok(());
     };
-    let mine: Vec<u8> = places
-        .iter()
-        .filter(|p| mesh.holds_chip(p.chip))
-        .flat_map(encode_place)
-        .collect();
+    let mine: Vec<u8> = match failed {
+        None => std::iter::once(PLACES)
+            .chain(
+                places
+                    .iter()
+                    .filter(|p| mesh.holds_chip(p.chip))
+                    .flat_map(encode_place),
+            )
+            .collect(),
+        Some(why) => std::iter::once(FAILED).chain(why.bytes()).collect(),
+    };
     let timeout = mesh.chips()[0].operation_timeout();
     let what_here = format!("{what}: the lockstep check across ranks");
     let all = ranks.exchange(&what_here, mine, timeout)?;
+    if let Some((r, b)) = all
+        .iter()
+        .enumerate()
+        .find(|(_, b)| b.first() == Some(&FAILED))
+    {
+        return Err(invalid(
+            &what.to_string(),
+            format!(
+                "across ranks: rank {r} failed on its own chips ({}), so no rank keeps it",
+                String::from_utf8_lossy(&b[1..])
+            ),
+        ));
+    }
     let per_rank = all
         .iter()
         .enumerate()
         .map(|(r, b)| {
-            decode_places(b).ok_or_else(|| {
-                invalid(
-                    &what_here,
-                    format!("rank {r} sent places that do not parse"),
-                )
-            })
+            b.split_first()
+                .filter(|(kind, _)| **kind == PLACES)
+                .and_then(|(_, b)| decode_places(b))
+                .ok_or_else(|| {
+                    invalid(
+                        &what_here,
+                        format!("rank {r} sent places that do not parse"),
+                    )
+                })
         })
         .collect::<Result<Vec<_>>>()?;
     compare_ranks(what, &per_rank)
@@ -146,6 +171,10 @@ fn compare_ranks(what: &dyn Display, per_rank: &[Vec<Place>]) -> Result<()> {
     }
     Ok(())
 }
+
+/// What a rank's part of the check across ranks starts with.
+const PLACES: u8 = 0;
+const FAILED: u8 = 1;
 
 const PLACE_BYTES: usize = 17;
 

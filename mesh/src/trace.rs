@@ -192,16 +192,30 @@ impl MeshDevice {
                 });
             }
         }
-        if let Some(e) = first_err {
+        if first_err.is_some() {
             // All or nothing: a trace kept on some chips only would make their TRACE regions
             // (and every later trace's address) differ from the others'.
             self.release_partial(tid);
-            return Err(e);
         }
         let places = self.trace_places(tid);
-        lockstep::check(&"end_trace_capture", &places)?;
-        // On a mesh over MPI ranks: the same address on every rank's chips too.
-        lockstep::check_across_ranks(self, &"end_trace_capture", &places)
+        let here = match first_err {
+            Some(e) => Err(e),
+            None => lockstep::check(&"end_trace_capture", &places),
+        };
+        // On a mesh over MPI ranks: the same address on every rank's chips too. Every rank
+        // meets there even when its own chips failed, and a failure on any rank releases the
+        // trace on every rank: all or nothing across ranks as well.
+        let failed = here.as_ref().err().map(ToString::to_string);
+        let across =
+            lockstep::check_across_ranks(self, &"end_trace_capture", &places, failed.as_deref());
+        match (here, across) {
+            (Err(e), _) => Err(e),
+            (Ok(()), Err(e)) => {
+                self.release_partial(tid);
+                Err(e)
+            }
+            (Ok(()), Ok(())) => Ok(()),
+        }
     }
 
     /// Each chip's view of trace `tid` (its address, size, replays), in mesh order; `None` on
