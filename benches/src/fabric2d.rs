@@ -18,6 +18,7 @@ use ttmesh::{
 use ttmesh_models::{DeviceDecodeConfig, DeviceLlama};
 
 use crate::ccl::{open, time_collective_along, Iters, Op};
+use crate::median;
 
 const FABRICS: [FabricConfig; 2] = [FabricConfig::Fabric1D, FabricConfig::Fabric2D];
 
@@ -36,11 +37,6 @@ pub fn run(quick: bool) -> String {
         );
     }
     s
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// The lines each all_reduce runs along: (name, cluster_axis).

@@ -24,3 +24,9 @@ pub mod profile;
 pub mod ranks;
 pub mod replay;
 pub mod ring_floor;
+
+/// The upper middle of `v` once sorted (the median of an odd count); NaN if empty.
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}

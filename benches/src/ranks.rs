@@ -234,9 +234,9 @@ fn speed(quick: bool, out: &mut String) -> Result<(), String> {
             }
         }
         x.deallocate(true).map_err(|e| e.to_string())?;
-        let us = middle(ours);
+        let us = crate::median(ours);
         let mpi_us = match theirs.is_empty() {
-            false => Some(middle(theirs)),
+            false => Some(crate::median(theirs)),
             true => {
                 source = recorded.source.clone();
                 recorded.us(2, size)
@@ -282,13 +282,7 @@ fn median_of_batches(
         }
         means.push(total.as_secs_f64() * 1e6 / per as f64);
     }
-    Ok(middle(means))
-}
-
-/// The median of `v` (its upper middle for an even count; NaN if empty).
-fn middle(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    Ok(crate::median(means))
 }
 
 /// This rank's [`SyncCosts`] on `mesh`, the trace a relu of one tile per chip. On a mesh split

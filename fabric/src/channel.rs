@@ -453,10 +453,10 @@ impl Channel {
         self.n_held.store(held.len(), SeqCst);
     }
 
-    /// Returns the held credits whose mark is at most `confirmed`; true if any returned.
-    pub fn release_confirmed(&self, confirmed: u64) -> bool {
+    /// Returns the held credits whose mark is at most `confirmed`.
+    pub fn release_confirmed(&self, confirmed: u64) {
         if self.n_held.load(SeqCst) == 0 {
-            return false;
+            return;
         }
         let mut held = self.held.lock();
         let mut upto = None;
@@ -469,10 +469,10 @@ impl Channel {
         }
         self.n_held.store(held.len(), SeqCst);
         drop(held);
-        let Some(upto) = upto else { return false };
-        self.head.store(upto, SeqCst);
-        self.wake_waiters();
-        true
+        if let Some(upto) = upto {
+            self.head.store(upto, SeqCst);
+            self.wake_waiters();
+        }
     }
 
     /// True while credits are held for the far process.

@@ -453,8 +453,11 @@ impl Inner {
     /// Returns `ch`'s held credits the far process has confirmed since (see
     /// [`Inner::return_credits`]).
     pub fn release_confirmed(&self, ch: &Channel) {
-        if let (Some(r), true) = (&self.remote, ch.holds_credits()) {
-            ch.release_confirmed(r.confirmed(ch.to));
+        // Every router pass asks, so a fabric wholly in this process stops at the first test.
+        if let Some(r) = &self.remote {
+            if ch.holds_credits() {
+                ch.release_confirmed(r.confirmed(ch.to));
+            }
         }
     }
 

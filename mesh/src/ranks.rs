@@ -419,22 +419,8 @@ pub fn fabric_wire_bytes(
         .filter(|l| !fabric.is_remote(l.to_chip))
         .map(|l| l.bytes)
         .sum();
-    let all = exchange_bytes(
-        mesh,
-        "counting fabric bytes",
-        here.to_le_bytes().to_vec(),
-        timeout,
-    )?;
-    all.iter()
-        .map(|b| b.as_slice().try_into().map(u64::from_le_bytes))
-        .sum::<Result<u64, _>>()
-        .map_err(|_| {
-            crate::MeshError::Config(
-                "counting fabric bytes: a rank sent a malformed count; every rank must run the \
-                 same ttmesh"
-                    .into(),
-            )
-        })
+    let all = exchange_words(mesh, "counting fabric bytes", here.to_le_bytes(), timeout)?;
+    Ok(all.into_iter().map(u64::from_le_bytes).sum())
 }
 
 /// Every rank's `value`, by rank (one value when the mesh is wholly in this process): a
@@ -444,18 +430,30 @@ pub fn exchange_f64(
     value: f64,
     timeout: std::time::Duration,
 ) -> Result<Vec<f64>, String> {
-    let Some(r) = mesh.ranks() else {
-        return Ok(vec![value]);
-    };
-    let all = r
-        .exchange("exchanging a figure", value.to_le_bytes().to_vec(), timeout)
+    let all = exchange_words(mesh, "exchanging a figure", value.to_le_bytes(), timeout)
         .map_err(|e| e.to_string())?;
-    all.iter()
-        .map(|b| {
-            b.as_slice()
-                .try_into()
-                .map(f64::from_le_bytes)
-                .map_err(|_| "exchanging a figure: a rank sent a malformed value".to_string())
+    Ok(all.into_iter().map(f64::from_le_bytes).collect())
+}
+
+/// Every rank's 8-byte `word`, by rank, labelled `what`; a rank that sent another length is
+/// an error naming it.
+fn exchange_words(
+    mesh: &crate::MeshDevice,
+    what: &str,
+    word: [u8; 8],
+    timeout: std::time::Duration,
+) -> crate::Result<Vec<[u8; 8]>> {
+    exchange_bytes(mesh, what, word.to_vec(), timeout)?
+        .iter()
+        .enumerate()
+        .map(|(rank, b)| {
+            b.as_slice().try_into().map_err(|_| {
+                crate::MeshError::Config(format!(
+                    "{what}: rank {rank} sent {} bytes, not 8; every rank must run the same \
+                     ttmesh",
+                    b.len()
+                ))
+            })
         })
         .collect()
 }
